@@ -1,0 +1,64 @@
+"""Shared fixtures: small datasets, Parquet writers, the shared real data, GPU skipping."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def _gpu_visible() -> bool:
+    if importlib.util.find_spec("cupy") is None:
+        return False
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _gpu_visible():
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU visible (CuPy missing or no device)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def gaussian_mix(rng) -> np.ndarray:
+    """600 rows, d = 2: a correlated two-component mixture (non-Gaussian, so θ ≠ 0)."""
+    a = rng.multivariate_normal([0.0, 0.0], [[1.0, 0.6], [0.6, 1.0]], size=400)
+    b = rng.multivariate_normal([2.5, -1.0], [[0.3, 0.0], [0.0, 0.5]], size=200)
+    return np.concatenate([a, b])
+
+
+def write_parquet(path: Path, X: np.ndarray, names=None, row_group_size: int | None = None) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names = names or [f"x{j}" for j in range(X.shape[1])]
+    pq.write_table(pa.table({n: X[:, j] for j, n in enumerate(names)}), path, row_group_size=row_group_size)
+    return path
+
+
+@pytest.fixture
+def magic() -> np.ndarray:
+    path = SHARED_DATA / "magic_gamma.parquet"
+    if not path.exists():
+        pytest.fail(f"the shared dataset {path} is missing (it ships beside the checkout)")
+    import pandas as pd
+
+    X = pd.read_parquet(path).drop(columns="class").to_numpy()
+    return X - X.mean(axis=0)

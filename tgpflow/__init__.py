@@ -1,0 +1,27 @@
+"""tgpflow: nonparametric densities and score functions fitted in one streamed pass on Dask.
+
+See README.md for a quickstart, DESIGN.md/MATH.md (shared with the project) for the design
+and the formulas each module implements.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__version__ = "0.1.0"
+
+from tgpflow.features.rff import RandomFourierFeatures  # noqa: E402
+from tgpflow.models.gp_tilted import GPTiltedDensity  # noqa: E402
+from tgpflow.stats.moments import Moments  # noqa: E402
+from tgpflow.stats.tgp import TGPStats  # noqa: E402
+
+__all__ = ["GPTiltedDensity", "RandomFourierFeatures", "Moments", "TGPStats", "load", "__version__"]
+
+
+def load(path: str | Path) -> Any:
+    """Load a saved model (verifies schema version and checksums; never unpickles)."""
+    from tgpflow.io.artifact import read_artifact
+
+    kind, arrays, meta = read_artifact(path, expected_kinds=("GPTiltedDensity",))
+    return GPTiltedDensity._from_artifact(arrays, meta, Path(path))

@@ -1,0 +1,256 @@
+"""The ``tgpflow`` command line (click); also ``dask tgpflow`` through dask's CLI entry point.
+
+Exit codes: 0 success, 2 usage error (click), 1 runtime failure (bad data, unreadable
+model, numerical failure) with a one-line message on stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+logger = logging.getLogger("tgpflow")
+
+_RUNTIME_ERRORS = (ValueError, OSError, FloatingPointError, MemoryError, NotImplementedError)
+
+
+def _setup_logging(level: str) -> None:
+    handler: logging.Handler
+    try:
+        if not sys.stderr.isatty():
+            raise ImportError
+        from rich.logging import RichHandler
+
+        handler = RichHandler(show_path=False)
+    except ImportError:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("tgpflow")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+@contextlib.contextmanager
+def _runtime_errors() -> Iterator[None]:
+    try:
+        yield
+    except click.ClickException:
+        raise
+    except _RUNTIME_ERRORS as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _progress(mode: str, client: Any) -> Iterator[None]:
+    """Progress for the computes inside: a bar or periodic log lines; none for tiny jobs."""
+    from tgpflow.stats.reduce import progress_reporter
+
+    if mode == "auto":
+        mode = "bar" if sys.stderr.isatty() else "log"
+    if mode == "none":
+        yield
+        return
+    if client is not None:
+        token = progress_reporter.set(_distributed_bar if mode == "bar" else _distributed_log)
+        try:
+            yield
+        finally:
+            progress_reporter.reset(token)
+        return
+    from dask.diagnostics import ProgressBar
+
+    cb = ProgressBar(minimum=2.0, out=sys.stderr) if mode == "bar" else _LogProgress()
+    with cb:
+        yield
+
+
+def _distributed_bar(futures: Sequence[Any]) -> None:
+    from distributed import progress
+
+    progress(futures, notebook=False)
+
+
+def _distributed_log(futures: Sequence[Any], interval: float = 10.0) -> None:
+    from distributed import wait
+
+    start = time.perf_counter()
+    while True:
+        try:
+            wait(futures, timeout=interval)
+            return
+        except TimeoutError:
+            logger.info("still computing after %.0f s", time.perf_counter() - start)
+
+
+class _LogProgress:
+    """A dask local-scheduler callback that logs done/total tasks every ``interval`` s."""
+
+    def __new__(cls, interval: float = 10.0):  # built lazily so that importing the CLI stays cheap
+        from dask.callbacks import Callback
+
+        class LogProgress(Callback):
+            def _start_state(self, dsk, state):
+                self._total = sum(len(state[k]) for k in ("ready", "waiting", "running")) + len(state["finished"])
+                self._done = 0
+                self._t0 = self._last = time.perf_counter()
+
+            def _posttask(self, key, result, dsk, state, worker_id):
+                self._done += 1
+                now = time.perf_counter()
+                if now - self._last >= interval:
+                    self._last = now
+                    logger.info("progress: %d/%d tasks, %.0f s", self._done, self._total, now - self._t0)
+
+        return LogProgress()
+
+
+def _load(path: str) -> Any:
+    import tgpflow
+
+    return tgpflow.load(path)
+
+
+@click.group(name="tgpflow", context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tgpflow")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def main(log_level: str) -> None:
+    """tgpflow: fit densities and score functions to big tabular data on Dask."""
+    _setup_logging(log_level)
+
+
+_scheduler = click.option("--scheduler", default=None, metavar="ADDR",
+                          help="Dask scheduler address or scheduler file; default: embedded LocalCluster "
+                               "(threads for small jobs).")
+_progress_opt = click.option("--progress", "progress_mode", default="auto", show_default=True,
+                             type=click.Choice(["auto", "bar", "log", "none"]))
+_columns = click.option("--columns", default=None, help="Comma-separated column names.")
+_bad_rows = click.option("--on-bad-rows", default="raise", show_default=True, type=click.Choice(["raise", "drop"]))
+
+
+def _split(columns: str | None) -> list[str] | None:
+    return [c.strip() for c in columns.split(",") if c.strip()] if columns else None
+
+
+@main.command()
+@click.argument("source")
+@click.option("--model", "method", type=click.Choice(["fd", "fvpd"]), default="fvpd", show_default=True)
+@click.option("--out", required=True, type=click.Path(dir_okay=True, file_okay=False), help="Model path (.zarr).")
+@_columns
+@_scheduler
+@click.option("--n-features", default=1000, show_default=True, type=click.IntRange(min=1))
+@click.option("--lam", default=0.1, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--bandwidth", default="scott", show_default=True, help="'scott' or a positive number.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@_bad_rows
+@click.option("--local", default="auto", show_default=True, type=click.Choice(["auto", "cluster", "threads"]),
+              help="Without --scheduler: LocalCluster, threads, or decide from the job's size.")
+@_progress_opt
+def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
+        lam: float, bandwidth: str, seed: int, on_bad_rows: str, local: str, progress_mode: str) -> None:
+    """Fit a GP-tilted density (FD or FVPD) to SOURCE and write it to --out."""
+    from tgpflow import GPTiltedDensity
+    from tgpflow.cluster import dask_client
+    from tgpflow.io.sources import as_source
+
+    try:
+        bw: str | float = "scott" if bandwidth == "scott" else float(bandwidth)
+    except ValueError as exc:
+        raise click.BadParameter(f"must be 'scott' or a number; got {bandwidth!r}", param_hint="--bandwidth") from exc
+    with _runtime_errors():
+        src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
+        work = float(src.n_rows or 0) * n_features**2 if src.n_rows is not None else None
+        est = GPTiltedDensity(method=method, n_features=n_features, lam=lam, bandwidth=bw, random_state=seed,
+                              on_bad_rows=on_bad_rows)
+        t0 = time.perf_counter()
+        with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client):
+            est.fit(src)
+        est.save(out)
+        click.echo(json.dumps({
+            "model": out, "method": method, "rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_,
+            "columns": src.columns, "n_features": n_features, "bandwidth": est.bandwidth_,
+            "solver": est.solver_info_, "seconds": round(time.perf_counter() - t0, 2)}, default=str))
+
+
+@main.command()
+@click.argument("model")
+@click.argument("source")
+@click.option("--out", required=True, help="Output Parquet dataset (a directory), written atomically.")
+@_columns
+@_scheduler
+@_bad_rows
+@_progress_opt
+def score(model: str, source: str, out: str, columns: str | None, scheduler: str | None, on_bad_rows: str,
+          progress_mode: str) -> None:
+    """Stream SOURCE through MODEL and write the per-row log density as Parquet."""
+    import dask.dataframe as dd
+
+    from tgpflow.cluster import dask_client
+    from tgpflow.io.atomic import atomic_path
+    from tgpflow.io.sources import as_source
+    from tgpflow.stats.reduce import compute
+
+    with _runtime_errors():
+        est = _load(model)
+        est.on_bad_rows = on_bad_rows
+        names = getattr(est, "feature_names_in_", None)
+        cols = _split(columns) or ([str(c) for c in names] if names is not None else None)
+        src = as_source(source, columns=cols, on_bad_rows=on_bad_rows)
+        work = float(src.n_rows or 0) * est.n_features**2 if src.n_rows is not None else None
+        with dask_client(scheduler, work=work) as client, _progress(progress_mode, client), atomic_path(out) as tmp:
+            values = est.log_density(src)
+            frame = dd.from_dask_array(values, columns="log_density").to_frame()
+            compute(frame.to_parquet(str(tmp), write_index=False, compute=False))
+        click.echo(json.dumps({"scores": out, "model": model, "source": source}))
+
+
+@main.command()
+@click.argument("model")
+@click.option("-n", "n_samples", required=True, type=click.IntRange(min=1))
+@click.option("--out", required=True, help="Output Parquet file, written atomically.")
+@click.option("--seed", default=0, show_default=True, type=int)
+def sample(model: str, n_samples: int, out: str, seed: int) -> None:
+    """Draw N rows from MODEL (importance resampling from its base) into a Parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tgpflow.io.atomic import atomic_path
+
+    with _runtime_errors():
+        est = _load(model)
+        rows = est.sample(n_samples, random_state=seed)
+        names = getattr(est, "feature_names_in_", None)
+        names = [str(c) for c in names] if names is not None else [f"x{j}" for j in range(rows.shape[1])]
+        with atomic_path(out) as tmp:
+            pq.write_table(pa.table({n: rows[:, j] for j, n in enumerate(names)}), tmp)
+        click.echo(json.dumps({"samples": out, "rows": n_samples, "ess": round(est.last_sample_ess_, 1)}))
+
+
+@main.command()
+@click.argument("model")
+def info(model: str) -> None:
+    """Describe a saved model (verifies its checksums)."""
+    from tgpflow.io.artifact import read_artifact
+
+    with _runtime_errors():
+        kind, arrays, meta = read_artifact(Path(model))
+        est = _load(model)
+        click.echo(json.dumps({
+            "kind": kind, "method": est.method, "rows": est.n_samples_seen_, "d": est.n_features_in_,
+            "n_features": est.features_.n_features, "bandwidth": est.bandwidth_,
+            "fingerprint": est.features_.fingerprint, "columns": meta.get("feature_names_in"),
+            "params": meta.get("params"), "solver": meta.get("solver_info"), "pilot": meta.get("pilot"),
+            "created": meta.get("created"), "tgpflow_version": meta.get("tgpflow_version"),
+            "arrays": {k: list(v.shape) for k, v in arrays.items()}}, indent=2, default=str))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,26 @@
+"""Exception and warning types of tgpflow.
+
+Every error subclasses ``ValueError`` (scikit-learn's convention for bad input) and
+carries a message that says what is wrong, where (file, row group or chunk, column)
+and how to fix it.
+"""
+
+
+class TgpflowError(Exception):
+    """Base class of tgpflow's own errors."""
+
+
+class SourceError(TgpflowError, ValueError):
+    """Bad input data: names the file or chunk, the column and the count of bad rows."""
+
+
+class FeaturesMismatchError(TgpflowError, ValueError):
+    """Statistics or models computed with different feature draws were combined."""
+
+
+class ModelFileError(TgpflowError, ValueError):
+    """A model or statistics file is missing, corrupt, tampered with or of an unknown schema."""
+
+
+class TgpflowWarning(UserWarning):
+    """A documented numerical fallback was taken (jitter, CG) or data were dropped."""

@@ -1,0 +1,218 @@
+"""Random Fourier features of the GP-tilted density (MATH.md §1).
+
+``φ(x) = √(2/S) cos(Z x/γ + c)``, ``φ'(x) = −√(2/S) sin(Z x/γ + c)`` with
+``z_s ~ N(0, Σ_z)``, ``c_s ~ U[0, 2π)``. A draw is a value: Z, c, γ and the pilot shift
+x₀ define it, its fingerprint identifies it, and it is saved with every model and every
+statistics object computed from it.
+
+Numerics (MATH.md §1): features are evaluated at ``x − x₀`` with the shifted phase
+``c' = (c + Z x₀/γ) mod 2π`` formed in float64, since ``cos(Zx/γ + c) = cos(Z(x−x₀)/γ + c')``;
+at ``‖x‖ ~ 10⁶`` the raw angle would lose its phase. All arithmetic here is float64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from tgpflow.backend import is_numpy, namespace
+from tgpflow.features.sincos import MAX_ANGLE, sincos_rows
+
+__all__ = ["RandomFourierFeatures", "scott_bandwidth", "paper_kernel_cov"]
+
+
+def _frozen(a: Any, shape: tuple[int, ...] | None, name: str) -> np.ndarray:
+    arr = np.array(a, dtype=np.float64, copy=True)
+    if shape is not None and arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}; got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} has non-finite values")
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RandomFourierFeatures:
+    """An explicit draw of S random Fourier features in d dimensions.
+
+    Parameters
+    ----------
+    Z : (S, d) array — frequencies (rows z_s).
+    c : (S,) array — phases in [0, 2π).
+    gamma : float — kernel width γ > 0.
+    shift : (d,) array, optional — pilot shift x₀ about which the moment-type sums are
+        accumulated (MATH.md §1); zeros when not given. It is part of the fingerprint,
+        because statistics accumulated about different shifts do not add up.
+    seed : int, optional — the seed the draw came from (informational only).
+    """
+
+    Z: np.ndarray
+    c: np.ndarray
+    gamma: float
+    shift: np.ndarray | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        Z = np.asarray(self.Z)
+        if Z.ndim != 2 or Z.shape[0] < 1 or Z.shape[1] < 1:
+            raise ValueError(f"Z must be a non-empty (S, d) array; got shape {Z.shape}")
+        S, d = Z.shape
+        object.__setattr__(self, "Z", _frozen(Z, (S, d), "Z"))
+        object.__setattr__(self, "c", _frozen(self.c, (S,), "c"))
+        gamma = float(self.gamma)
+        if not (math.isfinite(gamma) and gamma > 0):
+            raise ValueError(f"gamma must be a finite positive number; got {self.gamma!r}")
+        object.__setattr__(self, "gamma", gamma)
+        shift = np.zeros(d) if self.shift is None else self.shift
+        object.__setattr__(self, "shift", _frozen(shift, (d,), "shift"))
+
+    # -- identity ---------------------------------------------------------------------
+    @property
+    def n_features(self) -> int:
+        return int(self.Z.shape[0])
+
+    @property
+    def n_dims(self) -> int:
+        return int(self.Z.shape[1])
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 of (S, d, Z, c, γ, x₀) as little-endian float64 bytes."""
+        h = hashlib.sha256(b"tgpflow.RandomFourierFeatures.v1")
+        h.update(np.array(self.Z.shape, dtype="<i8").tobytes())
+        for a in (self.Z, self.c, np.array([self.gamma]), self.shift):
+            h.update(np.ascontiguousarray(a, dtype="<f8").tobytes())
+        return h.hexdigest()
+
+    def describe(self) -> str:
+        seed = "" if self.seed is None else f", seed={self.seed}"
+        return (f"RandomFourierFeatures(n_features={self.n_features}, d={self.n_dims}, "
+                f"gamma={self.gamma:.6g}{seed}, fingerprint={self.fingerprint[:12]})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RandomFourierFeatures):
+            return NotImplemented
+        return self.fingerprint == other.fingerprint
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint)
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+    # -- derived constants --------------------------------------------------------------
+    @cached_property
+    def frequencies(self) -> np.ndarray:
+        """W = Z/γ (S, d)."""
+        w = self.Z / self.gamma
+        w.setflags(write=False)
+        return w
+
+    @cached_property
+    def phase(self) -> np.ndarray:
+        """Shifted phase c' = (c + Z x₀/γ) mod 2π, in float64 (MATH.md §1)."""
+        p = np.mod(self.c + self.frequencies @ self.shift, 2.0 * np.pi)
+        p.setflags(write=False)
+        return p
+
+    @cached_property
+    def _abs_frequencies(self) -> np.ndarray:
+        return np.abs(self.frequencies)
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def draw(
+        cls,
+        n_features: int,
+        *,
+        bandwidth: float,
+        kernel_cov: np.ndarray | None = None,
+        n_dims: int | None = None,
+        shift: np.ndarray | None = None,
+        random_state: int | np.random.Generator | None = None,
+    ) -> RandomFourierFeatures:
+        """Draw Z ~ N(0, kernel_cov) (identity when None) and c ~ U[0, 2π), Z first.
+
+        ``kernel_cov`` is Σ_z; the paper's default is ``paper_kernel_cov(Σ) = dΣ/tr Σ``.
+        """
+        if kernel_cov is None:
+            if n_dims is None:
+                raise ValueError("give n_dims when kernel_cov is None")
+            chol = np.eye(int(n_dims))
+        else:
+            kernel_cov = np.asarray(kernel_cov, dtype=np.float64)
+            try:
+                chol = np.linalg.cholesky(kernel_cov)
+            except np.linalg.LinAlgError as exc:
+                raise ValueError(
+                    "the kernel covariance Σ_z = dΣ/tr Σ is not positive definite: a column "
+                    "is constant or columns are collinear; drop such columns, or pass "
+                    "kernel_cov='identity'"
+                ) from exc
+        S, d = int(n_features), chol.shape[0]
+        if S < 1:
+            raise ValueError(f"n_features must be >= 1; got {n_features}")
+        seed = random_state if isinstance(random_state, (int, np.integer)) else None
+        rng = np.random.default_rng(random_state)
+        Z = rng.standard_normal((S, d)) @ chol.T
+        c = rng.uniform(0.0, 2.0 * np.pi, size=S)
+        return cls(Z=Z, c=c, gamma=float(bandwidth), shift=shift, seed=None if seed is None else int(seed))
+
+    # -- evaluation -------------------------------------------------------------------
+    def sincos(self, x_shifted: Any) -> tuple[Any, Any]:
+        """sin and cos of ``W (x − x₀)ᵀ + c'`` as two (S, n) arrays, for a block of rows.
+
+        ``x_shifted`` is the (n, d) block minus ``shift``, in any array-API namespace.
+        NumPy blocks take the compiled kernel (float64, see ``sincos``); others, and NumPy
+        blocks whose angles could exceed the kernel's exact range, use ``xp.sin``/``xp.cos``.
+        """
+        xp = namespace(x_shifted)
+        if is_numpy(xp):
+            xs = np.asarray(x_shifted)
+            angle = self.frequencies @ xs.T  # (S, n), C-contiguous
+            bound = float((self._abs_frequencies @ np.abs(xs).max(axis=0, initial=0.0)).max()) + 2 * np.pi
+            if bound < MAX_ANGLE:
+                sin = np.empty_like(angle)
+                cos = np.empty_like(angle)
+                sincos_rows(angle, self.phase, sin, cos)
+                return sin, cos
+            angle += self.phase[:, None]
+            return np.sin(angle), np.cos(angle)
+        W = xp.asarray(self.frequencies)
+        angle = W @ xp.matrix_transpose(x_shifted) + xp.asarray(self.phase)[:, None]
+        return xp.sin(angle), xp.cos(angle)
+
+    def transform(self, X: Any) -> tuple[Any, Any]:
+        """φ(X) and φ'(X) as (n, S) arrays (MATH.md §0)."""
+        xp = namespace(X)
+        scale = math.sqrt(2.0 / self.n_features)
+        sin, cos = self.sincos(X - xp.asarray(self.shift))
+        return scale * xp.matrix_transpose(cos), -scale * xp.matrix_transpose(sin)
+
+    # -- storage ----------------------------------------------------------------------
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"Z": self.Z, "c": self.c, "gamma": np.array(self.gamma), "shift": self.shift}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], seed: int | None = None) -> RandomFourierFeatures:
+        return cls(Z=arrays["Z"], c=arrays["c"], gamma=float(arrays["gamma"]), shift=arrays["shift"], seed=seed)
+
+
+def scott_bandwidth(n_rows: int, cov: np.ndarray) -> float:
+    """Scott's rule of seed 003 §IV: γ = N^{−1/(d+4)} √(tr Σ / d) (MATH.md §1)."""
+    d = cov.shape[0]
+    tr = float(np.trace(cov))
+    if not tr > 0:
+        raise ValueError("Scott's bandwidth needs data with non-zero spread (tr Σ = 0)")
+    return float(n_rows) ** (-1.0 / (d + 4)) * math.sqrt(tr / d)
+
+
+def paper_kernel_cov(cov: np.ndarray) -> np.ndarray:
+    """Σ_z = d Σ / tr Σ, seed 003 §IV (MATH.md §1, §11 A6)."""
+    d = cov.shape[0]
+    return d * cov / float(np.trace(cov))

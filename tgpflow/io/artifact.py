@@ -1,0 +1,135 @@
+"""Artifacts on disk: named float/int arrays plus JSON metadata, checksummed, never pickled.
+
+Two containers: a Zarr v3 group (``*.zarr``, the default for models) and a NumPy ``.npz``
+(convenient for statistics). Either holds:
+
+* ``tgpflow_schema`` — the schema version of this layout (:data:`SCHEMA_VERSION`);
+* ``kind`` — what the artifact is (e.g. ``"GPTiltedDensity"``, ``"TGPStats"``);
+* ``meta`` — JSON metadata (parameters, provenance);
+* ``checksums`` — SHA-256 of every array's dtype, shape and little-endian bytes.
+
+Loading verifies the schema version and every checksum, accepts only numeric dtypes, and
+reads ``.npz`` with ``allow_pickle=False``: a tampered, truncated or foreign file is
+refused with :class:`~tgpflow.errors.ModelFileError`, and no code path unpickles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tgpflow.errors import ModelFileError
+from tgpflow.io.atomic import atomic_path
+
+__all__ = ["SCHEMA_VERSION", "write_artifact", "read_artifact"]
+
+SCHEMA_VERSION = 1
+_ALLOWED_KINDS = "fiub"  # float, signed int, unsigned int, bool
+_META_KEY = "__tgpflow_meta__"
+
+
+def _checksum(a: np.ndarray) -> str:
+    a = np.asarray(a)
+    h = hashlib.sha256(f"{a.dtype.str}|{a.shape}".encode())
+    h.update(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    return h.hexdigest()
+
+
+def _check_arrays(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    out = {}
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.kind not in _ALLOWED_KINDS:
+            raise TypeError(f"array {name!r} has dtype {a.dtype}; artifacts hold numeric arrays only")
+        if "/" in name or name.startswith("__"):
+            raise ValueError(f"invalid array name {name!r}")
+        out[name] = a
+    return out
+
+
+def write_artifact(path: str | Path, kind: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+    """Write ``arrays`` and ``meta`` atomically to ``path`` (``.npz`` file or Zarr group)."""
+    path = Path(path)
+    arrays = _check_arrays(arrays)
+    header = {
+        "tgpflow_schema": SCHEMA_VERSION,
+        "kind": kind,
+        "meta": meta,
+        "checksums": {k: _checksum(a) for k, a in arrays.items()},
+    }
+    json.dumps(header)  # fail before touching the disk if meta is not JSON
+    with atomic_path(path) as tmp:
+        if path.suffix == ".npz":
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **arrays, **{_META_KEY: np.array(json.dumps(header))})
+        else:
+            import zarr
+
+            group = zarr.open_group(str(tmp), mode="w-")
+            for name, a in arrays.items():
+                group.create_array(name, data=np.require(a, requirements="C"))  # keeps 0-d shapes
+            group.attrs.update(header)
+    return path
+
+
+def read_artifact(path: str | Path, expected_kinds: tuple[str, ...] | None = None) -> tuple[str, dict[str, np.ndarray], dict[str, Any]]:
+    """Read and verify an artifact; returns ``(kind, arrays, meta)``."""
+    path = Path(path)
+    if not path.exists():
+        raise ModelFileError(f"{path}: no such file or directory")
+    try:
+        if path.is_dir():
+            header, arrays = _read_zarr(path)
+        else:
+            header, arrays = _read_npz(path)
+    except ModelFileError:
+        raise
+    except Exception as exc:  # corrupt container: zarr/json/zip errors of every kind
+        raise ModelFileError(f"{path}: not a readable tgpflow artifact ({type(exc).__name__}: {exc})") from exc
+    version = header.get("tgpflow_schema")
+    if version != SCHEMA_VERSION:
+        raise ModelFileError(
+            f"{path}: schema version {version!r} is not supported (this tgpflow reads version "
+            f"{SCHEMA_VERSION}); re-save it with the tgpflow that wrote it, or refit")
+    kind = header.get("kind")
+    if expected_kinds is not None and kind not in expected_kinds:
+        raise ModelFileError(f"{path}: holds a {kind!r}, expected one of {list(expected_kinds)}")
+    sums = header.get("checksums", {})
+    if set(sums) != set(arrays):
+        missing = sorted(set(sums) ^ set(arrays))
+        raise ModelFileError(f"{path}: arrays and checksums disagree (missing or extra: {missing}); the file is incomplete or tampered with")
+    for name, a in arrays.items():
+        if a.dtype.kind not in _ALLOWED_KINDS:
+            raise ModelFileError(f"{path}: array {name!r} has non-numeric dtype {a.dtype}; refusing it")
+        if _checksum(a) != sums[name]:
+            raise ModelFileError(f"{path}: checksum mismatch in array {name!r}; the file is corrupt or was modified after it was written")
+    return kind, arrays, header.get("meta", {})
+
+
+def _read_zarr(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    import zarr
+
+    if not (path / "zarr.json").is_file():
+        raise ModelFileError(f"{path}: not a Zarr v3 group (no zarr.json)")
+    group = zarr.open_group(str(path), mode="r")
+    header = dict(group.attrs)
+    if "tgpflow_schema" not in header:
+        raise ModelFileError(f"{path}: a Zarr group, but not a tgpflow artifact (no tgpflow_schema attribute)")
+    arrays = {name: np.asarray(arr[...]) for name, arr in group.arrays()}
+    return header, arrays
+
+
+def _read_npz(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    if not zipfile.is_zipfile(path):
+        raise ModelFileError(f"{path}: not a tgpflow artifact (neither a Zarr group nor an .npz archive)")
+    with np.load(path, allow_pickle=False) as npz:
+        if _META_KEY not in npz.files:
+            raise ModelFileError(f"{path}: an .npz archive, but not a tgpflow artifact")
+        header = json.loads(str(npz[_META_KEY]))
+        arrays = {k: np.asarray(npz[k]) for k in npz.files if k != _META_KEY}
+    return header, arrays

@@ -1,0 +1,99 @@
+"""Parquet sources: one chunk per row group, read with pyarrow through fsspec.
+
+Only footers are read up front (row counts per row group and the schema), so the number of
+rows and the chunk sizes are known without a pass over the data. Every file must carry the
+selected columns with the same numeric types; a file whose footer cannot be read is
+reported by name at once, a row group whose pages cannot be decoded when it is read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fsspec
+
+from tgpflow.errors import SourceError
+
+__all__ = ["list_parquet_files", "ParquetLayout", "read_row_group"]
+
+
+def list_parquet_files(urlpath: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, list[str]]:
+    """Expand a Parquet file, directory (recursively) or glob into a sorted list of files."""
+    fs, _, paths = fsspec.core.get_fs_token_paths(urlpath, mode="rb", storage_options=storage_options or {})
+    files: list[str] = []
+    for p in paths:
+        if fs.isdir(p):
+            found = [f for f in sorted(fs.find(p)) if not f.rsplit("/", 1)[-1].startswith(("_", "."))]
+            # a dataset directory: its *.parquet / *.parq files when it names them so, else every file
+            named = [f for f in found if f.endswith((".parquet", ".parq"))]
+            files.extend(named or found)
+        else:
+            files.append(p)
+    if not files:
+        raise SourceError(f"{urlpath}: no Parquet files found")
+    return fs, sorted(files)
+
+
+class ParquetLayout:
+    """Files, row groups and column types of a Parquet dataset, from footers only."""
+
+    def __init__(self, urlpath: str, columns: list[str] | None, storage_options: dict[str, Any] | None = None):
+        import pyarrow.parquet as pq
+        import pyarrow.types as pat
+
+        self.urlpath = urlpath
+        self.fs, self.files = list_parquet_files(urlpath, storage_options)
+        self.row_groups: list[tuple[str, int, int]] = []  # (file, index, rows)
+        first_types: list[tuple[str, str]] | None = None
+        first_file = self.files[0]
+        for path in self.files:
+            try:
+                with self.fs.open(path, "rb") as fh:
+                    meta = pq.ParquetFile(fh).metadata
+                    schema = meta.schema.to_arrow_schema()
+            except Exception as exc:
+                raise SourceError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from exc
+            names = list(schema.names)
+            if columns is None:
+                columns = names
+            missing = [c for c in columns if c not in names]
+            if missing:
+                raise SourceError(f"{path}: missing column(s) {missing}; it has {names}")
+            types = {c: schema.field(c).type for c in columns}
+            for c, t in types.items():
+                if not (pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t)):
+                    raise SourceError(
+                        f"{path}: column {c!r} is not numeric (type {t}); choose numeric columns with "
+                        f"columns=[...] (CLI: --columns)")
+            full = [(n, str(schema.field(n).type)) for n in names]
+            if first_types is None:
+                first_types = full
+            elif full != first_types:
+                only_here = sorted(set(full) - set(first_types))
+                only_first = sorted(set(first_types) - set(full))
+                raise SourceError(
+                    f"{path}: schema differs from {first_file} ({len(full)} vs {len(first_types)} "
+                    f"columns; only in this file: {only_here}; only in the first: {only_first}); "
+                    f"every file of a source must have the same schema")
+            for i in range(meta.num_row_groups):
+                rows = meta.row_group(i).num_rows
+                if rows > 0:
+                    self.row_groups.append((path, i, rows))
+        self.columns = tuple(columns or ())
+
+    def labels(self) -> list[str]:
+        return [f"{path} row group {i}" for path, i, _ in self.row_groups]
+
+    def sizes(self) -> list[int]:
+        return [rows for _, _, rows in self.row_groups]
+
+
+def read_row_group(fs: Any, path: str, index: int, columns: tuple[str, ...]) -> Any:
+    """Read one row group's selected columns as a pyarrow Table, naming the file on failure."""
+    import pyarrow.parquet as pq
+
+    try:
+        with fs.open(path, "rb") as fh:
+            return pq.ParquetFile(fh).read_row_group(index, columns=list(columns))
+    except Exception as exc:
+        raise SourceError(f"{path} row group {index}: cannot be read ({type(exc).__name__}: {exc})") from exc

@@ -1,0 +1,237 @@
+"""Sources: anything with rows becomes a list of validated float64 chunks on a Dask graph.
+
+``as_source`` accepts a Parquet file, directory or glob (one chunk per row group), a Zarr
+array (its row chunks), a dask array (its row chunks; one column block), a dask or pandas
+DataFrame (its partitions), or a NumPy array (row chunks of ~64 MiB). A
+:class:`Source` is a set of lazy per-chunk tasks: reader → ``validate_block`` →
+(float64 rows, rows dropped). Nothing is read when a source is made, except Parquet footers
+and Zarr metadata; chunk sizes are known from metadata where the format has them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from pathlib import Path
+from typing import Any
+
+import dask
+import dask.array as da
+import numpy as np
+
+from tgpflow.errors import SourceError
+from tgpflow.io.validate import OnBadRows, check_on_bad_rows, validate_block
+
+__all__ = ["Source", "as_source", "NUMPY_CHUNK_BYTES"]
+
+#: Chunk size when an in-memory NumPy array is split into tasks.
+NUMPY_CHUNK_BYTES = 64 * 2**20
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Source:
+    """Validated row chunks of a dataset (lazy).
+
+    Attributes
+    ----------
+    description : what the source is, for messages ("data/*.parquet", "numpy array").
+    columns : the column names (``"0"``, ``"1"``, … for arrays without names).
+    named : whether the names are real (DataFrame/Parquet/Zarr attribute) names.
+    labels : per chunk, where it comes from ("f.parquet row group 3", "chunk 2 (rows 20–29)").
+    sizes : per chunk, its row count before validation (NaN where unknown).
+    on_bad_rows : "raise" or "drop".
+    """
+
+    description: str
+    columns: tuple[str, ...]
+    named: bool
+    labels: tuple[str, ...]
+    sizes: tuple[float, ...]
+    on_bad_rows: OnBadRows
+    _validated: tuple[Any, ...]  # Delayed[(ndarray, int)] per chunk
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self._validated)
+
+    @property
+    def n_columns(self) -> int:
+        return len(self.columns)
+
+    @property
+    def n_rows(self) -> int | None:
+        """Rows before validation, from metadata; None where a size is unknown."""
+        if not self.sizes or any(math.isnan(s) for s in self.sizes):
+            return None
+        return int(sum(self.sizes))
+
+    def blocks(self) -> list[Any]:
+        """Delayed float64 (n, d) arrays, one per chunk, validated."""
+        return [dask.delayed(operator.getitem, pure=True)(v, 0) for v in self._validated]
+
+    def dropped_counts(self) -> list[Any]:
+        """Delayed row counts dropped per chunk (all 0 under on_bad_rows="raise")."""
+        return [dask.delayed(operator.getitem, pure=True)(v, 1) for v in self._validated]
+
+    def to_dask_array(self) -> da.Array:
+        """The validated rows as one dask array (row chunks; NaN sizes when rows may be dropped)."""
+        d = self.n_columns
+        parts = []
+        for block, size in zip(self.blocks(), self.sizes, strict=True):
+            rows = size if self.on_bad_rows == "raise" else math.nan
+            parts.append(da.from_delayed(block, shape=(rows, d), dtype=np.float64, meta=np.empty((0, d))))
+        return da.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+
+
+def _make(description: str, columns: tuple[str, ...], named: bool, raws: list[Any], labels: list[str],
+          sizes: list[float], on_bad_rows: OnBadRows) -> Source:
+    if not raws:
+        raise SourceError(f"{description}: the source has no rows (no chunks)")
+    known = [s for s in sizes if not math.isnan(s)]
+    if len(known) == len(sizes) and sum(known) == 0:
+        raise SourceError(f"{description}: the source has zero rows")
+    validate = dask.delayed(validate_block, pure=True, nout=2)
+    validated = tuple(validate(raw, label, columns, on_bad_rows) for raw, label in zip(raws, labels, strict=True))
+    return Source(description, columns, named, tuple(labels), tuple(float(s) for s in sizes), on_bad_rows, validated)
+
+
+def _select_indices(columns: Any, names: list[str], where: str) -> list[int]:
+    if columns is None:
+        return list(range(len(names)))
+    out = []
+    for c in columns:
+        if isinstance(c, (int, np.integer)):
+            if not 0 <= int(c) < len(names):
+                raise SourceError(f"{where}: column index {c} is out of range (it has {len(names)} columns)")
+            out.append(int(c))
+        elif c in names:
+            out.append(names.index(c))
+        else:
+            raise SourceError(f"{where}: missing column {c!r}; it has {names}")
+    return out
+
+
+def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str = "raise",
+              storage_options: dict[str, Any] | None = None) -> Source:
+    """Turn ``data`` into a :class:`Source` (see the module docstring for what is accepted)."""
+    on_bad_rows = check_on_bad_rows(on_bad_rows)
+    if isinstance(data, Source):
+        return data
+    if isinstance(data, (str, Path)):
+        path = str(data)
+        if path.rstrip("/").endswith(".zarr") or Path(path, "zarr.json").exists():
+            return _zarr_source(path, columns, on_bad_rows)
+        return _parquet_source(path, columns, on_bad_rows, storage_options)
+    if isinstance(data, da.Array):
+        return _dask_array_source(data, "dask array", columns, on_bad_rows)
+    if _is_dask_dataframe(data):
+        return _dask_dataframe_source(data, columns, on_bad_rows)
+    if hasattr(data, "dtypes") and hasattr(data, "to_numpy") and hasattr(data, "columns"):  # pandas
+        names = [str(c) for c in data.columns]
+        idx = _select_indices(columns, names, "DataFrame")
+        frame = data.iloc[:, idx]
+        for name, dtype in frame.dtypes.items():
+            if dtype.kind not in "biuf":
+                raise SourceError(f"DataFrame: column {name!r} has non-numeric dtype {dtype}; select numeric columns")
+        arr = frame.to_numpy(dtype=np.float64, na_value=np.nan)
+        src = _numpy_source(arr, "pandas DataFrame", [names[i] for i in idx], on_bad_rows)
+        return dataclasses.replace(src, named=True)
+    if hasattr(data, "__array__") or isinstance(data, (list, tuple)):
+        arr = np.asarray(data)
+        if arr.ndim != 2:
+            raise SourceError(f"expected a 2-D array of rows, got shape {arr.shape}; reshape 1-D data with x.reshape(-1, 1)")
+        idx = _select_indices(columns, [str(i) for i in range(arr.shape[1])], "array")
+        return _numpy_source(arr[:, idx] if columns is not None else arr, "numpy array", None, on_bad_rows)
+    raise TypeError(f"cannot read rows from {type(data).__name__}; pass a NumPy/dask array, a DataFrame, "
+                    f"a Parquet path or glob, or a Zarr array path")
+
+
+def _is_dask_dataframe(data: Any) -> bool:
+    try:
+        import dask.dataframe as dd
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(data, dd.DataFrame)
+
+
+def _numpy_source(arr: np.ndarray, description: str, names: list[str] | None, on_bad_rows: OnBadRows) -> Source:
+    if arr.dtype.kind not in "biuf":
+        raise SourceError(f"{description}: non-numeric dtype {arr.dtype}; pass numeric data")
+    n, d = arr.shape
+    rows = max(1, NUMPY_CHUNK_BYTES // max(1, 8 * d))
+    x = da.from_array(arr, chunks=(rows, d)) if n > 0 else da.from_array(arr)
+    src = _dask_array_source(x, description, None, on_bad_rows)
+    if names is not None:
+        src = dataclasses.replace(src, columns=tuple(names))
+    return src
+
+
+def _dask_array_source(x: da.Array, description: str, columns: Any, on_bad_rows: OnBadRows,
+                       names: list[str] | None = None) -> Source:
+    if x.ndim != 2:
+        raise SourceError(f"{description}: expected a 2-D array of rows, got {x.ndim} dimensions")
+    if len(x.chunks[1]) != 1:
+        raise SourceError(f"{description}: data is chunked along columns ({len(x.chunks[1])} column blocks); "
+                          f"call X.rechunk({{1: -1}}) so that each chunk holds whole rows")
+    if x.dtype.kind not in "biuf":
+        raise SourceError(f"{description}: non-numeric dtype {x.dtype}; pass numeric data")
+    all_names = names or [str(i) for i in range(x.shape[1])]
+    idx = _select_indices(columns, all_names, description)
+    if columns is not None:
+        x = x[:, idx]
+    cols = tuple(all_names[i] for i in idx)
+    raws = list(x.to_delayed().ravel())
+    sizes = [float(s) for s in x.chunks[0]]
+    labels, start = [], 0.0
+    for i, s in enumerate(sizes):
+        if math.isnan(s) or math.isnan(start):
+            labels.append(f"{description} chunk {i}")
+            start = math.nan
+        else:
+            labels.append(f"{description} chunk {i} (rows {int(start)}–{int(start + s) - 1})")
+            start += s
+    return _make(description, cols, names is not None, raws, labels, sizes, on_bad_rows)
+
+
+def _dask_dataframe_source(df: Any, columns: Any, on_bad_rows: OnBadRows) -> Source:
+    names = [str(c) for c in df.columns]
+    idx = _select_indices(columns, names, "dask DataFrame")
+    selected = [df.columns[i] for i in idx]
+    frame = df[selected]
+    for name, dtype in frame.dtypes.items():
+        if dtype.kind not in "biuf":
+            raise SourceError(f"dask DataFrame: column {name!r} has non-numeric dtype {dtype}; select numeric columns")
+    raws = list(frame.to_delayed())
+    labels = [f"dask DataFrame partition {i}" for i in range(len(raws))]
+    return _make("dask DataFrame", tuple(names[i] for i in idx), True, raws, labels, [math.nan] * len(raws), on_bad_rows)
+
+
+def _parquet_source(path: str, columns: Any, on_bad_rows: OnBadRows, storage_options: dict[str, Any] | None) -> Source:
+    from tgpflow.io.parquet import ParquetLayout, read_row_group
+
+    layout = ParquetLayout(path, list(columns) if columns is not None else None, storage_options)
+    read = dask.delayed(read_row_group, pure=True)
+    raws = [read(layout.fs, f, i, layout.columns) for f, i, _ in layout.row_groups]
+    if not raws:
+        raise SourceError(f"{path}: the source has zero rows")
+    return _make(path, layout.columns, True, raws, layout.labels(), [float(s) for s in layout.sizes()], on_bad_rows)
+
+
+def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows) -> Source:
+    import zarr
+
+    try:
+        node = zarr.open(store=path, mode="r")
+    except Exception as exc:
+        raise SourceError(f"{path}: not a readable Zarr store ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(node, zarr.Array):
+        arrays = [name for name, _ in node.arrays()]
+        raise SourceError(f"{path}: is a Zarr group, not an array; pass the array's path "
+                          f"(e.g. {path.rstrip('/')}/{arrays[0] if arrays else 'NAME'})")
+    if node.ndim != 2:
+        raise SourceError(f"{path}: expected a 2-D Zarr array of rows, got shape {node.shape}")
+    names = node.attrs.get("columns")
+    names = [str(c) for c in names] if isinstance(names, list) and len(names) == node.shape[1] else None
+    x = da.from_zarr(node, chunks=(node.chunks[0], node.shape[1]))
+    return _dask_array_source(x, path, columns, on_bad_rows, names=names)

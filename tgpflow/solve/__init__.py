@@ -1,0 +1,1 @@
+"""Closed-form solves after the pass (float64, with documented fallbacks)."""

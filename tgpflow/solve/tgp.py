@@ -1,0 +1,129 @@
+"""Closed-form solves of the GP-tilted density after the pass (MATH.md §2, §4), float64.
+
+All inputs are the one-pass :class:`~tgpflow.stats.tgp.TGPStats` and the feature draw;
+the base N(μ, Σ) is chosen here (by default the exact full-data moments of the pass), so
+nothing needs μ, Σ before the pass. ψ' is formed from ``U − u(μ − x₀)ᵀ`` (MATH.md §1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import scipy.linalg
+
+from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.solve.linalg import spd_factor, spd_solve
+from tgpflow.stats.moments import Moments
+from tgpflow.stats.tgp import TGPStats
+
+__all__ = ["Base", "base_from_moments", "psi_prime", "fd_system", "solve_fd", "FVPDSolution", "solve_fvpd",
+           "feature_moments_under_base"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    """The Gaussian base measure N(μ, Σ) with its precision P = Σ⁻¹."""
+
+    mean: np.ndarray
+    cov: np.ndarray
+    precision: np.ndarray
+
+
+def base_from_moments(moments: Moments, columns: tuple[str, ...] | None = None) -> Base:
+    """Base = exact moments of the pass: μ = mean, Σ = m2/N (population covariance)."""
+    if moments.n < 2:
+        raise ValueError(f"the GP-tilted density needs at least 2 rows; got {moments.n} sample"
+                         f"{'s' if moments.n != 1 else ''} (n_samples = {moments.n})")
+    cov = moments.covariance
+    var = np.diag(cov)
+    scale = max(float(var.max()), np.finfo(float).tiny)
+    flat = np.flatnonzero(var <= 1e-14 * scale)
+    if flat.size:
+        names = [columns[j] if columns else str(j) for j in flat]
+        raise ValueError(f"column(s) {names} are constant (zero variance); drop them before fitting")
+    try:
+        chol = scipy.linalg.cholesky(cov, lower=True)
+    except np.linalg.LinAlgError as exc:
+        raise ValueError("the data covariance is singular (collinear columns); drop redundant columns") from exc
+    precision = scipy.linalg.cho_solve((chol, True), np.eye(cov.shape[0]))
+    return Base(moments.mean.copy(), cov, 0.5 * (precision + precision.T))
+
+
+def psi_prime(stats: TGPStats, features: RandomFourierFeatures, base: Base) -> np.ndarray:
+    """ψ' = rowsum((U − u(μ − x₀)ᵀ) ⊙ Z P) = Σ_i φ'(x_i) ⊙ Z P (x_i − μ)  (MATH.md §2)."""
+    centred = stats.U - np.outer(stats.u, base.mean - features.shift)
+    return np.einsum("sd,sd->s", centred, features.Z @ base.precision)
+
+
+def fd_system(stats: TGPStats, features: RandomFourierFeatures, base: Base, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """A = λγ² I + (ZZᵀ) ⊙ Φ',  b = γ ψ' + ‖Z‖² ⊙ ψ  (MATH.md §2)."""
+    stats.check_features(features)
+    Z, g = features.Z, features.gamma
+    A = (Z @ Z.T) * stats.gram
+    A[np.diag_indices_from(A)] += lam * g * g
+    b = g * psi_prime(stats, features, base) + np.einsum("sd,sd->s", Z, Z) * stats.psi
+    return A, b
+
+
+def solve_fd(stats: TGPStats, features: RandomFourierFeatures, base: Base, lam: float) -> tuple[np.ndarray, float, dict[str, object]]:
+    """θ_FD = A⁻¹ b; returns θ, the training objective L(θ) − L(0) = (½θᵀAθ − θᵀb)/γ², and solver info."""
+    A, b = fd_system(stats, features, base, lam)
+    theta, info = spd_solve(A, b, what="FD")
+    objective = float((0.5 * theta @ (A @ theta) - theta @ b) / features.gamma**2)
+    return theta, objective, info
+
+
+def feature_moments_under_base(features: RandomFourierFeatures, base: Base) -> tuple[np.ndarray, np.ndarray]:
+    """μ_φ = E φ(x) and Σ_φ = Cov φ(x) for x ~ N(μ, Σ), exactly (MATH.md §4, eqs 32–33)."""
+    Z, g = features.Z, features.gamma
+    K = Z @ base.cov @ Z.T
+    q = np.diag(K).copy()
+    phi, dphi = features.transform(base.mean[None, :])
+    phi, dphi = phi[0], dphi[0]
+    mu_phi = np.exp(-q / (2 * g * g)) * phi
+    qq = q[:, None] + q[None, :]
+    d_minus = np.exp(-(qq - 2 * K) / (2 * g * g))
+    d_plus = np.exp(-(qq + 2 * K) / (2 * g * g))
+    cov_phi = (0.5 * (d_minus + d_plus) * np.outer(phi, phi)
+               + 0.5 * (d_minus - d_plus) * np.outer(dphi, dphi)
+               - np.outer(mu_phi, mu_phi))
+    return mu_phi, 0.5 * (cov_phi + cov_phi.T)
+
+
+@dataclasses.dataclass(frozen=True)
+class FVPDSolution:
+    """q(θ) = N(μ̂, Σ̂) and the predictive terms m, M (Cholesky factor) and v = M⁻¹m."""
+
+    posterior_mean: np.ndarray
+    posterior_precision: np.ndarray
+    m: np.ndarray
+    M_chol: np.ndarray
+    v: np.ndarray
+    info: dict[str, object]
+
+
+def solve_fvpd(stats: TGPStats, features: RandomFourierFeatures, base: Base, lam: float, eta: float) -> FVPDSolution:
+    """FVPD (Alg 4, MATH.md §4) with the sum convention of eq 29."""
+    A_eta, b = fd_system(stats, features, base, lam * eta)  # μ̂ = θ_FD with λ → λη
+    post_mean, info = spd_solve(A_eta, b, what="FVPD posterior")
+    post_precision = A_eta / (features.gamma**2 * eta)  # Σ̂⁻¹ = λI + ZZᵀ⊙Φ'/(γ²η)
+    mu_phi, cov_phi = feature_moments_under_base(features, base)
+    m = mu_phi - post_precision @ post_mean
+    M = cov_phi + post_precision
+    factor = spd_factor(M, what="FVPD predictive M")
+    if factor is None:
+        raise FloatingPointError("the FVPD predictive matrix M = Σ_φ + Σ̂⁻¹ is not positive definite; increase lam")
+    v = factor.solve(m)
+    info = dict(info, M_jitter=factor.jitter)
+    return FVPDSolution(post_mean, post_precision, m, factor.chol, v, info)
+
+
+def eta_default(features: RandomFourierFeatures) -> float:
+    """η = 1/γ² (seed 003 §IV)."""
+    return 1.0 / features.gamma**2
+
+
+def lam_is_valid(lam: float) -> bool:
+    return math.isfinite(lam) and lam > 0

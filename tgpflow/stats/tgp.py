@@ -1,0 +1,208 @@
+"""Sufficient statistics of the GP-tilted density, FD and FVPD (MATH.md §2, §4).
+
+One pass accumulates, as sums over rows:
+
+* the moments ``N, mean, m2`` (:class:`~tgpflow.stats.moments.Moments`);
+* ``gram = Φ' = Σ φ'(x) φ'(x)ᵀ`` (S×S), ``u = Σ φ'(x)``, ``psi = ψ = Σ φ(x)``;
+* ``U = Σ φ'(x) (x − x₀)ᵀ`` (S×d) about the pilot shift x₀ of the features (MATH.md §1),
+  so that ``U − u μᵀ`` is formed as ``U − u (μ − x₀)ᵀ`` without cancellation.
+
+μ and Σ of the base are not needed during the pass: they are combined afterwards
+(``tgpflow.solve.tgp``). Per chunk, rows are processed in blocks sized from a byte budget;
+each block costs one GEMM for the angles, the compiled sincos, one ``dsyrk`` (NumPy) or
+``sinᵀ sin`` (other namespaces) and two small GEMVs/GEMMs — never a loop over rows.
+Precision: float64 everywhere (features, products, accumulators).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.linalg.blas as blas
+
+from tgpflow.backend import is_numpy, namespace, to_numpy
+from tgpflow.errors import FeaturesMismatchError
+from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.io.artifact import read_artifact, write_artifact
+from tgpflow.stats.moments import Moments
+
+__all__ = ["TGPStats", "tgp_chunk_stats", "block_rows_for", "DEFAULT_BLOCK_BYTES"]
+
+#: Default working-memory budget per chunk task for feature blocks (bytes).
+DEFAULT_BLOCK_BYTES = 64 * 2**20
+
+
+def block_rows_for(n_features: int, n_dims: int, block_bytes: int) -> int:
+    """Rows per block so that the angle, sin and cos blocks (3·S·8 bytes a row) fit.
+
+    Raises ``MemoryError`` with the numbers when not even one row fits.
+    """
+    per_row = 8 * (3 * n_features + 2 * n_dims)
+    rows = int(block_bytes) // per_row
+    if rows < 1:
+        raise MemoryError(
+            f"a feature block needs {per_row} bytes per row (3 × S={n_features} float64 plus the "
+            f"row), more than the budget block_bytes={block_bytes}; raise block_bytes")
+    return rows
+
+
+def _mismatch(a: str, b: str, what: str) -> FeaturesMismatchError:
+    return FeaturesMismatchError(
+        f"cannot combine {what}: they were computed with different feature draws "
+        f"(fingerprints {a[:12]}… and {b[:12]}…). Accumulate every part with the same draw — "
+        f"pass features=est.features_ (or the stored RandomFourierFeatures) to accumulate/fit — "
+        f"or refit from the data")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TGPStats:
+    """The one-pass statistics of FD/FVPD for one feature draw (a value: +, −, save/load)."""
+
+    fingerprint: str
+    moments: Moments
+    gram: np.ndarray
+    u: np.ndarray
+    U: np.ndarray
+    psi: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return self.moments.n
+
+    @property
+    def n_features(self) -> int:
+        return int(self.psi.shape[0])
+
+    @classmethod
+    def zero(cls, features: RandomFourierFeatures) -> TGPStats:
+        S, d = features.n_features, features.n_dims
+        return cls(features.fingerprint, Moments.zero(d), np.zeros((S, S)), np.zeros(S), np.zeros((S, d)), np.zeros(S))
+
+    def check_features(self, features: RandomFourierFeatures) -> None:
+        """Raise unless these statistics were accumulated with ``features``."""
+        if features.fingerprint != self.fingerprint:
+            raise _mismatch(self.fingerprint, features.fingerprint, "statistics and features")
+
+    def __add__(self, other: TGPStats) -> TGPStats:
+        if not isinstance(other, TGPStats):
+            return NotImplemented
+        if other.fingerprint != self.fingerprint:
+            raise _mismatch(self.fingerprint, other.fingerprint, "statistics")
+        return TGPStats(self.fingerprint, self.moments + other.moments, self.gram + other.gram,
+                        self.u + other.u, self.U + other.U, self.psi + other.psi)
+
+    def __radd__(self, other: Any) -> TGPStats:
+        if isinstance(other, int) and other == 0:
+            return self
+        return NotImplemented
+
+    def __sub__(self, other: TGPStats) -> TGPStats:
+        if not isinstance(other, TGPStats):
+            return NotImplemented
+        if other.fingerprint != self.fingerprint:
+            raise _mismatch(self.fingerprint, other.fingerprint, "statistics")
+        return TGPStats(self.fingerprint, self.moments - other.moments, self.gram - other.gram,
+                        self.u - other.u, self.U - other.U, self.psi - other.psi)
+
+    # -- storage ----------------------------------------------------------------------
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        arrays = {f"moments.{k}": v for k, v in self.moments.to_arrays().items()}
+        arrays.update(gram=self.gram, u=self.u, U=self.U, psi=self.psi)
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray]) -> TGPStats:
+        moments = Moments.from_arrays({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("moments.")})
+        return cls(fingerprint, moments, arrays["gram"], arrays["u"], arrays["U"], arrays["psi"])
+
+    def save(self, path: str | Path) -> Path:
+        """Write atomically to a Zarr group or, for a ``.npz`` path, a NumPy archive (no pickle)."""
+        return write_artifact(path, "TGPStats", self.to_arrays(), {"fingerprint": self.fingerprint})
+
+    @classmethod
+    def load(cls, path: str | Path) -> TGPStats:
+        _, arrays, meta = read_artifact(path, expected_kinds=("TGPStats",))
+        return cls.from_arrays(meta["fingerprint"], arrays)
+
+
+def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = DEFAULT_BLOCK_BYTES) -> TGPStats:
+    """TGP statistics of one chunk of rows ``x`` (n, d), in blocks of rows (MATH.md §2).
+
+    NumPy chunks use the compiled sincos and BLAS ``dsyrk`` into reused buffers; any other
+    array-API namespace (CuPy, array_api_strict) runs the same formulas with ``xp`` calls.
+    Results are host float64.
+    """
+    xp = namespace(x)
+    n, d = int(x.shape[0]), int(x.shape[1])
+    if d != features.n_dims:
+        raise ValueError(f"chunk has {d} columns but the features were drawn for d={features.n_dims}")
+    S = features.n_features
+    moments = Moments.from_rows(x)
+    if n == 0:
+        return dataclasses.replace(TGPStats.zero(features), moments=moments)
+    rows = min(n, block_rows_for(S, d, block_bytes))
+    if is_numpy(xp):
+        gram, u, U, psi = _chunk_numpy(np.asarray(x, dtype=np.float64), features, rows)
+    else:
+        gram, u, U, psi = _chunk_xp(x, features, rows, xp)
+    scale = math.sqrt(2.0 / S)
+    # φ = scale·cos, φ' = −scale·sin: fold the constants in once per chunk.
+    return TGPStats(features.fingerprint, moments, gram * (scale * scale), u * (-scale), U * (-scale), psi * scale)
+
+
+def _chunk_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int) -> tuple[np.ndarray, ...]:
+    S, d = features.n_features, features.n_dims
+    gram = np.zeros((S, S), order="F")  # dsyrk updates the lower triangle in place
+    u = np.zeros(S)
+    U = np.zeros((S, d))
+    psi = np.zeros(S)
+    xs_all = x - features.shift
+    # Buffers reused across blocks: fresh 30 MB arrays cost more in page faults than the kernel.
+    sin_buf = np.empty(S * rows)
+    cos_buf = np.empty(S * rows)
+    ang_buf = np.empty(S * rows)
+    W, phase, absW = features.frequencies, features.phase, np.abs(features.frequencies)
+    from tgpflow.features.sincos import MAX_ANGLE, sincos_rows
+
+    for start in range(0, x.shape[0], rows):
+        xs = xs_all[start:start + rows]
+        nb = xs.shape[0]
+        angle = ang_buf[: S * nb].reshape(S, nb)
+        sin = sin_buf[: S * nb].reshape(S, nb)
+        cos = cos_buf[: S * nb].reshape(S, nb)
+        np.matmul(W, xs.T, out=angle)
+        if float((absW @ np.abs(xs).max(axis=0)).max()) + 2 * np.pi < MAX_ANGLE:
+            sincos_rows(angle, phase, sin, cos)
+        else:  # angles beyond the kernel's exact reduction range: NumPy's libm
+            angle += phase[:, None]
+            np.sin(angle, out=sin)
+            np.cos(angle, out=cos)
+        # sin is (S, nb) C-order == (nb, S) Fortran: dsyrk(trans=1) computes sinᵀᵀ·sinᵀ without a copy.
+        gram = blas.dsyrk(1.0, sin.T, beta=1.0, c=gram, trans=1, lower=1, overwrite_c=1)
+        u += sin.sum(axis=1)
+        psi += cos.sum(axis=1)
+        U += sin @ xs
+    gram = np.tril(gram) + np.tril(gram, -1).T
+    return np.ascontiguousarray(gram), u, U, psi
+
+
+def _chunk_xp(x: Any, features: RandomFourierFeatures, rows: int, xp: Any) -> tuple[np.ndarray, ...]:
+    S, d = features.n_features, features.n_dims
+    gram = xp.zeros((S, S), dtype=xp.float64)
+    u = xp.zeros((S,), dtype=xp.float64)
+    U = xp.zeros((S, d), dtype=xp.float64)
+    psi = xp.zeros((S,), dtype=xp.float64)
+    xs_all = x - xp.asarray(features.shift)
+    n = int(x.shape[0])
+    for start in range(0, n, rows):
+        xs = xs_all[start:min(start + rows, n), ...]  # in-range stops: the standard leaves others undefined
+        sin, cos = features.sincos(xs)
+        gram = gram + sin @ xp.matrix_transpose(sin)
+        u = u + xp.sum(sin, axis=1)
+        psi = psi + xp.sum(cos, axis=1)
+        U = U + sin @ xs
+    return tuple(to_numpy(a).astype(np.float64) for a in (gram, u, U, psi))
