@@ -128,8 +128,7 @@ def main(log_level: str) -> None:
 
 
 _scheduler = click.option("--scheduler", default=None, metavar="ADDR",
-                          help="Dask scheduler address or scheduler file; default: embedded LocalCluster "
-                               "(threads for small jobs).")
+                          help="Dask scheduler address or scheduler file; default: this machine (see --local).")
 _progress_opt = click.option("--progress", "progress_mode", default="auto", show_default=True,
                              type=click.Choice(["auto", "bar", "log", "none"]))
 _columns = click.option("--columns", default=None, help="Comma-separated column names.")
@@ -152,7 +151,7 @@ def _split(columns: str | None) -> list[str] | None:
 @click.option("--seed", default=0, show_default=True, type=int)
 @_bad_rows
 @click.option("--local", default="auto", show_default=True, type=click.Choice(["auto", "cluster", "threads"]),
-              help="Without --scheduler: LocalCluster, threads, or decide from the job's size.")
+              help="Without --scheduler: threads (auto; measured fastest on one machine) or an embedded LocalCluster.")
 @_progress_opt
 def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
         lam: float, bandwidth: str, seed: int, on_bad_rows: str, local: str, progress_mode: str) -> None:

@@ -32,7 +32,7 @@ _PIO2_2 = 6.07710050630396597660e-11
 _PIO2_3 = 2.02226624871116645580e-21
 
 
-@njit(cache=True, boundscheck=False, error_model="numpy", fastmath={"contract"})
+@njit(cache=True, nogil=True, boundscheck=False, error_model="numpy", fastmath={"contract"})
 def _sincos_kernel(angle, phase, sin_out, cos_out):  # pragma: no cover - compiled
     rows, cols = angle.shape
     for s in range(rows):

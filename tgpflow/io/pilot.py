@@ -9,7 +9,8 @@ self-weighting, so every row has the same inclusion probability:
   index, so the sample spreads over all chunks in proportion to their size;
 * with more chunks, ``max_chunks`` chunks are chosen by systematic sampling with
   probability proportional to size (evenly spread over the dataset, seeded start) and
-  the same number of rows is drawn uniformly from each.
+  rows/max_chunks rows per hit are drawn uniformly from each (a chunk larger than the
+  sampling step is hit, and sampled, several times).
 * with unknown sizes (DataFrame partitions), ``max_chunks`` partitions are chosen
   systematically and N is estimated as n_chunks × the mean size of those read (logged).
 
@@ -47,12 +48,16 @@ class PilotSample:
         return Moments.from_rows(self.rows)
 
 
-def _systematic(weights: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """k distinct indices by systematic PPS sampling (units larger than the step are taken once)."""
+def _systematic(weights: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Systematic PPS sampling of k points: the distinct units hit and how often each was hit.
+
+    A unit larger than the step is hit several times; giving it that many shares of rows
+    keeps every row's inclusion probability equal (a self-weighting design).
+    """
     cum = np.cumsum(weights, dtype=np.float64)
     step = cum[-1] / k
     points = rng.uniform(0.0, step) + step * np.arange(k)
-    return np.unique(np.searchsorted(cum, points, side="right"))
+    return np.unique(np.minimum(np.searchsorted(cum, points, side="right"), len(cum) - 1), return_counts=True)
 
 
 def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: int | None = 0,
@@ -75,10 +80,10 @@ def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: i
             chosen = np.unique(chunk_of)
             wanted = {int(c): idx[chunk_of == c] - bounds[c] for c in chosen}
         else:
-            chosen = _systematic(sizes, max_chunks, rng)
-            per = max(1, rows // len(chosen))
-            wanted = {int(c): np.sort(rng.choice(int(sizes[c]), size=min(per, int(sizes[c])), replace=False))
-                      for c in chosen}
+            chosen, hits = _systematic(sizes, max_chunks, rng)
+            per = max(1, rows // max_chunks)
+            wanted = {int(c): np.sort(rng.choice(int(sizes[c]), size=min(per * h, int(sizes[c])), replace=False))
+                      for c, h in zip(chosen, hits, strict=True)}
         data = compute(*[blocks[c] for c in wanted])
         parts = []
         for (c, r), block in zip(wanted.items(), data, strict=True):
@@ -86,7 +91,7 @@ def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: i
             parts.append(block[r[r < block.shape[0]]])
         sample = np.concatenate(parts) if parts else np.empty((0, source.n_columns))
         return PilotSample(sample, n_total, True, len(wanted))
-    chosen = _systematic(np.ones(k_all), min(max_chunks, k_all), rng)
+    chosen, _ = _systematic(np.ones(k_all), min(max_chunks, k_all), rng)
     data = compute(*[blocks[c] for c in chosen])
     per = max(1, rows // len(chosen))
     parts = [b[np.sort(rng.choice(b.shape[0], size=min(per, b.shape[0]), replace=False))] for b in data]

@@ -1,0 +1,27 @@
+# Two commands for a fresh machine: `make test` (set up and pass the tests) and
+# `make demo` (set up and run the main job on an embedded LocalCluster).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: venv test demo bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(PY) -m pytest
+
+demo: venv
+	$(PY) -m tgpflow.demo
+
+bench: venv
+	$(PY) benchmarks/stats_pass.py
+
+clean:
+	rm -rf $(VENV) demo-model.zarr

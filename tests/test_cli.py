@@ -1,0 +1,63 @@
+import json
+
+import numpy as np
+import pandas as pd
+from click.testing import CliRunner
+
+import tgpflow
+from tgpflow.cli import main
+from tests.conftest import write_parquet
+
+
+def _data(tmp_path, rng, bad=False):
+    X = rng.normal(size=(2000, 2))
+    if bad:
+        X[7, 0] = np.nan
+    for i in range(2):
+        write_parquet(tmp_path / f"p{i}.parquet", X[i * 1000:(i + 1) * 1000], ["u", "v"], row_group_size=500)
+    return str(tmp_path / "p*.parquet"), X
+
+
+def test_fit_score_sample_info(tmp_path, rng):
+    src, X = _data(tmp_path, rng)
+    runner = CliRunner()
+    model = str(tmp_path / "m.zarr")
+    r = runner.invoke(main, ["fit", src, "--model", "fd", "--out", model, "--n-features", "32", "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["rows"] == 2000
+    r = runner.invoke(main, ["score", model, src, "--out", str(tmp_path / "scores.parquet"), "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    scores = pd.read_parquet(tmp_path / "scores.parquet")["log_density"].to_numpy()
+    np.testing.assert_allclose(scores, tgpflow.load(model).log_density(pd.DataFrame(X, columns=["u", "v"])), rtol=1e-12)
+    r = runner.invoke(main, ["sample", model, "-n", "100", "--out", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 0, r.output
+    assert pd.read_parquet(tmp_path / "s.parquet").shape == (100, 2)
+    r = runner.invoke(main, ["info", model])
+    assert r.exit_code == 0 and json.loads(r.stdout)["columns"] == ["u", "v"]
+
+
+def test_exit_codes_and_nothing_written_on_failure(tmp_path, rng):
+    src, _ = _data(tmp_path, rng, bad=True)
+    runner = CliRunner()
+    out = tmp_path / "m.zarr"
+    r = runner.invoke(main, ["fit", src, "--out", str(out), "--n-features", "8", "--progress", "none"])
+    assert r.exit_code == 1
+    assert "p0.parquet row group 0" in r.output and "column 'u': 1" in r.output
+    assert not out.exists() and not any(p.name.startswith(".m.zarr") for p in tmp_path.iterdir())
+    assert runner.invoke(main, ["fit", src]).exit_code == 2  # usage: --out missing
+    assert runner.invoke(main, ["fit", src, "--out", str(out), "--model", "nope"]).exit_code == 2
+    r = runner.invoke(main, ["fit", src, "--out", str(out), "--n-features", "8", "--on-bad-rows", "drop", "--progress", "none"])
+    assert r.exit_code == 0 and json.loads(r.stdout.strip().splitlines()[-1])["rows_dropped"] == 1
+    (tmp_path / "junk.zarr").mkdir()
+    r = runner.invoke(main, ["info", str(tmp_path / "junk.zarr")])
+    assert r.exit_code == 1 and "not a Zarr v3 group" in r.output
+
+
+def test_scheduler_address_is_used(tmp_path, rng):
+    from distributed import LocalCluster
+
+    src, _ = _data(tmp_path, rng)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "m.zarr"), "--n-features", "8",
+                                      "--scheduler", cluster.scheduler_address, "--progress", "log"])
+    assert r.exit_code == 0, r.output
