@@ -21,7 +21,6 @@ through the same validation as the pass, so bad data in them fails early with it
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -98,6 +97,4 @@ def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: i
     sample = np.concatenate(parts)
     mean_size = float(np.mean([b.shape[0] for b in data]))
     n_est = max(1, int(round(mean_size * k_all)))
-    if math.isnan(mean_size):  # pragma: no cover - defensive
-        n_est = sample.shape[0]
     return PilotSample(sample, n_est, False, len(chosen))
