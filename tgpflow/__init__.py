@@ -13,10 +13,14 @@ __version__ = "0.1.0"
 
 from tgpflow.features.rff import RandomFourierFeatures  # noqa: E402
 from tgpflow.models.gp_tilted import GPTiltedDensity  # noqa: E402
+from tgpflow.models.kde import ExactKDE  # noqa: E402
 from tgpflow.stats.moments import Moments  # noqa: E402
+from tgpflow.stats.ncfd import NCFDStats  # noqa: E402
+from tgpflow.stats.split import StatsBundle  # noqa: E402
 from tgpflow.stats.tgp import TGPStats  # noqa: E402
 
-__all__ = ["GPTiltedDensity", "RandomFourierFeatures", "Moments", "TGPStats", "load", "__version__"]
+__all__ = ["GPTiltedDensity", "ExactKDE", "RandomFourierFeatures", "Moments", "TGPStats", "NCFDStats", "StatsBundle",
+           "load", "__version__"]
 
 
 def load(path: str | Path) -> Any:

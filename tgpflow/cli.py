@@ -19,7 +19,7 @@ import click
 
 logger = logging.getLogger("tgpflow")
 
-_RUNTIME_ERRORS = (ValueError, OSError, FloatingPointError, MemoryError, NotImplementedError)
+_RUNTIME_ERRORS = (ValueError, OSError, FloatingPointError, MemoryError, NotImplementedError, ImportError)
 
 
 def _setup_logging(level: str) -> None:
@@ -141,34 +141,44 @@ def _split(columns: str | None) -> list[str] | None:
 
 @main.command()
 @click.argument("source")
-@click.option("--model", "method", type=click.Choice(["fd", "fvpd"]), default="fvpd", show_default=True)
+@click.option("--model", "method", type=click.Choice(["fd", "ncfd", "fvpd", "map", "kde_rff"]), default="fvpd",
+              show_default=True)
 @click.option("--out", required=True, type=click.Path(dir_okay=True, file_okay=False), help="Model path (.zarr).")
 @_columns
 @_scheduler
 @click.option("--n-features", default=1000, show_default=True, type=click.IntRange(min=1))
-@click.option("--lam", default=0.1, show_default=True, type=click.FloatRange(min=0, min_open=True))
-@click.option("--bandwidth", default="scott", show_default=True, help="'scott' or a positive number.")
+@click.option("--lam", default="0.1", show_default=True, help="A positive number, or 'auto' (held-out selection).")
+@click.option("--bandwidth", default="scott", show_default=True,
+              help="'scott', a positive number, or a comma list of them (a held-out grid).")
+@click.option("--noise-levels", default=10, show_default=True, type=click.IntRange(min=1), help="NCFD levels H.")
+@click.option("--sigma-max", default="auto", show_default=True, help="NCFD σ_max: 'auto' (√trΣ/d) or a number.")
+@click.option("--base", default="empirical", show_default=True, type=click.Choice(["empirical", "learn"]))
+@click.option("--validation-fraction", default=0.1, show_default=True, type=click.FloatRange(0, 1, min_open=True,
+              max_open=True), help="Rows held out (by a hash of their position) when selecting.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @_bad_rows
 @click.option("--local", default="auto", show_default=True, type=click.Choice(["auto", "cluster", "threads"]),
               help="Without --scheduler: threads (auto; measured fastest on one machine) or an embedded LocalCluster.")
 @_progress_opt
 def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
-        lam: float, bandwidth: str, seed: int, on_bad_rows: str, local: str, progress_mode: str) -> None:
-    """Fit a GP-tilted density (FD or FVPD) to SOURCE and write it to --out."""
+        lam: str, bandwidth: str, noise_levels: int, sigma_max: str, base: str, validation_fraction: float, seed: int,
+        on_bad_rows: str, local: str, progress_mode: str) -> None:
+    """Fit a GP-tilted density (FD, NCFD, FVPD, MAP or the KDE-RFF baseline) to SOURCE; write it to --out."""
     from tgpflow import GPTiltedDensity
     from tgpflow.cluster import dask_client
     from tgpflow.io.sources import as_source
 
-    try:
-        bw: str | float = "scott" if bandwidth == "scott" else float(bandwidth)
-    except ValueError as exc:
-        raise click.BadParameter(f"must be 'scott' or a number; got {bandwidth!r}", param_hint="--bandwidth") from exc
+    bw: Any = "scott" if bandwidth == "scott" else _numbers(bandwidth, "--bandwidth")
+    if isinstance(bw, list) and len(bw) == 1:
+        bw = bw[0]
+    lam_value: Any = "auto" if lam == "auto" else _numbers(lam, "--lam", single=True)
+    smax: Any = "auto" if sigma_max == "auto" else _numbers(sigma_max, "--sigma-max", single=True)
     with _runtime_errors():
         src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
         work = float(src.n_rows or 0) * n_features**2 if src.n_rows is not None else None
-        est = GPTiltedDensity(method=method, n_features=n_features, lam=lam, bandwidth=bw, random_state=seed,
-                              on_bad_rows=on_bad_rows)
+        est = GPTiltedDensity(method=method, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
+                              noise_levels=noise_levels, sigma_max=smax, base=base,
+                              validation_fraction=validation_fraction, on_bad_rows=on_bad_rows)
         t0 = time.perf_counter()
         with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client):
             est.fit(src)
@@ -176,7 +186,20 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
         click.echo(json.dumps({
             "model": out, "method": method, "rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_,
             "columns": src.columns, "n_features": n_features, "bandwidth": est.bandwidth_,
-            "solver": est.solver_info_, "seconds": round(time.perf_counter() - t0, 2)}, default=str))
+            "lam": est.lam_, "selected": getattr(est, "selection_", {}).get("chosen"),
+            "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
+            "seconds": round(time.perf_counter() - t0, 2)}, default=str))
+
+
+def _numbers(text: str, hint: str, single: bool = False) -> Any:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"expected a number{'' if single else ' or a comma list of numbers'}; got {text!r}",
+                                 param_hint=hint) from exc
+    if not values or (single and len(values) != 1):
+        raise click.BadParameter(f"expected {'one number' if single else 'numbers'}; got {text!r}", param_hint=hint)
+    return values[0] if single else values
 
 
 @main.command()
@@ -231,6 +254,32 @@ def sample(model: str, n_samples: int, out: str, seed: int) -> None:
         with atomic_path(out) as tmp:
             pq.write_table(pa.table({n: rows[:, j] for j, n in enumerate(names)}), tmp)
         click.echo(json.dumps({"samples": out, "rows": n_samples, "ess": round(est.last_sample_ess_, 1)}))
+
+
+@main.command()
+@click.argument("model")
+@click.argument("source")
+@click.option("--out", required=True, help="Report directory (metrics.json and PNG figures), written atomically.")
+@_columns
+@click.option("--directions", default=500, show_default=True, type=click.IntRange(min=1),
+              help="Random 1-D projections of the sliced KS/WD.")
+@click.option("--model-samples", default=250_000, show_default=True, type=click.IntRange(min=100),
+              help="Weighted base draws for the model's marginal CDFs.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@_scheduler
+def report(model: str, source: str, out: str, columns: str | None, directions: int, model_samples: int, seed: int,
+           scheduler: str | None) -> None:
+    """Metrics (sliced KS/WD, Hyvärinen loss) and figures of MODEL against SOURCE, into --out."""
+    from tgpflow.cluster import dask_client
+    from tgpflow.pipeline.report import write_report
+
+    with _runtime_errors():
+        est = _load(model)
+        with dask_client(scheduler, work=None):
+            metrics = write_report(est, source, out, n_directions=directions, n_model_samples=model_samples,
+                                   random_state=seed, columns=_split(columns))
+        click.echo(json.dumps({"report": out, **metrics["sliced"], "hyvarinen_loss": metrics["hyvarinen_loss"],
+                               "figures": metrics["figures"]}))
 
 
 @main.command()

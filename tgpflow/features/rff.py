@@ -163,6 +163,10 @@ class RandomFourierFeatures:
         c = rng.uniform(0.0, 2.0 * np.pi, size=S)
         return cls(Z=Z, c=c, gamma=float(bandwidth), shift=shift, seed=None if seed is None else int(seed))
 
+    def with_bandwidth(self, gamma: float) -> RandomFourierFeatures:
+        """The same draw (Z, c, x₀) at another width γ — e.g. γ_σ = √(γ² + σ²) of NCFD (MATH.md §3)."""
+        return RandomFourierFeatures(self.Z, self.c, gamma, self.shift, seed=self.seed)
+
     # -- evaluation -------------------------------------------------------------------
     def sincos(self, x_shifted: Any) -> tuple[Any, Any]:
         """sin and cos of ``W (x − x₀)ᵀ + c'`` as two (S, n) arrays, for a block of rows.

@@ -49,7 +49,7 @@ class Source:
     labels: tuple[str, ...]
     sizes: tuple[float, ...]
     on_bad_rows: OnBadRows
-    _validated: tuple[Any, ...]  # Delayed[(ndarray, int)] per chunk
+    _validated: tuple[Any, ...]  # Delayed[(ndarray, int, kept positions | None)] per chunk
 
     @property
     def n_chunks(self) -> int:
@@ -74,6 +74,20 @@ class Source:
         """Delayed row counts dropped per chunk (all 0 under on_bad_rows="raise")."""
         return [dask.delayed(operator.getitem, pure=True)(v, 1) for v in self._validated]
 
+    def row_keys(self) -> list[Any]:
+        """Delayed int64 keys of the validated rows, one array per chunk, stable across runs.
+
+        The key is the row's global position in the source when every chunk size is known
+        from metadata (Parquet footers, Zarr and dask array chunks) — so appending chunks
+        leaves the keys of earlier rows unchanged — and ``chunk index · 2⁴⁰ + position in the
+        chunk`` otherwise (e.g. a dask DataFrame with unknown partition lengths). Dropped rows
+        keep their positions: the keys of the other rows do not move.
+        """
+        known = self.n_rows is not None
+        offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]) if known else None
+        keys = dask.delayed(_row_keys, pure=True)
+        return [keys(v, int(offsets[i]) if known else i << 40) for i, v in enumerate(self._validated)]
+
     def to_dask_array(self) -> da.Array:
         """The validated rows as one dask array (row chunks; NaN sizes when rows may be dropped)."""
         d = self.n_columns
@@ -84,6 +98,12 @@ class Source:
         return da.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
 
 
+def _row_keys(validated: tuple[np.ndarray, int, np.ndarray | None], base: int) -> np.ndarray:
+    rows, _, kept = validated
+    local = np.arange(rows.shape[0], dtype=np.int64) if kept is None else kept.astype(np.int64)
+    return base + local
+
+
 def _make(description: str, columns: tuple[str, ...], named: bool, raws: list[Any], labels: list[str],
           sizes: list[float], on_bad_rows: OnBadRows) -> Source:
     if not raws:
@@ -91,7 +111,7 @@ def _make(description: str, columns: tuple[str, ...], named: bool, raws: list[An
     known = [s for s in sizes if not math.isnan(s)]
     if len(known) == len(sizes) and sum(known) == 0:
         raise SourceError(f"{description}: the source has zero rows")
-    validate = dask.delayed(validate_block, pure=True, nout=2)
+    validate = dask.delayed(validate_block, pure=True, nout=3)
     validated = tuple(validate(raw, label, columns, on_bad_rows) for raw, label in zip(raws, labels, strict=True))
     return Source(description, columns, named, tuple(labels), tuple(float(s) for s in sizes), on_bad_rows, validated)
 

@@ -43,18 +43,24 @@ def _to_float64(raw: Any, label: str, columns: tuple[str, ...]) -> np.ndarray:
     return a.astype(np.float64, copy=False)
 
 
-def validate_block(raw: Any, label: str, columns: tuple[str, ...], on_bad_rows: OnBadRows) -> tuple[np.ndarray, int]:
-    """Convert one chunk to float64 (n, d) and apply the bad-row policy; returns (rows, dropped)."""
+def validate_block(raw: Any, label: str, columns: tuple[str, ...], on_bad_rows: OnBadRows
+                   ) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """Convert one chunk to float64 (n, d) and apply the bad-row policy.
+
+    Returns ``(rows, dropped, kept)``: ``kept`` is None when every row was kept, else the
+    positions (in the chunk) of the rows kept — so that a row keeps its identity (e.g. for
+    a train/validation split) whether or not rows before it were dropped.
+    """
     a = _to_float64(raw, label, columns)
     if a.ndim != 2 or a.shape[1] != len(columns):
         raise SourceError(f"{label}: expected {len(columns)} columns {list(columns)}, got an array of shape {a.shape}")
     finite = np.isfinite(a)
     if finite.all():
-        return np.ascontiguousarray(a), 0
+        return np.ascontiguousarray(a), 0, None
     bad_rows = ~finite.all(axis=1)
     n_bad = int(bad_rows.sum())
     if on_bad_rows == "drop":
-        return np.ascontiguousarray(a[~bad_rows]), n_bad
+        return np.ascontiguousarray(a[~bad_rows]), n_bad, np.flatnonzero(~bad_rows)
     per_column = (~finite).sum(axis=0)
     detail = ", ".join(f"column {columns[j]!r}: {int(k)}" for j, k in enumerate(per_column) if k)
     raise SourceError(

@@ -74,15 +74,21 @@ def compute(*objs: Any) -> tuple[Any, ...]:
         return tuple(client.gather(futures))
 
 
-def accumulate(source: Source, chunk_fn: Callable[..., Any], *args: Any, split_every: int = 8) -> tuple[Any, int]:
+def accumulate(source: Source, chunk_fn: Callable[..., Any], *args: Any, split_every: int = 8,
+               with_row_keys: bool = False) -> tuple[Any, int]:
     """Run the one pass: ``chunk_fn(block, *args)`` on every validated chunk, merged by a tree.
 
+    With ``with_row_keys`` the call is ``chunk_fn(block, keys, *args)``, ``keys`` the stable
+    row keys of :meth:`Source.row_keys` (for a hashed train/validation split).
     ``args`` (e.g. the feature draw) enter the graph once, not once per task. Returns
     ``(statistics, rows_dropped)``.
     """
     fn = dask.delayed(chunk_fn, pure=True)
     shared = [dask.delayed(a, pure=True) for a in args]
-    parts = [fn(block, *shared) for block in source.blocks()]
+    if with_row_keys:
+        parts = [fn(block, keys, *shared) for block, keys in zip(source.blocks(), source.row_keys(), strict=True)]
+    else:
+        parts = [fn(block, *shared) for block in source.blocks()]
     root = tree_reduce(parts, split_every)
     dropped = dask.delayed(sum, pure=True)(source.dropped_counts())
     stats, n_dropped = compute(root, dropped)

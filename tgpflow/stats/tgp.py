@@ -29,7 +29,7 @@ from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.artifact import read_artifact, write_artifact
 from tgpflow.stats.moments import Moments
 
-__all__ = ["TGPStats", "tgp_chunk_stats", "block_rows_for", "DEFAULT_BLOCK_BYTES"]
+__all__ = ["TGPStats", "tgp_chunk_stats", "level_products", "block_rows_for", "DEFAULT_BLOCK_BYTES"]
 
 #: Default working-memory budget per chunk task for feature blocks (bytes).
 DEFAULT_BLOCK_BYTES = 64 * 2**20
@@ -135,7 +135,6 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
     array-API namespace (CuPy, array_api_strict) runs the same formulas with ``xp`` calls.
     Results are host float64.
     """
-    xp = namespace(x)
     n, d = int(x.shape[0]), int(x.shape[1])
     if d != features.n_dims:
         raise ValueError(f"chunk has {d} columns but the features were drawn for d={features.n_dims}")
@@ -144,18 +143,30 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
     if n == 0:
         return dataclasses.replace(TGPStats.zero(features), moments=moments)
     rows = min(n, block_rows_for(S, d, block_bytes))
-    if is_numpy(xp):
-        gram, u, U, psi = _chunk_numpy(np.asarray(x, dtype=np.float64), features, rows)
-    else:
-        gram, u, U, psi = _chunk_xp(x, features, rows, xp)
+    gram, _, u, U, psi = level_products(x, features, rows, cos_gram=False)
     scale = math.sqrt(2.0 / S)
     # φ = scale·cos, φ' = −scale·sin: fold the constants in once per chunk.
     return TGPStats(features.fingerprint, moments, gram * (scale * scale), u * (-scale), U * (-scale), psi * scale)
 
 
-def _chunk_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int) -> tuple[np.ndarray, ...]:
+def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool) -> tuple[Any, ...]:
+    """Unscaled sums over the rows of ``x`` for one width: ``sin sinᵀ``, ``cos cosᵀ`` (or None),
+    ``Σ sin``, ``Σ sin (x − x₀)ᵀ``, ``Σ cos`` — host float64, in blocks of ``rows`` rows.
+
+    ``sin``/``cos`` are of ``Z(x − x₀)/γ + c'`` (S × rows). NumPy chunks use the compiled
+    sincos and NumPy's matmul (SYRK, GIL released) into reused buffers; any other array-API
+    namespace (CuPy, array_api_strict) runs the same formulas with ``xp`` calls.
+    """
+    xp = namespace(x)
+    if is_numpy(xp):
+        return _products_numpy(np.asarray(x, dtype=np.float64), features, rows, cos_gram)
+    return _products_xp(x, features, rows, cos_gram, xp)
+
+
+def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, cos_gram: bool) -> tuple[Any, ...]:
     S, d = features.n_features, features.n_dims
     gram = np.zeros((S, S))
+    gram_cos = np.zeros((S, S)) if cos_gram else None
     prod = np.empty((S, S))
     u = np.zeros(S)
     U = np.zeros((S, d))
@@ -186,15 +197,19 @@ def _chunk_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int) -> t
         # dispatches ``a @ a.T`` to SYRK itself.
         np.matmul(sin, sin.T, out=prod)
         gram += prod
+        if gram_cos is not None:
+            np.matmul(cos, cos.T, out=prod)
+            gram_cos += prod
         u += sin.sum(axis=1)
         psi += cos.sum(axis=1)
         U += sin @ xs
-    return gram, u, U, psi
+    return gram, gram_cos, u, U, psi
 
 
-def _chunk_xp(x: Any, features: RandomFourierFeatures, rows: int, xp: Any) -> tuple[np.ndarray, ...]:
+def _products_xp(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool, xp: Any) -> tuple[Any, ...]:
     S, d = features.n_features, features.n_dims
     gram = xp.zeros((S, S), dtype=xp.float64)
+    gram_cos = xp.zeros((S, S), dtype=xp.float64) if cos_gram else None
     u = xp.zeros((S,), dtype=xp.float64)
     U = xp.zeros((S, d), dtype=xp.float64)
     psi = xp.zeros((S,), dtype=xp.float64)
@@ -204,7 +219,9 @@ def _chunk_xp(x: Any, features: RandomFourierFeatures, rows: int, xp: Any) -> tu
         xs = xs_all[start:min(start + rows, n), ...]  # in-range stops: the standard leaves others undefined
         sin, cos = features.sincos(xs)
         gram = gram + sin @ xp.matrix_transpose(sin)
+        if gram_cos is not None:
+            gram_cos = gram_cos + cos @ xp.matrix_transpose(cos)
         u = u + xp.sum(sin, axis=1)
         psi = psi + xp.sum(cos, axis=1)
         U = U + sin @ xs
-    return tuple(to_numpy(a).astype(np.float64) for a in (gram, u, U, psi))
+    return tuple(None if a is None else to_numpy(a).astype(np.float64) for a in (gram, gram_cos, u, U, psi))

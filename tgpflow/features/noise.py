@@ -1,0 +1,35 @@
+"""Noise schedules of the noise-conditional GP-tilted density (MATH.md §1, §3).
+
+Levels ``σ_h = (h−1) σ_max / H``, ``h = 1..H`` (σ_1 = 0, the data level); the paper's
+``σ_max = √(tr Σ)/d`` is implemented as printed (MATH.md §11 A5) and can be overridden.
+Level h uses the same draw (Z, c) at width ``γ_h = √(γ² + σ_h²)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["noise_levels", "paper_sigma_max", "level_bandwidth"]
+
+
+def paper_sigma_max(cov: np.ndarray) -> float:
+    """σ_max = (1/d)√tr Σ, seed 003 §IV as printed (MATH.md §11 A5)."""
+    cov = np.atleast_2d(cov)
+    return math.sqrt(float(np.trace(cov))) / cov.shape[0]
+
+
+def noise_levels(sigma_max: float, n_levels: int) -> np.ndarray:
+    """σ_h = (h−1)σ_max/H for h = 1..H (float64, σ_1 = 0)."""
+    if int(n_levels) < 1:
+        raise ValueError(f"noise_levels must be >= 1; got {n_levels}")
+    if not (math.isfinite(sigma_max) and sigma_max >= 0):
+        raise ValueError(f"sigma_max must be a finite number >= 0; got {sigma_max}")
+    H = int(n_levels)
+    return np.arange(H, dtype=np.float64) * (float(sigma_max) / H)
+
+
+def level_bandwidth(gamma: float, sigma: float) -> float:
+    """γ_σ = √(γ² + σ²)."""
+    return math.sqrt(gamma * gamma + sigma * sigma)

@@ -1,0 +1,1 @@
+"""Pipelines and reports built on the fitted models."""

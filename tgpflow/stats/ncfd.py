@@ -1,0 +1,180 @@
+"""Sufficient statistics of the noise-conditional GP-tilted density (MATH.md §3, Alg 3).
+
+One pass accumulates, as sums over rows, for H noise levels σ_h (same Z, c; width γ_h):
+
+* ``abar = Ā = Σ_h Σ_i [W⁺_h ⊙ φ'_hφ'_hᵀ + W⁻_h ⊙ φ_hφ_hᵀ](x_i)`` — ONE S×S accumulator:
+  the weights W±_h are data-free, so each chunk applies them to its two S×S products of
+  level h before adding (at σ_1 = 0, W⁻_1 = 0 and that product is skipped: 2H − 1 products
+  per row);
+* per level ``u_h = Σφ'_h``, ``U_h = Σφ'_h (x − x₀)ᵀ``, ``ψ_h = Σφ_h``;
+* ``gram0 = Σ φ'φ'ᵀ`` at σ = 0 (the level-1 product, kept rather than only weighted), so that
+  one NCFD pass also holds the complete FD/FVPD statistics (:attr:`NCFDStats.fd`) — used by
+  held-out scoring at the data level and by the baselines, at S² extra memory and no extra
+  product.
+
+The weights are recomputed per chunk and level (O(S²d + H S²), MATH.md §3) instead of being
+stored (2H·S² floats). Loop order is level-outer inside a chunk, so each level's weights
+are formed once per chunk. Precision: float64 throughout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tgpflow.features.noise import level_bandwidth
+from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.io.artifact import read_artifact, write_artifact
+from tgpflow.stats.moments import Moments
+from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, TGPStats, _mismatch, block_rows_for, level_products
+
+__all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights"]
+
+
+def ncfd_weights(features: RandomFourierFeatures, sigma: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """W⁺_h, W⁻_h of MATH.md §3 for one level (W⁻ is None at σ = 0, where it vanishes).
+
+    ``r = σ²/γ_σ²``, ``Δ±(s,s') = exp(−½ r ‖z_s ± z_s'‖²)``, ``W± = (Δ⁻ ± Δ⁺)/(2γ_σ²)``.
+    """
+    g2 = features.gamma**2 + sigma * sigma
+    if sigma == 0.0:
+        S = features.n_features
+        return np.full((S, S), 1.0 / g2), None
+    r = sigma * sigma / g2
+    Z = features.Z
+    K = Z @ Z.T
+    q = np.diag(K).copy()
+    base = -0.5 * r * (q[:, None] + q[None, :])
+    d_minus = np.exp(base + r * K)
+    d_plus = np.exp(base - r * K)
+    return (d_minus + d_plus) / (2 * g2), (d_minus - d_plus) / (2 * g2)
+
+
+def _same_levels(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.array_equal(a, b))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NCFDStats:
+    """The one-pass statistics of NCFD for one feature draw and one noise schedule."""
+
+    fingerprint: str
+    sigmas: np.ndarray
+    moments: Moments
+    abar: np.ndarray
+    gram0: np.ndarray
+    u: np.ndarray    # (H, S)
+    U: np.ndarray    # (H, S, d)
+    psi: np.ndarray  # (H, S)
+
+    @property
+    def n(self) -> int:
+        return self.moments.n
+
+    @property
+    def n_levels(self) -> int:
+        return int(self.sigmas.shape[0])
+
+    @property
+    def fd(self) -> TGPStats:
+        """The FD/FVPD statistics at σ = 0 contained in this pass (MATH.md §2)."""
+        return TGPStats(self.fingerprint, self.moments, self.gram0, self.u[0], self.U[0], self.psi[0])
+
+    @classmethod
+    def zero(cls, features: RandomFourierFeatures, sigmas: np.ndarray) -> NCFDStats:
+        S, d, H = features.n_features, features.n_dims, len(sigmas)
+        return cls(features.fingerprint, np.asarray(sigmas, dtype=np.float64), Moments.zero(d),
+                   np.zeros((S, S)), np.zeros((S, S)), np.zeros((H, S)), np.zeros((H, S, d)), np.zeros((H, S)))
+
+    def check_features(self, features: RandomFourierFeatures, sigmas: np.ndarray | None = None) -> None:
+        if features.fingerprint != self.fingerprint:
+            raise _mismatch(self.fingerprint, features.fingerprint, "statistics and features")
+        if sigmas is not None and not _same_levels(np.asarray(sigmas, dtype=np.float64), self.sigmas):
+            raise ValueError(f"the statistics were accumulated for noise levels {self.sigmas.tolist()}, "
+                             f"not {np.asarray(sigmas).tolist()}")
+
+    def _combine(self, other: Any, sign: float) -> NCFDStats:
+        if not isinstance(other, NCFDStats):
+            return NotImplemented
+        if other.fingerprint != self.fingerprint:
+            raise _mismatch(self.fingerprint, other.fingerprint, "statistics")
+        if not _same_levels(self.sigmas, other.sigmas):
+            raise ValueError(f"cannot combine NCFD statistics of noise levels {self.sigmas.tolist()} "
+                             f"and {other.sigmas.tolist()}")
+        moments = self.moments + other.moments if sign > 0 else self.moments - other.moments
+        return NCFDStats(self.fingerprint, self.sigmas, moments,
+                         *(a + sign * b for a, b in zip((self.abar, self.gram0, self.u, self.U, self.psi),
+                                                         (other.abar, other.gram0, other.u, other.U, other.psi),
+                                                         strict=True)))
+
+    def __add__(self, other: Any) -> NCFDStats:
+        return self._combine(other, 1.0)
+
+    def __radd__(self, other: Any) -> NCFDStats:
+        if isinstance(other, int) and other == 0:
+            return self
+        return NotImplemented
+
+    def __sub__(self, other: Any) -> NCFDStats:
+        return self._combine(other, -1.0)
+
+    # -- storage ----------------------------------------------------------------------
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        arrays = {f"moments.{k}": v for k, v in self.moments.to_arrays().items()}
+        arrays.update(sigmas=self.sigmas, abar=self.abar, gram0=self.gram0, u=self.u, U=self.U, psi=self.psi)
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray]) -> NCFDStats:
+        moments = Moments.from_arrays({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("moments.")})
+        return cls(fingerprint, np.asarray(arrays["sigmas"], dtype=np.float64), moments, arrays["abar"],
+                   arrays["gram0"], arrays["u"], arrays["U"], arrays["psi"])
+
+    def save(self, path: str | Path) -> Path:
+        """Write atomically to a Zarr group or, for a ``.npz`` path, a NumPy archive (no pickle)."""
+        return write_artifact(path, "NCFDStats", self.to_arrays(), {"fingerprint": self.fingerprint})
+
+    @classmethod
+    def load(cls, path: str | Path) -> NCFDStats:
+        _, arrays, meta = read_artifact(path, expected_kinds=("NCFDStats",))
+        return cls.from_arrays(meta["fingerprint"], arrays)
+
+
+def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray,
+                     block_bytes: int = DEFAULT_BLOCK_BYTES) -> NCFDStats:
+    """NCFD statistics of one chunk of rows (MATH.md §3); any array-API namespace, host float64 out."""
+    sigmas = np.asarray(sigmas, dtype=np.float64)
+    if sigmas.ndim != 1 or sigmas.size < 1 or sigmas[0] != 0.0 or np.any(np.diff(sigmas) <= 0):
+        raise ValueError(f"noise levels must start at 0 and increase; got {sigmas.tolist()}")
+    n, d = int(x.shape[0]), int(x.shape[1])
+    if d != features.n_dims:
+        raise ValueError(f"chunk has {d} columns but the features were drawn for d={features.n_dims}")
+    S, H = features.n_features, sigmas.size
+    moments = Moments.from_rows(x)
+    out = NCFDStats.zero(features, sigmas)
+    if n == 0:
+        return dataclasses.replace(out, moments=moments)
+    rows = min(n, block_rows_for(S, d, block_bytes))
+    scale2 = 2.0 / S  # φφᵀ = (2/S) cos cosᵀ, φ'φ'ᵀ = (2/S) sin sinᵀ
+    scale = math.sqrt(scale2)
+    abar, gram0 = out.abar, out.gram0
+    u, U, psi = out.u, out.U, out.psi
+    for h, sigma in enumerate(sigmas):
+        level = features.with_bandwidth(level_bandwidth(features.gamma, float(sigma)))
+        g_sin, g_cos, u_h, U_h, psi_h = level_products(x, level, rows, cos_gram=sigma > 0)
+        w_plus, w_minus = ncfd_weights(features, float(sigma))
+        g_sin *= scale2
+        abar += w_plus * g_sin
+        if g_cos is not None:
+            g_cos *= scale2
+            abar += w_minus * g_cos
+        if h == 0:
+            gram0 += g_sin
+        u[h] = -scale * u_h
+        U[h] = -scale * U_h
+        psi[h] = scale * psi_h
+    return dataclasses.replace(out, moments=moments)
