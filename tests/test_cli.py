@@ -61,3 +61,40 @@ def test_scheduler_address_is_used(tmp_path, rng):
         r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "m.zarr"), "--n-features", "8",
                                       "--scheduler", cluster.scheduler_address, "--progress", "log"])
     assert r.exit_code == 0, r.output
+
+
+def test_fit_ncfd_with_selection_then_report(tmp_path, rng):
+    src, X = _data(tmp_path, rng)
+    runner = CliRunner()
+    model = str(tmp_path / "nc.zarr")
+    r = runner.invoke(main, ["fit", src, "--model", "ncfd", "--out", model, "--n-features", "32", "--lam", "auto",
+                             "--bandwidth", "0.3,0.6", "--noise-levels", "4", "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["selected"]["bandwidth"] in (0.3, 0.6) and out["lam"] == out["selected"]["lam"]
+    rep = tmp_path / "report"
+    r = runner.invoke(main, ["report", model, src, "--out", str(rep), "--directions", "20", "--model-samples", "5000"])
+    assert r.exit_code == 0, r.output
+    metrics = json.loads((rep / "metrics.json").read_text())
+    assert 0 <= metrics["sliced"]["ks_median"] <= 1 and metrics["sliced"]["n_directions"] == 20
+    assert np.isfinite(metrics["hyvarinen_loss"]) and metrics["selection"]["chosen"]["bandwidth"] in (0.3, 0.6)
+    for name in ("density.png", "ncfd_levels.png"):
+        assert (rep / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report")]  # no temporaries left
+
+
+def test_report_of_higher_dimensional_data_draws_projected_cdfs(tmp_path, rng):
+    X = rng.normal(size=(1500, 4))
+    path = write_parquet(tmp_path / "d4.parquet", X)
+    est = tgpflow.GPTiltedDensity(method="fvpd", n_features=30).fit(str(path))
+    est.save(tmp_path / "m.zarr")
+    r = CliRunner().invoke(main, ["report", str(tmp_path / "m.zarr"), str(path), "--out", str(tmp_path / "rep"),
+                                  "--directions", "10", "--model-samples", "2000"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "rep" / "metrics.json").read_text())["figures"] == ["projected_cdfs.png"]
+
+
+def test_fit_rejects_bad_numbers(tmp_path, rng):
+    src, _ = _data(tmp_path, rng)
+    r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "m.zarr"), "--lam", "abc"])
+    assert r.exit_code == 2 and "--lam" in r.output
