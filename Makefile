@@ -22,6 +22,9 @@ demo: venv
 
 bench: venv
 	$(PY) benchmarks/stats_pass.py
+	$(PY) benchmarks/ncfd_pass.py
+	$(PY) benchmarks/lam_selection.py
+	$(PY) benchmarks/magic_table2.py
 
 clean:
 	rm -rf $(VENV) demo-model.zarr

@@ -2,7 +2,8 @@
 
 ``as_source`` accepts a Parquet file, directory or glob (one chunk per row group), a Zarr
 array (its row chunks), a dask array (its row chunks; one column block), a dask or pandas
-DataFrame (its partitions), or a NumPy array (row chunks of ~64 MiB). A
+DataFrame (its partitions), or a NumPy array (row chunks of ≤ 64 MiB, at least 16 of them once
+they hold 16 384 rows each). A
 :class:`Source` is a set of lazy per-chunk tasks: reader → ``validate_block`` →
 (float64 rows, rows dropped). Nothing is read when a source is made, except Parquet footers
 and Zarr metadata; chunk sizes are known from metadata where the format has them.
@@ -27,6 +28,10 @@ __all__ = ["Source", "as_source", "NUMPY_CHUNK_BYTES"]
 
 #: Chunk size when an in-memory NumPy array is split into tasks.
 NUMPY_CHUNK_BYTES = 64 * 2**20
+#: An in-memory array of more rows than this is split into at least 16 tasks (so that a
+#: 300k-row array does not run as one task on one core). The rule depends only on the
+#: array's shape, never on the machine, so the statistics stay bit-identical everywhere.
+NUMPY_MIN_CHUNK_ROWS = 16_384
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -179,7 +184,7 @@ def _numpy_source(arr: np.ndarray, description: str, names: list[str] | None, on
     if arr.dtype.kind not in "biuf":
         raise SourceError(f"{description}: non-numeric dtype {arr.dtype}; pass numeric data")
     n, d = arr.shape
-    rows = max(1, NUMPY_CHUNK_BYTES // max(1, 8 * d))
+    rows = max(1, min(NUMPY_CHUNK_BYTES // max(1, 8 * d), max(-(-n // 16), NUMPY_MIN_CHUNK_ROWS)))
     x = da.from_array(arr, chunks=(rows, d)) if n > 0 else da.from_array(arr)
     src = _dask_array_source(x, description, None, on_bad_rows)
     if names is not None:
