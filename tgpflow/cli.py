@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -186,7 +187,7 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
         click.echo(json.dumps({
             "model": out, "method": method, "rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_,
             "columns": src.columns, "n_features": n_features, "bandwidth": est.bandwidth_,
-            "lam": est.lam_, "selected": getattr(est, "selection_", {}).get("chosen"),
+            "lam": est.lam_ if math.isfinite(est.lam_) else None, "selected": getattr(est, "selection_", {}).get("chosen"),
             "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
             "seconds": round(time.perf_counter() - t0, 2)}, default=str))
 
