@@ -13,19 +13,24 @@ __version__ = "0.1.0"
 
 from tgpflow.features.rff import RandomFourierFeatures  # noqa: E402
 from tgpflow.models.gp_tilted import GPTiltedDensity  # noqa: E402
+from tgpflow.features.nystrom import NystromBasis  # noqa: E402
 from tgpflow.models.kde import ExactKDE  # noqa: E402
+from tgpflow.models.kernel_score import NystromKEF, ScoreEstimator  # noqa: E402
 from tgpflow.stats.moments import Moments  # noqa: E402
+from tgpflow.stats.kef import DiagStats, KEFStats  # noqa: E402
 from tgpflow.stats.ncfd import NCFDStats  # noqa: E402
 from tgpflow.stats.split import StatsBundle  # noqa: E402
 from tgpflow.stats.tgp import TGPStats  # noqa: E402
 
-__all__ = ["GPTiltedDensity", "ExactKDE", "RandomFourierFeatures", "Moments", "TGPStats", "NCFDStats", "StatsBundle",
-           "load", "__version__"]
+__all__ = ["GPTiltedDensity", "NystromKEF", "ScoreEstimator", "ExactKDE", "RandomFourierFeatures", "NystromBasis",
+           "Moments", "TGPStats", "NCFDStats", "KEFStats", "DiagStats", "StatsBundle", "load", "__version__"]
+
+_MODEL_KINDS = {"GPTiltedDensity": GPTiltedDensity, "NystromKEF": NystromKEF, "ScoreEstimator": ScoreEstimator}
 
 
 def load(path: str | Path) -> Any:
     """Load a saved model (verifies schema version and checksums; never unpickles)."""
     from tgpflow.io.artifact import read_artifact
 
-    kind, arrays, meta = read_artifact(path, expected_kinds=("GPTiltedDensity",))
-    return GPTiltedDensity._from_artifact(arrays, meta, Path(path))
+    kind, arrays, meta = read_artifact(path, expected_kinds=tuple(_MODEL_KINDS))
+    return _MODEL_KINDS[kind]._from_artifact(arrays, meta, Path(path))

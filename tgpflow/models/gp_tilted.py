@@ -14,21 +14,20 @@ import numbers
 from pathlib import Path
 from typing import Any
 
-import dask
-import dask.array as da
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted
 
 from tgpflow.backend import resolve_device
 from tgpflow.features.noise import level_bandwidth, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
 from tgpflow.io.artifact import write_artifact
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
-from tgpflow.io.sources import Source, as_source
+from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
 from tgpflow.models.evaluate import TGPEvaluator
+from tgpflow.models.streaming import StreamingMixin
 from tgpflow.sample.resample import importance_resample
 from tgpflow.solve.base_learning import learn_base
 from tgpflow.solve.map import base_draws, solve_map
@@ -50,17 +49,6 @@ METHODS = ("fd", "ncfd", "fvpd", "map", "kde_rff")
 SPLIT_SALT = 0x7467_7066_6C6F_77  # "tgpflow"
 
 
-def _is_lazy(X: Any) -> bool:
-    if isinstance(X, (da.Array, Source, str, Path)):
-        return True
-    try:
-        import dask.dataframe as dd
-
-        return isinstance(X, dd.DataFrame)
-    except ImportError:  # pragma: no cover
-        return False
-
-
 def _is_grid(value: Any) -> bool:
     return isinstance(value, (list, tuple, np.ndarray))
 
@@ -69,7 +57,7 @@ def _positive(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-class GPTiltedDensity(BaseEstimator):
+class GPTiltedDensity(StreamingMixin, BaseEstimator):
     """GP-tilted density estimator (seed 003): FD, NCFD, FVPD, MAP, and the KDE-RFF baseline.
 
     ``log q(x) = θᵀφ(x) − ½(x−μ)ᵀΣ⁻¹(x−μ)`` with random Fourier features φ and the base
@@ -196,24 +184,6 @@ class GPTiltedDensity(BaseEstimator):
         return tuple(np.random.SeedSequence(self.random_state).spawn(3))  # pilot, features, MAP draws
 
     # -- data entry -------------------------------------------------------------------
-    def _source(self, X: Any, columns: list[str] | None, reset: bool) -> Source:
-        """A validated source; in-memory arrays go through sklearn's validate_data."""
-        if not _is_lazy(X):
-            finite = self.on_bad_rows == "raise"
-            X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=finite,
-                              ensure_min_samples=1)
-            if columns is not None:
-                X = X[:, list(columns)]
-            return as_source(X, on_bad_rows=self.on_bad_rows)
-        source = as_source(X, columns=columns, on_bad_rows=self.on_bad_rows)
-        if reset:
-            self.n_features_in_ = source.n_columns
-            if source.named:
-                self.feature_names_in_ = np.asarray(source.columns, dtype=object)
-            elif hasattr(self, "feature_names_in_"):
-                del self.feature_names_in_
-        return source
-
     def _pilot_moments(self, source: Source) -> tuple[int, np.ndarray, np.ndarray, dict[str, Any]]:
         """(N, mean, covariance) from a bounded pilot sample, or exactly with ``pilot="exact"``."""
         pilot_seed = self._seeds()[0]
@@ -508,22 +478,7 @@ class GPTiltedDensity(BaseEstimator):
         return TGPEvaluator(feats, level_base(ev.base, float(sigma)), theta=ev.theta, block_bytes=ev.block_bytes)
 
     def _evaluate(self, X: Any, which: str, sigma: float | None = None) -> Any:
-        fn = getattr(self._evaluator_at(sigma), which)
-        if _is_lazy(X):
-            source = self._source(X, None, reset=False)
-            if source.n_columns != self.n_features_in_:
-                raise ValueError(f"X has {source.n_columns} features, but {type(self).__name__} is expecting "
-                                 f"{self.n_features_in_} features as input")
-            ev = dask.delayed(fn, pure=True)
-            parts = []
-            for block, size in zip(source.blocks(), source.sizes, strict=True):
-                rows = size if source.on_bad_rows == "raise" else math.nan
-                shape = (rows, source.n_columns) if which == "grad_log_density" else (rows,)
-                parts.append(da.from_delayed(ev(block), shape=shape, dtype=np.float64,
-                                             meta=np.empty((0,) * len(shape))))
-            return da.concatenate(parts) if len(parts) > 1 else parts[0]
-        X = validate_data(self, X, reset=False, dtype=np.float64)
-        return fn(X)
+        return self._map_rows(X, getattr(self._evaluator_at(sigma), which), per_row_dims=which == "grad_log_density")
 
     def log_density(self, X: Any, sigma: float | None = None) -> Any:
         """Unnormalised log density, shape (n,); lazy for dask/Parquet/Zarr input.

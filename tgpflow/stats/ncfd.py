@@ -153,7 +153,7 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
     n, d = int(x.shape[0]), int(x.shape[1])
     if d != features.n_dims:
         raise ValueError(f"chunk has {d} columns but the features were drawn for d={features.n_dims}")
-    S, H = features.n_features, sigmas.size
+    S = features.n_features
     moments = Moments.from_rows(x)
     out = NCFDStats.zero(features, sigmas)
     if n == 0:

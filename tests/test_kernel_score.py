@@ -1,0 +1,220 @@
+"""Nyström KEF and the kernel score estimators (MATH.md §6, §7) against brute force."""
+
+import dask.array as da
+import numpy as np
+import pytest
+
+import tgpflow
+from tgpflow import KEFStats, NystromBasis, NystromKEF, ScoreEstimator
+from tgpflow.features.kernels import RadialKernel
+from tgpflow.solve.kef import nu_method_coeffs
+from tgpflow.stats.kef import diag_chunk_stats, kef_chunk_stats
+from tests.oracles import fd_divergence, gauss_cf, gauss_dy, gauss_k, quadratic_minimiser
+
+
+@pytest.fixture
+def small(gaussian_mix):
+    X = gaussian_mix[::20]  # 30 rows, d = 2
+    Y = gaussian_mix[1::120]  # 5 basis points
+    return X, Y
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "imq"])
+def test_curl_free_kernel_is_the_mixed_second_derivative(kernel, rng):
+    k = RadialKernel(kernel, 1.3)
+    x, y = rng.normal(size=(1, 3)), rng.normal(size=(4, 3))
+    h = 1e-4
+    G = k.curl_free_gram(x, y).reshape(3, 4, 3)
+    for a in range(4):
+        for i in range(3):
+            for j in range(3):
+                ei, ej = np.eye(3)[i] * h, np.eye(3)[j] * h
+                fd = (k(x + ei, y[a:a + 1] + ej) - k(x + ei, y[a:a + 1] - ej) - k(x - ei, y[a:a + 1] + ej)
+                      + k(x - ei, y[a:a + 1] - ej))[0, 0] / (4 * h * h)
+                assert G[i, a, j] == pytest.approx(fd, abs=1e-6)
+    V = rng.normal(size=(4, 3))
+    np.testing.assert_allclose(k.curl_free_matvec(x, y, V)[0], G.reshape(3, 12) @ V.ravel(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("base", ["flat", "gaussian"])
+def test_nystrom_kef_is_the_brute_force_minimiser_with_the_cross_term(small, base):
+    X, Y = small
+    s, lam, eps = 1.5, 0.05, 1e-5
+    est = NystromKEF(bandwidth=s, lam=lam, base=base, eps=eps).fit(X, basis=Y)
+    grad_q0 = None
+    if base == "gaussian":
+        mu, P = X.mean(0), np.linalg.inv(np.cov(X.T, bias=True))
+        grad_q0 = lambda x: -P @ (x - mu)  # noqa: E731
+    from tests.oracles import nkef_objective
+
+    obj = lambda b: nkef_objective(b, X, Y, s, lam, eps, grad_q0)  # noqa: E731
+    beta, *_ = quadratic_minimiser(obj, Y.size)
+    np.testing.assert_allclose(est.beta_.ravel(), beta, rtol=2e-5, atol=2e-5 * np.abs(beta).max())
+    if base == "gaussian":  # dropping the cross term (seed 001 eq 3) gives another β (MATH.md §11 B1)
+        no_cross = quadratic_minimiser(lambda b: nkef_objective(b, X, Y, s, lam, eps, None), Y.size)[0]
+        assert np.linalg.norm(no_cross - beta) > 1e-2 * np.linalg.norm(beta)
+
+
+def _explicit_stats(X, Y, s, kernel):
+    """C and h by per-row loops with textbook derivatives (no pass, no vectorised kernel code)."""
+    m, d = Y.shape
+    if kernel == "curl_free":
+        C = np.zeros((m * d, m * d))
+        h = np.zeros(m * d)
+        for x in X:
+            B = np.hstack([gauss_cf(x, Y[a], s) for a in range(m)])
+            C += B.T @ B
+            for a in range(m):  # Σ_j ∂_{x_j} K_cf(Y_a, x)_{:, j} by central differences
+                for j in range(d):
+                    e = np.zeros(d)
+                    e[j] = 1e-5
+                    h[a * d:(a + 1) * d] += (gauss_cf(Y[a], x + e, s)[:, j] - gauss_cf(Y[a], x - e, s)[:, j]) / 2e-5
+        G = np.block([[gauss_cf(Y[a], Y[b], s) for b in range(m)] for a in range(m)])
+        return C, h[:, None], G
+    kx = np.array([[gauss_k(x, y, s) for y in Y] for x in X])
+    h = np.array([sum(-gauss_dy(x, Y[a], s) for x in X) for a in range(m)])  # Σ_x ∇_x k(Y_a, x)
+    return kx.T @ kx, h, np.array([[gauss_k(a, b, s) for b in Y] for a in Y])
+
+
+def _filter_oracle(C, h, G, n, lam, reg, nu=1.0):
+    kappa, V = np.linalg.eigh(G)
+    keep = kappa > 1e-10 * kappa.max()
+    Rinv = V[:, keep] / np.sqrt(kappa[keep])
+    T = Rinv.T @ (C / n) @ Rinv
+    z = Rinv.T @ (h / n)
+    sig, U = np.linalg.eigh(T)
+    if reg == "tikhonov":
+        g = 1 / (sig + lam)
+    elif reg == "cutoff":
+        g = np.array([1 / v if v >= lam else 0.0 for v in sig])
+    elif reg == "landweber":
+        t, eta = int(1 / lam), 1 / np.abs(T).sum(1).max()
+        g = np.array([(1 - (1 - eta * v) ** t) / v if abs(v) > 1e-300 else eta * t for v in sig])
+    else:  # the ν-method recursion, on the explicit T
+        t, rho = int(lam**-0.5), np.abs(T).sum(1).max()
+        w_prev, w = np.zeros_like(z), -nu_method_coeffs(1, nu)[1] * z / rho
+        for k in range(2, t + 1):
+            u, om = nu_method_coeffs(k, nu)
+            w, w_prev = w + u * (w - w_prev) - om * (z + T @ w) / rho, w
+        return Rinv @ w
+    return -Rinv @ ((U * g) @ (U.T @ z))
+
+
+@pytest.mark.parametrize("kernel", ["curl_free", "diagonal"])
+@pytest.mark.parametrize("reg", ["tikhonov", "cutoff", "landweber", "nu"])
+def test_every_kernel_and_regularizer_equals_the_projected_operator_in_explicit_features(small, kernel, reg):
+    X, Y = small
+    s, lam = 1.5, {"tikhonov": 1e-2, "cutoff": 1e-2, "landweber": 0.02, "nu": 0.01}[reg]
+    est = ScoreEstimator(kernel=kernel, regularizer=reg, bandwidth=s, lam=lam, eps=1e-12).fit(X, basis=Y)
+    C, h, G = _explicit_stats(X, Y, s, kernel)
+    c = _filter_oracle(C, h, G, X.shape[0], lam, reg)
+    np.testing.assert_allclose(est.coef_.ravel(), c.reshape(est.coef_.shape).ravel(), rtol=1e-5,
+                               atol=1e-6 * np.abs(c).max())
+
+
+def test_landweber_is_the_corrected_recursion(small):
+    """C1: c_{t+1} = (I − ηK/M)c_t + tη²h/M (plus), full-data Landweber with Y = X, diagonal kernel."""
+    X, _ = small
+    s, lam, M = 1.5, 0.1, X.shape[0]
+    est = ScoreEstimator(kernel="diagonal", regularizer="landweber", bandwidth=s, lam=lam, eps=1e-12).fit(X, basis=X)
+    K = np.array([[gauss_k(a, b, s) for b in X] for a in X])
+    zeta = np.array([sum(-gauss_dy(x, X[a], s) for x in X) for a in range(M)]) / M  # ζ̂(x_a) = (1/M)Σ_m ∇k
+    eta = est.solver_info_["step"]
+    t_steps = int(1 / lam)
+
+    def recursion(sign):
+        c = np.zeros_like(zeta)
+        for t in range(1, t_steps):
+            c = (np.eye(M) - eta * K / M) @ c + sign * t * eta**2 * zeta / M
+        return -t_steps * eta * zeta + K @ c  # ŝ_t(x) = −tηζ̂(x) + Σ_m K(x, x_m) c_{t,m}
+
+    s_ref = recursion(+1.0)
+    np.testing.assert_allclose(est.grad_log_density(X), s_ref, rtol=1e-6, atol=1e-8 * np.abs(s_ref).max())
+    printed = recursion(-1.0)  # the seed's minus sign is another estimator
+    assert np.abs(printed - s_ref).max() > 0.1 * np.abs(s_ref).max()
+
+
+def test_stein_and_ssge_at_the_samples(small):
+    X, _ = small
+    s, M = 1.5, X.shape[0]
+    K = np.array([[gauss_k(a, b, s) for b in X] for a in X])
+    nabla = np.array([sum(-gauss_dy(xj, xi, s) for xj in X) for xi in X])  # ⟨∇, K⟩_i = Σ_j ∇_{x_j} k(x_i, x_j)
+    lam = 1e-3
+    stein = ScoreEstimator.preset("stein", bandwidth=s, lam=lam, eps=1e-12).fit(X, basis=X)
+    li_turner = -np.linalg.solve(K + M * lam * np.eye(M), nabla)  # η = Nλ
+    # the Nyström form solves (K²/N + λK)c = −h/N: K's condition number enters squared (≈ 1e-6 rel. here)
+    np.testing.assert_allclose(stein.grad_log_density(X), li_turner, rtol=2e-5, atol=1e-6 * np.abs(li_turner).max())
+    ssge = ScoreEstimator.preset("ssge", bandwidth=s, lam=0.02).fit(X, basis=X)
+    lam_j, U = np.linalg.eigh(K)
+    keep = lam_j / M >= 0.02  # Shi et al.: ψ_j(x) = √M/λ_j Σ_m k(x, x_m) u_jm, β_j = −(1/M) Σ_m ∇ψ_j(x_m)
+    xt = X[:7] + 0.1
+    kt = np.array([[gauss_k(a, b, s) for b in X] for a in xt])
+    psi_t = np.sqrt(M) * kt @ U[:, keep] / lam_j[keep]
+    beta = -np.sqrt(M) * (U[:, keep] / lam_j[keep]).T @ nabla / M
+    np.testing.assert_allclose(ssge.grad_log_density(xt), psi_t @ beta, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("preset", ["stein", "ssge", "nkef", "nu_method"])
+def test_recovers_a_gaussian_score_better_with_more_rows(preset):
+    cov = np.array([[1.0, 0.4], [0.4, 0.7]])
+    P = np.linalg.inv(cov)
+    rng = np.random.default_rng(3)
+    test = rng.multivariate_normal([0, 0], cov * 0.5, 400)
+    truth = -test @ P
+    errors = []
+    for n in (300, 6000):
+        X = np.random.default_rng(n).multivariate_normal([0, 0], cov, n)
+        est = ScoreEstimator.preset(preset, n_basis=80, bandwidth=1.0, lam=1e-3 if preset != "ssge" else 1e-2).fit(X)
+        errors.append(np.sqrt(np.mean((est.grad_log_density(test) - truth) ** 2) / np.mean(truth**2)))
+    assert errors[1] < 0.6 * errors[0] and errors[1] < 0.3
+
+
+def test_mixture_score_and_divergence(gaussian_mix):
+    est = NystromKEF(n_basis=60, bandwidth=0.8, lam=1e-4, base="gaussian").fit(gaussian_mix)
+    x = gaussian_mix[:15]
+    score = est.grad_log_density(x)
+    h = 1e-6
+    fd = np.column_stack([(est.log_density(x + h * e) - est.log_density(x - h * e)) / (2 * h) for e in np.eye(2)])
+    np.testing.assert_allclose(score, fd, rtol=1e-6, atol=1e-6)  # the score is ∇ of the log density
+    expected = 0.5 * np.sum(score**2, 1) + fd_divergence(est.grad_log_density, x)
+    np.testing.assert_allclose(est.hyvarinen_terms(x), expected, rtol=1e-5, atol=1e-5)
+    diag = ScoreEstimator(kernel="diagonal", n_basis=60, bandwidth=0.8).fit(gaussian_mix)
+    expected = 0.5 * np.sum(diag.grad_log_density(x) ** 2, 1) + fd_divergence(diag.grad_log_density, x)
+    np.testing.assert_allclose(diag.hyvarinen_terms(x), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(AttributeError, match="no log density"):
+        diag._evaluator.log_density(x)
+
+
+def test_statistics_are_chunking_invariant_values(gaussian_mix, tmp_path):
+    basis = NystromBasis(gaussian_mix[:12], 1.1, "gaussian", gaussian_mix.mean(0))
+    whole = kef_chunk_stats(gaussian_mix, basis)
+    parts = kef_chunk_stats(gaussian_mix[:200], basis, block_bytes=200_000) + kef_chunk_stats(gaussian_mix[200:], basis)
+    for name in ("C", "h_lap", "E0", "F"):
+        np.testing.assert_allclose(getattr(parts, name), getattr(whole, name), rtol=1e-11, atol=1e-11)
+    back = KEFStats.load(whole.save(tmp_path / "k.zarr"))
+    np.testing.assert_array_equal(back.C, whole.C)
+    d = diag_chunk_stats(gaussian_mix, basis) - diag_chunk_stats(gaussian_mix[300:], basis)
+    np.testing.assert_allclose(d.Ck, diag_chunk_stats(gaussian_mix[:300], basis).Ck, atol=1e-10)
+    a = ScoreEstimator(n_basis=12, bandwidth=1.1).fit(da.from_array(gaussian_mix, chunks=(50, 2)), basis=basis)
+    b = ScoreEstimator(n_basis=12, bandwidth=1.1).fit(gaussian_mix, basis=basis)
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-9)
+    other = NystromBasis(gaussian_mix[:12], 1.2, "gaussian", gaussian_mix.mean(0))
+    with pytest.raises(tgpflow.errors.FeaturesMismatchError):
+        whole + kef_chunk_stats(gaussian_mix, other)
+
+
+def test_partial_fit_save_load_and_bad_input(gaussian_mix, tmp_path):
+    est = NystromKEF(n_basis=30, base="gaussian").fit(gaussian_mix[:400])
+    est.partial_fit(gaussian_mix[400:])
+    full = NystromKEF(n_basis=30, base="gaussian").fit(gaussian_mix, basis=est.basis_)
+    np.testing.assert_allclose(est.beta_, full.beta_, rtol=1e-7, atol=1e-9 * np.abs(full.beta_).max())
+    back = tgpflow.load(est.save(tmp_path / "kef.zarr"))
+    assert isinstance(back, NystromKEF)
+    np.testing.assert_allclose(back.log_density(gaussian_mix[:5]), est.log_density(gaussian_mix[:5]), rtol=1e-12)
+    s = ScoreEstimator.preset("stein", n_basis=20).fit(gaussian_mix)
+    back = tgpflow.load(s.save(tmp_path / "s.zarr"))
+    np.testing.assert_allclose(back.grad_log_density(gaussian_mix[:5]), s.grad_log_density(gaussian_mix[:5]))
+    with pytest.raises(ValueError, match="expecting 2 features"):
+        est.grad_log_density(np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="regularizer"):
+        ScoreEstimator(regularizer="ridge").fit(gaussian_mix)

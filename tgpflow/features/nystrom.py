@@ -1,0 +1,81 @@
+"""The Nyström basis of the kernel models: points Y (m, d), a radial kernel and its bandwidth.
+
+A basis is a value like :class:`~tgpflow.features.rff.RandomFourierFeatures`: Y, the kernel
+name, σ_k and the pilot shift x₀ (about which the moment-type sums of a Gaussian base are
+accumulated, MATH.md §1) define it; its fingerprint identifies it and is stored with every
+statistics object and model computed from it. Y is drawn uniformly (seeded) from the pilot
+sample, or given by the user. float64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from functools import cached_property
+
+import numpy as np
+
+from tgpflow.features.kernels import RadialKernel
+
+__all__ = ["NystromBasis"]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class NystromBasis:
+    """Basis points ``Y`` (m, d) with ``kernel`` ("gaussian" or "imq") of bandwidth σ_k."""
+
+    Y: np.ndarray
+    bandwidth: float
+    kernel_name: str = "gaussian"
+    shift: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        Y = np.array(self.Y, dtype=np.float64, copy=True)
+        if Y.ndim != 2 or Y.shape[0] < 1 or Y.shape[1] < 1:
+            raise ValueError(f"the basis Y must be a non-empty (m, d) array; got shape {Y.shape}")
+        if not np.all(np.isfinite(Y)):
+            raise ValueError("the basis Y has non-finite values")
+        Y.setflags(write=False)
+        object.__setattr__(self, "Y", Y)
+        RadialKernel(self.kernel_name, float(self.bandwidth))  # validates
+        object.__setattr__(self, "bandwidth", float(self.bandwidth))
+        shift = np.zeros(Y.shape[1]) if self.shift is None else np.array(self.shift, dtype=np.float64)
+        if shift.shape != (Y.shape[1],):
+            raise ValueError(f"shift must have shape ({Y.shape[1]},); got {shift.shape}")
+        shift.setflags(write=False)
+        object.__setattr__(self, "shift", shift)
+
+    @property
+    def n_basis(self) -> int:
+        return int(self.Y.shape[0])
+
+    @property
+    def n_dims(self) -> int:
+        return int(self.Y.shape[1])
+
+    @cached_property
+    def kernel(self) -> RadialKernel:
+        return RadialKernel(self.kernel_name, self.bandwidth)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        h = hashlib.sha256(b"tgpflow.NystromBasis.v1")
+        h.update(self.kernel_name.encode())
+        h.update(np.array(self.Y.shape, dtype="<i8").tobytes())
+        for a in (self.Y, np.array([self.bandwidth]), self.shift):
+            h.update(np.ascontiguousarray(a, dtype="<f8").tobytes())
+        return h.hexdigest()
+
+    def with_bandwidth(self, bandwidth: float) -> NystromBasis:
+        return NystromBasis(self.Y, bandwidth, self.kernel_name, self.shift)
+
+    def __repr__(self) -> str:
+        return (f"NystromBasis(m={self.n_basis}, d={self.n_dims}, kernel={self.kernel_name!r}, "
+                f"bandwidth={self.bandwidth:.6g}, fingerprint={self.fingerprint[:12]})")
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"Y": self.Y, "bandwidth": np.array(self.bandwidth), "shift": self.shift}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], kernel_name: str) -> NystromBasis:
+        return cls(arrays["Y"], float(arrays["bandwidth"]), kernel_name, arrays["shift"])

@@ -1,0 +1,381 @@
+"""Kernel exponential families and kernel score estimators on a Nyström basis (seeds 001, 000).
+
+``ScoreEstimator(kernel, regularizer)`` fits ``s(x) = Σ_a K(x, Y_a) c_a + ∇log q0(x)`` from one
+pass of :class:`~tgpflow.stats.kef.KEFStats` (curl-free K) or
+:class:`~tgpflow.stats.kef.DiagStats` (diagonal K = k I_d), then applies a regularizer after
+the pass (MATH.md §7). ``NystromKEF`` is the curl-free Tikhonov case with seed 001's solve
+and a log density ``f(x) + log q0(x)`` (MATH.md §6). Named presets
+(``ScoreEstimator.preset("stein")`` …) follow MATH.md §7.
+
+The basis Y is ``n_basis`` rows drawn uniformly (seeded) from the pilot sample, or given
+(``fit(X, basis=Y)``); σ_k is the median heuristic on the pilot sample unless given; the
+Gaussian base uses the exact moments of the pass. float64 throughout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import numbers
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from tgpflow.features.kernels import KERNELS, median_heuristic
+from tgpflow.features.nystrom import NystromBasis
+from tgpflow.io.artifact import write_artifact
+from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
+from tgpflow.io.validate import check_on_bad_rows
+from tgpflow.logs import logger, phase
+from tgpflow.models.streaming import StreamingMixin
+from tgpflow.solve.kef import REGULARIZERS, diag_h, kef_h, spectral_solve, tikhonov_direct
+from tgpflow.solve.tgp import Base, base_from_moments
+from tgpflow.stats.kef import DiagStats, KEFStats, diag_chunk_stats, kef_chunk_stats
+from tgpflow.stats.reduce import accumulate as run_pass
+from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
+
+__all__ = ["KernelEvaluator", "ScoreEstimator", "NystromKEF", "PRESETS"]
+
+#: Named estimators of MATH.md §7 (kernel, regularizer).
+PRESETS = {"stein": ("diagonal", "tikhonov"), "ssge": ("diagonal", "cutoff"), "nkef": ("curl_free", "tikhonov"),
+           "nu_method": ("curl_free", "nu"), "landweber": ("curl_free", "landweber")}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KernelEvaluator:
+    """Score, divergence and (curl-free) log density of ``Σ_a K(·, Y_a)c_a + log q0``."""
+
+    basis: NystromBasis
+    kind: str  # "curl_free" or "diagonal"
+    coef: np.ndarray  # (m, d)
+    base: Base | None
+    block_rows: int = 2048
+
+    def _blocks(self, x: np.ndarray):
+        for start in range(0, x.shape[0], self.block_rows):
+            yield start, x[start:start + self.block_rows]
+
+    def _base_terms(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """log q0, ∇log q0 and div ∇log q0 (0 for the flat base)."""
+        if self.base is None:
+            return np.zeros(xb.shape[0]), np.zeros_like(xb), 0.0
+        r = xb - self.base.mean
+        Pr = r @ self.base.precision
+        return -0.5 * np.einsum("nd,nd->n", r, Pr), -Pr, -float(np.trace(self.base.precision))
+
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        """f(x) + log q0(x), f = Σ_a −2ψ'(u_a) r_aᵀc_a (curl-free only; unnormalised)."""
+        if self.kind != "curl_free":
+            raise AttributeError("a diagonal-kernel score is not a gradient field: it has no log density")
+        out = np.empty(x.shape[0])
+        for start, xb in self._blocks(x):
+            r, alpha, _, _ = self.basis.kernel.curl_free_parts(xb, self.basis.Y)
+            f = np.einsum("nm,nmd,md->n", alpha, r, self.coef)
+            out[start:start + xb.shape[0]] = f + self._base_terms(xb)[0]
+        return out
+
+    def _score_block(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        k = self.basis.kernel
+        _, g, div_g = self._base_terms(xb)
+        if self.kind == "curl_free":
+            r, alpha, kappa, omega = k.curl_free_parts(xb, self.basis.Y)
+            rc = np.einsum("nmd,md->nm", r, self.coef)
+            score = alpha @ self.coef + np.einsum("nm,nmd->nd", kappa * rc, r)
+            div = np.einsum("nm,nm->n", omega, rc)
+        else:
+            r = xb[:, None, :] - self.basis.Y[None, :, :]
+            kv, d1, _, _ = k.profile(np.einsum("nmd,nmd->nm", r, r))
+            score = kv @ self.coef
+            div = np.einsum("nm,nmd,md->n", 2.0 * d1, r, self.coef)
+        return score + g, div + div_g
+
+    def grad_log_density(self, x: np.ndarray) -> np.ndarray:
+        out = np.empty(x.shape)
+        for start, xb in self._blocks(x):
+            out[start:start + xb.shape[0]] = self._score_block(xb)[0]
+        return out
+
+    def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
+        """½‖s(x)‖² + div s(x) per row (MATH.md §10)."""
+        out = np.empty(x.shape[0])
+        for start, xb in self._blocks(x):
+            s, div = self._score_block(xb)
+            out[start:start + xb.shape[0]] = 0.5 * np.einsum("nd,nd->n", s, s) + div
+        return out
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(v) and v > 0
+
+
+class ScoreEstimator(StreamingMixin, BaseEstimator):
+    """Kernel score estimator on a Nyström basis (seed 000 in the streamed form of MATH.md §7).
+
+    Parameters
+    ----------
+    kernel : {"curl_free", "diagonal"} — the matrix-valued kernel K.
+    regularizer : {"tikhonov", "cutoff", "landweber", "nu"} — the spectral filter g_λ.
+    n_basis : int, m — basis points drawn from the pilot sample (ignored when a basis is given).
+    bandwidth : "median" or float — σ_k of k = ψ(‖x−y‖²/σ_k); "median": the median heuristic.
+    lam : float — λ of the filter (Tikhonov ridge; cut-off threshold; 1/λ Landweber steps;
+        λ^{−1/2} ν-method steps).
+    base : {"flat", "gaussian"} — q0: uniform, or N(μ0, Σ0) with the exact moments of the pass.
+    radial : {"gaussian", "imq"} — the scalar kernel.
+    nu : float — ν of the ν-method.
+    eps : float — ridge ε of the direct Tikhonov solve (seed 001: 1e-5) and eigenvalue cut of G.
+    pilot_rows, on_bad_rows, block_bytes, split_every, random_state : as for GPTiltedDensity.
+    """
+
+    def __init__(self, *, kernel: str = "curl_free", regularizer: str = "tikhonov", n_basis: int = 100,
+                 bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat", radial: str = "gaussian",
+                 nu: float = 1.0, eps: float = 1e-5, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0):
+        self.kernel = kernel
+        self.regularizer = regularizer
+        self.n_basis = n_basis
+        self.bandwidth = bandwidth
+        self.lam = lam
+        self.base = base
+        self.radial = radial
+        self.nu = nu
+        self.eps = eps
+        self.pilot_rows = pilot_rows
+        self.on_bad_rows = on_bad_rows
+        self.block_bytes = block_bytes
+        self.split_every = split_every
+        self.random_state = random_state
+
+    @classmethod
+    def preset(cls, name: str, **params: Any) -> ScoreEstimator:
+        """A named estimator of MATH.md §7: stein, ssge, nkef, nu_method, landweber."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
+        kernel, regularizer = PRESETS[name]
+        return cls(kernel=kernel, regularizer=regularizer, **params)
+
+    def _check_params(self) -> None:
+        if self.kernel not in ("curl_free", "diagonal"):
+            raise ValueError(f"kernel must be 'curl_free' or 'diagonal'; got {self.kernel!r}")
+        if self.regularizer not in REGULARIZERS:
+            raise ValueError(f"regularizer must be one of {REGULARIZERS}; got {self.regularizer!r}")
+        if not isinstance(self.n_basis, numbers.Integral) or self.n_basis < 1:
+            raise ValueError(f"n_basis must be a positive integer; got {self.n_basis!r}")
+        if not (self.bandwidth == "median" or _positive(self.bandwidth)):
+            raise ValueError(f"bandwidth must be 'median' or a positive number; got {self.bandwidth!r}")
+        if not _positive(self.lam):
+            raise ValueError(f"lam must be a positive number; got {self.lam!r}")
+        if self.base not in ("flat", "gaussian"):
+            raise ValueError(f"base must be 'flat' or 'gaussian'; got {self.base!r}")
+        if self.radial not in KERNELS:
+            raise ValueError(f"radial must be one of {KERNELS}; got {self.radial!r}")
+        if not (_positive(self.eps) and _positive(self.nu)):
+            raise ValueError(f"eps and nu must be positive; got {self.eps!r}, {self.nu!r}")
+        if not isinstance(self.pilot_rows, numbers.Integral) or self.pilot_rows < 2:
+            raise ValueError(f"pilot_rows must be an integer >= 2; got {self.pilot_rows!r}")
+        check_on_bad_rows(self.on_bad_rows)
+
+    # -- the basis ----------------------------------------------------------------------
+    def _make_basis(self, source: Any, given: Any) -> NystromBasis:
+        if isinstance(given, NystromBasis):
+            return given
+        need_pilot = given is None or self.bandwidth == "median"
+        rows = None
+        if need_pilot:
+            with phase("pilot", chunks=source.n_chunks) as info:
+                pilot = pilot_sample(source, rows=self.pilot_rows, random_state=np.random.SeedSequence(self.random_state))
+                rows = pilot.rows
+                info.update(rows=rows.shape[0])
+            if rows.shape[0] < 2:
+                raise ValueError(f"{source.description}: the pilot sample has {rows.shape[0]} row(s); need at least 2")
+        if given is None:
+            m = min(int(self.n_basis), rows.shape[0])
+            if m < self.n_basis:
+                logger.warning("n_basis=%d but only %d pilot rows: using %d basis points", self.n_basis, m, m)
+            pick = np.random.default_rng(np.random.SeedSequence(self.random_state).spawn(1)[0])
+            Y = rows[np.sort(pick.choice(rows.shape[0], m, replace=False))]
+        else:
+            Y = np.asarray(given, dtype=np.float64)
+            if Y.ndim != 2 or Y.shape[1] != source.n_columns:
+                raise ValueError(f"basis must be an (m, {source.n_columns}) array; got shape {Y.shape}")
+        bw = median_heuristic(rows, random_state=self.random_state) if self.bandwidth == "median" else float(self.bandwidth)
+        shift = rows.mean(axis=0) if rows is not None else Y.mean(axis=0)
+        return NystromBasis(Y, bw, self.radial, shift)
+
+    def _chunk_fn(self) -> Any:
+        return kef_chunk_stats if self.kernel == "curl_free" else diag_chunk_stats
+
+    # -- the public pieces --------------------------------------------------------------
+    def accumulate(self, X: Any, *, columns: list[str] | None = None, basis: Any = None) -> KEFStats | DiagStats:
+        """One pass: the statistics of the rows of X on the basis (given, fitted, or drawn from a pilot)."""
+        self._check_params()
+        fitted = hasattr(self, "basis_")
+        source = self._source(X, columns, reset=not fitted)
+        if fitted and source.n_columns != self.n_features_in_:
+            raise ValueError(f"X has {source.n_columns} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input")
+        if basis is None and fitted:
+            basis = self.basis_
+        else:
+            basis = self._make_basis(source, basis)
+        if basis.n_dims != source.n_columns:
+            raise ValueError(f"the basis is in d={basis.n_dims} but the data have {source.n_columns} columns")
+        self.basis_ = basis
+        with phase("pass", chunks=source.n_chunks, n_basis=basis.n_basis, kernel=self.kernel) as info:
+            stats, dropped = run_pass(source, self._chunk_fn(), basis, int(self.block_bytes),
+                                      split_every=int(self.split_every))
+            info.update(rows=stats.n, dropped=dropped)
+        if dropped:
+            logger.warning("%s: dropped %d rows with missing or non-finite values", source.description, dropped)
+        self.last_rows_dropped_ = dropped
+        if stats.n == 0:
+            raise ValueError(f"{source.description}: no rows left to fit (all {dropped} rows were dropped)")
+        return stats
+
+    def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None, basis: Any = None) -> ScoreEstimator:
+        """Fit from any source; ``basis``: an (m, d) array of basis points or a NystromBasis."""
+        self._check_params()
+        for attr in ("basis_", "stats_"):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        stats = self.accumulate(X, columns=columns, basis=basis)
+        self.n_rows_dropped_ = self.last_rows_dropped_
+        return self.fit_from_stats(stats)
+
+    def fit_from_stats(self, stats: KEFStats | DiagStats, basis: NystromBasis | None = None) -> ScoreEstimator:
+        """Solve from statistics (no data access); ``basis`` defaults to ``basis_``."""
+        self._check_params()
+        basis = basis if basis is not None else getattr(self, "basis_", None)
+        if basis is None:
+            raise ValueError("fit_from_stats needs the basis the statistics were computed with: pass basis=…")
+        expected = KEFStats if self.kernel == "curl_free" else DiagStats
+        if not isinstance(stats, expected):
+            raise TypeError(f"kernel {self.kernel!r} needs {expected.__name__}, got {type(stats).__name__}")
+        stats.check_basis(basis)
+        base = base_from_moments(stats.moments) if self.base == "gaussian" else None
+        with phase("solve", kernel=self.kernel, regularizer=self.regularizer, n_basis=basis.n_basis):
+            self.coef_, self.solver_info_ = self._solve(stats, basis, base)
+        self.basis_, self.stats_ = basis, stats
+        self.n_samples_seen_ = int(stats.n)
+        self.n_features_in_ = basis.n_dims
+        self.bandwidth_ = basis.bandwidth
+        self.base_ = base
+        self._evaluator = KernelEvaluator(basis, self.kernel, self.coef_, base)
+        return self
+
+    def _solve(self, stats: Any, basis: NystromBasis, base: Base | None) -> tuple[np.ndarray, dict[str, Any]]:
+        m, d, n, lam = basis.n_basis, basis.n_dims, stats.n, float(self.lam)
+        Y = basis.Y
+        if self.kernel == "curl_free":
+            C, h, G = stats.C, kef_h(stats, basis, base).reshape(m * d), basis.kernel.curl_free_gram(Y, Y)
+        else:
+            C, h, G = stats.Ck, diag_h(stats, basis, base), basis.kernel(Y, Y)
+        if self.regularizer == "tikhonov":
+            c = tikhonov_direct(C, h, G, n, lam, float(self.eps))
+            info: dict[str, Any] = {"regularizer": "tikhonov", "method": "cholesky", "eps": float(self.eps)}
+        else:
+            c, info = spectral_solve(C, h, G, n, lam, self.regularizer, nu=float(self.nu))
+        if not np.all(np.isfinite(c)):
+            raise FloatingPointError("the kernel solve gave non-finite coefficients; raise lam or eps")
+        return c.reshape(m, d), info
+
+    def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None) -> ScoreEstimator:
+        """Add the statistics of new rows and re-solve (fits if not yet fitted)."""
+        if not hasattr(self, "stats_"):
+            return self.fit(X, columns=columns)
+        stats = self.accumulate(X, columns=columns)
+        return self.fit_from_stats(self.stats_ + stats)
+
+    # -- evaluation -------------------------------------------------------------------
+    def grad_log_density(self, X: Any) -> Any:
+        """The estimated score ∇ log p(x), (n, d); lazy for dask/Parquet/Zarr input."""
+        check_is_fitted(self, "coef_")
+        return self._map_rows(X, self._evaluator.grad_log_density, per_row_dims=True)
+
+    def hyvarinen_terms(self, X: Any) -> Any:
+        """½‖s(x)‖² + div s(x) per row (its held-out mean is the Hyvärinen loss)."""
+        check_is_fitted(self, "coef_")
+        return self._map_rows(X, self._evaluator.hyvarinen_terms, per_row_dims=False)
+
+    def _evaluator_at(self, sigma: float | None) -> KernelEvaluator:
+        if sigma not in (None, 0):
+            raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
+        check_is_fitted(self, "coef_")
+        return self._evaluator
+
+    # -- persistence ------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted model atomically as a Zarr group (schema version, checksums)."""
+        check_is_fitted(self, "coef_")
+        arrays = {f"basis.{k}": v for k, v in self.basis_.to_arrays().items()}
+        arrays.update({f"stats.{k}": v for k, v in self.stats_.to_arrays().items()})
+        arrays["fitted.coef_"] = self.coef_
+        meta = {"params": self.get_params(), "fingerprint": self.basis_.fingerprint, "radial": self.basis_.kernel_name,
+                "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None,
+                "n_samples_seen": self.n_samples_seen_, "solver_info": self.solver_info_,
+                "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
+        return write_artifact(path, type(self).__name__, arrays, meta)
+
+    @classmethod
+    def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path) -> ScoreEstimator:
+        from tgpflow.errors import ModelFileError
+
+        est = cls(**meta["params"])
+        basis = NystromBasis.from_arrays({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("basis.")},
+                                         meta["radial"])
+        if basis.fingerprint != meta["fingerprint"]:
+            raise ModelFileError(f"{path}: the stored basis does not match its fingerprint; the file was modified")
+        kind = KEFStats if est.kernel == "curl_free" else DiagStats
+        stats = kind.from_arrays(meta["fingerprint"], {k.split(".", 1)[1]: v for k, v in arrays.items()
+                                                        if k.startswith("stats.")})
+        if meta.get("feature_names_in"):
+            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        est.fit_from_stats(stats, basis)
+        if not np.allclose(est.coef_, arrays["fitted.coef_"], rtol=1e-8, atol=1e-12):
+            raise ModelFileError(f"{path}: the stored coefficients do not match the solve of the stored statistics")
+        return est
+
+
+class NystromKEF(ScoreEstimator):
+    """Nyström kernel exponential family (seed 001 Theorem 1; MATH.md §6).
+
+    ``log p(x) = f(x) + log q0(x)`` with ``f = Σ_a ∂_y k(Y_a, ·)ᵀβ_a`` and
+    ``β = −(C/N + λG + εI)⁻¹ h/N`` (ε = 1e-5 as seed 001). The score-matching loss includes the
+    cross term ∂f·∂log q0 (MATH.md §11 B1). Parameters as :class:`ScoreEstimator` (the kernel is
+    curl-free; ``regularizer`` may be changed for the spectral variants).
+    """
+
+    kernel = "curl_free"  # fixed: a class attribute, not a parameter
+
+    def __init__(self, *, n_basis: int = 100, bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat",
+                 radial: str = "gaussian", regularizer: str = "tikhonov", nu: float = 1.0, eps: float = 1e-5,
+                 pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0):
+        self.n_basis = n_basis
+        self.bandwidth = bandwidth
+        self.lam = lam
+        self.base = base
+        self.radial = radial
+        self.regularizer = regularizer
+        self.nu = nu
+        self.eps = eps
+        self.pilot_rows = pilot_rows
+        self.on_bad_rows = on_bad_rows
+        self.block_bytes = block_bytes
+        self.split_every = split_every
+        self.random_state = random_state
+
+    def log_density(self, X: Any) -> Any:
+        """Unnormalised log density f(x) + log q0(x), shape (n,)."""
+        check_is_fitted(self, "coef_")
+        return self._map_rows(X, self._evaluator.log_density, per_row_dims=False)
+
+    def score_samples(self, X: Any) -> Any:
+        return self.log_density(X)
+
+    @property
+    def beta_(self) -> np.ndarray:
+        """β of MATH.md §6, (m, d)."""
+        return self.coef_

@@ -1,0 +1,124 @@
+"""Solves of the kernel models after the pass (MATH.md §6, §7), float64.
+
+* ``kef_h`` / ``diag_h``: the linear term h of the curl-free (md, flattened (a, i) → a·d + i) or
+  diagonal (m × d) model, with the base q0 — "flat" (uniform: no term) or "gaussian"
+  N(μ0, Σ0) with μ0, Σ0 the exact moments, combined after the pass (MATH.md §6).
+* ``tikhonov_direct``: ``c = −(C/N + λG + εI)⁻¹ h/N`` by Cholesky (seed 001's small ridge
+  ε = 1e-5 makes the system definite when G is rank-deficient; a documented pseudo-inverse
+  limit as ε → 0). LAPACK's ``dpotrf`` is a blocked Cholesky; the working set is three
+  (md)² float64 matrices — 9.6 GB at md = 20 000 — and ``check_memory`` raises a
+  ``MemoryError`` with the numbers when that does not fit.
+* ``spectral_solve``: any filter g_λ on the projected operator: ``G = VκVᵀ`` (κ > ε κ_max
+  kept), ``R⁻¹ = V_r κ_r^{−1/2}``, ``T = R⁻ᵀ(C/N)R⁻¹``, ``z = R⁻ᵀ(h/N)``, ``c = −R⁻¹ g_λ(T) z`` —
+  Tikhonov ``1/(σ+λ)``, cut-off ``1{σ ≥ λ}/σ`` (by eigh of T), Landweber (t = ⌊1/λ⌋ steps,
+  corrected recursion of MATH.md §11 C1) and the ν-method (t = ⌊λ^{−1/2}⌋), the last two by
+  mat-vecs with T only.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import scipy.linalg
+
+from tgpflow.features.nystrom import NystromBasis
+from tgpflow.solve.tgp import Base
+from tgpflow.stats.kef import DiagStats, KEFStats
+
+__all__ = ["REGULARIZERS", "kef_h", "diag_h", "tikhonov_direct", "spectral_solve", "check_memory", "nu_method_coeffs"]
+
+REGULARIZERS = ("tikhonov", "cutoff", "landweber", "nu")
+
+
+def check_memory(n_matrices: int, size: int, what: str) -> None:
+    """Raise MemoryError (with the numbers) if ``n_matrices`` float64 size×size matrices exceed RAM."""
+    need = n_matrices * 8 * size * size
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return
+    if need > 0.8 * have:
+        raise MemoryError(f"the {what} needs {n_matrices} float64 matrices of {size}×{size} = {need / 2**30:.1f} GiB, "
+                          f"more than 80% of this machine's {have / 2**30:.1f} GiB; use fewer basis points "
+                          f"(n_basis) or dimension subsampling")
+
+
+def kef_h(stats: KEFStats, basis: NystromBasis, base: Base | None) -> np.ndarray:
+    """h (m, d) of the curl-free model: Laplacian part plus Σ_x K_cf(x, Y_a)∇log q0(x) (MATH.md §6)."""
+    h = stats.h_lap.copy()
+    if base is not None:
+        P0 = base.precision
+        h -= np.einsum("aijl,jl->ai", stats.F, P0)
+        h += np.einsum("aij,j->ai", stats.E0, P0 @ (base.mean - basis.shift))
+    return h
+
+
+def diag_h(stats: DiagStats, basis: NystromBasis, base: Base | None) -> np.ndarray:
+    """h (m, d) of the diagonal model: Σ_x ∇_x k(Y_a, x) + Σ_x k(Y_a, x)∇log q0(x) (MATH.md §7)."""
+    h = stats.h_grad.copy()
+    if base is not None:
+        h -= (stats.S1 - np.outer(stats.S0, base.mean - basis.shift)) @ base.precision.T
+    return h
+
+
+def tikhonov_direct(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, eps: float = 1e-5) -> np.ndarray:
+    """c = −(C/N + λG + εI)⁻¹ h/N (h may have several columns)."""
+    check_memory(3, C.shape[0], "Tikhonov solve")
+    A = C / n + lam * G
+    A[np.diag_indices_from(A)] += eps
+    return -scipy.linalg.solve(A, h / n, assume_a="pos")
+
+
+def nu_method_coeffs(k: int, nu: float) -> tuple[float, float]:
+    """u_k, ω_k of the ν-method (MATH.md §7)."""
+    u = (k - 1) * (2 * k - 3) * (2 * k + 2 * nu - 1) / ((k + 2 * nu - 1) * (2 * k + 4 * nu - 1) * (2 * k + 2 * nu - 3))
+    w = 4 * (2 * k + 2 * nu - 1) * (k + nu - 1) / ((k + 2 * nu - 1) * (2 * k + 4 * nu - 1))
+    return u, w
+
+
+def _norm_bound(T: np.ndarray) -> float:
+    """An upper bound on ‖T‖₂ for symmetric PSD T: the largest row sum of |T| (Gershgorin)."""
+    return float(np.abs(T).sum(axis=1).max())
+
+
+def spectral_solve(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, regularizer: str, *,
+                   eps: float = 1e-10, nu: float = 1.0, step: float | None = None) -> tuple[np.ndarray, dict[str, object]]:
+    """c = −R⁻¹ g_λ(T) z on the projected operator (module docstring); h may have several columns."""
+    if regularizer not in REGULARIZERS:
+        raise ValueError(f"regularizer must be one of {REGULARIZERS}; got {regularizer!r}")
+    check_memory(4, C.shape[0], f"{regularizer} solve")
+    kappa, V = np.linalg.eigh(0.5 * (G + G.T))
+    keep = kappa > eps * kappa.max()
+    Rinv = V[:, keep] / np.sqrt(kappa[keep])
+    T = Rinv.T @ (C / n) @ Rinv
+    T = 0.5 * (T + T.T)
+    z = Rinv.T @ (h / n)
+    info: dict[str, object] = {"regularizer": regularizer, "rank": int(keep.sum())}
+    if regularizer in ("tikhonov", "cutoff"):
+        sigma, U = np.linalg.eigh(T)
+        if regularizer == "tikhonov":
+            g = 1.0 / (sigma + lam)
+        else:
+            g = np.where(sigma >= lam, 1.0 / np.where(sigma >= lam, sigma, 1.0), 0.0)
+            info["kept"] = int((sigma >= lam).sum())
+        w = -(U * g) @ (U.T @ z)
+    elif regularizer == "landweber":
+        t = int(np.floor(1.0 / lam))
+        eta = step if step is not None else 1.0 / _norm_bound(T)
+        w = np.zeros_like(z)
+        for _ in range(t):  # w ← (I − ηT)w − ηz  ⇒  w_t = −Σ_{k<t} η(I − ηT)^k z = −g(T) z
+            w = w - eta * (T @ w + z)
+        info.update(iterations=t, step=eta)
+    else:
+        t = int(np.floor(lam**-0.5))
+        rho = 1.0 / step if step is not None else _norm_bound(T)
+        w_prev = np.zeros_like(z)
+        w = -nu_method_coeffs(1, nu)[1] * z / rho
+        for k in range(2, t + 1):
+            u, om = nu_method_coeffs(k, nu)
+            w, w_prev = w + u * (w - w_prev) - om * (z + T @ w) / rho, w
+        if t < 1:
+            w = np.zeros_like(z)
+        info.update(iterations=t, rho=rho, nu=nu)
+    return Rinv @ w, info

@@ -1,0 +1,188 @@
+"""One-pass statistics of the kernel models on a Nyström basis (MATH.md §6, §7).
+
+``KEFStats`` (curl-free kernel: Nyström KEF and the curl-free score estimators — the same
+statistics, MATH.md §7), sums over rows x with ``r_a = x − Y_a``:
+
+* ``C = Σ_x B(x)ᵀB(x)`` (md × md), ``B(x) = [K_cf(x, Y_1) … K_cf(x, Y_m)]`` (d × md) — per
+  block of rows one SYRK of the stacked (rows·d × md) matrix;
+* ``h_lap[a] = Σ_x ℓ_a(x)`` (m × d), the Laplacian part of h (all of h for a flat base);
+* for a Gaussian base known only after the pass (MATH.md §6): ``E0[a] = Σ_x K_cf(x, Y_a)``
+  (m × d × d) and ``F[a, :, :, l] = Σ_x K_cf(x, Y_a)(x − x₀)_l`` (m × d × d × d), about the
+  basis shift x₀;
+* the moments (N, mean, m2).
+
+``DiagStats`` (diagonal kernel k I_d): ``Ck = Σ_x k_Y(x)k_Y(x)ᵀ`` (m × m),
+``h_grad[a] = Σ_x ∇_x k(Y_a, x)`` (m × d), ``S0[a] = Σ_x k(Y_a, x)``, ``S1[a] = Σ_x k(Y_a, x)(x − x₀)``,
+and the moments. Both are values: ``+``, ``−`` (refusing a basis mismatch), save/load.
+Precision: float64 throughout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tgpflow.errors import FeaturesMismatchError
+from tgpflow.features.kernels import curl_free_blocks
+from tgpflow.features.nystrom import NystromBasis
+from tgpflow.io.artifact import read_artifact, write_artifact
+from tgpflow.stats.moments import Moments
+from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
+
+__all__ = ["KEFStats", "DiagStats", "kef_chunk_stats", "diag_chunk_stats", "kef_block_rows"]
+
+
+class _ArrayStats:
+    """Shared algebra of statistics made of a fingerprint, moments and summed arrays."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ()
+    fingerprint: str
+    moments: Moments
+
+    @property
+    def n(self) -> int:
+        return self.moments.n
+
+    def check_basis(self, basis: NystromBasis) -> None:
+        if basis.fingerprint != self.fingerprint:
+            raise FeaturesMismatchError(
+                f"the statistics were accumulated with another Nyström basis (fingerprints "
+                f"{self.fingerprint[:12]}… and {basis.fingerprint[:12]}…); pass basis=est.basis_ to accumulate/fit")
+
+    def _combine(self, other: Any, sign: float) -> Any:
+        if type(other) is not type(self):
+            return NotImplemented
+        if other.fingerprint != self.fingerprint:
+            raise FeaturesMismatchError(f"cannot combine statistics of different Nyström bases "
+                                        f"({self.fingerprint[:12]}… and {other.fingerprint[:12]}…)")
+        moments = self.moments + other.moments if sign > 0 else self.moments - other.moments
+        arrays = {f: getattr(self, f) + sign * getattr(other, f) for f in self.FIELDS}
+        return type(self)(self.fingerprint, moments, **arrays)
+
+    def __add__(self, other: Any) -> Any:
+        return self._combine(other, 1.0)
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, int) and other == 0:
+            return self
+        return NotImplemented
+
+    def __sub__(self, other: Any) -> Any:
+        return self._combine(other, -1.0)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        arrays = {f"moments.{k}": v for k, v in self.moments.to_arrays().items()}
+        arrays.update({f: getattr(self, f) for f in self.FIELDS})
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray]) -> Any:
+        moments = Moments.from_arrays({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("moments.")})
+        return cls(fingerprint, moments, **{f: np.asarray(arrays[f], dtype=np.float64) for f in cls.FIELDS})
+
+    def save(self, path: str | Path) -> Path:
+        """Write atomically to a Zarr group or, for a ``.npz`` path, a NumPy archive (no pickle)."""
+        return write_artifact(path, type(self).__name__, self.to_arrays(), {"fingerprint": self.fingerprint})
+
+    @classmethod
+    def load(cls, path: str | Path) -> Any:
+        _, arrays, meta = read_artifact(path, expected_kinds=(cls.__name__,))
+        return cls.from_arrays(meta["fingerprint"], arrays)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KEFStats(_ArrayStats):
+    """Curl-free statistics on a Nyström basis (see module docstring)."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("C", "h_lap", "E0", "F")
+    fingerprint: str
+    moments: Moments
+    C: np.ndarray
+    h_lap: np.ndarray
+    E0: np.ndarray
+    F: np.ndarray
+
+    @classmethod
+    def zero(cls, basis: NystromBasis) -> KEFStats:
+        m, d = basis.n_basis, basis.n_dims
+        return cls(basis.fingerprint, Moments.zero(d), np.zeros((m * d, m * d)), np.zeros((m, d)),
+                   np.zeros((m, d, d)), np.zeros((m, d, d, d)))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DiagStats(_ArrayStats):
+    """Diagonal-kernel statistics on a Nyström basis (see module docstring)."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("Ck", "h_grad", "S0", "S1")
+    fingerprint: str
+    moments: Moments
+    Ck: np.ndarray
+    h_grad: np.ndarray
+    S0: np.ndarray
+    S1: np.ndarray
+
+    @classmethod
+    def zero(cls, basis: NystromBasis) -> DiagStats:
+        m, d = basis.n_basis, basis.n_dims
+        return cls(basis.fingerprint, Moments.zero(d), np.zeros((m, m)), np.zeros((m, d)), np.zeros(m), np.zeros((m, d)))
+
+
+def kef_block_rows(basis: NystromBasis, block_bytes: int) -> int:
+    """Rows per block so that the stacked B (rows·d × md) and its parts fit ``block_bytes``."""
+    m, d = basis.n_basis, basis.n_dims
+    per_row = 8 * (2 * d * m * d + 4 * m * d)
+    rows = int(block_bytes) // per_row
+    if rows < 1:
+        raise MemoryError(f"one row of the curl-free statistics needs {per_row} bytes (2·d·md float64 with "
+                          f"m={m}, d={d}), more than block_bytes={block_bytes}; raise block_bytes")
+    return rows
+
+
+def _check(x: Any, basis: NystromBasis) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != basis.n_dims:
+        raise ValueError(f"chunk has shape {x.shape} but the basis is in d={basis.n_dims}")
+    return x
+
+
+def kef_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> KEFStats:
+    """Curl-free statistics of one chunk of rows (MATH.md §6), in row blocks; float64."""
+    x = _check(x, basis)
+    out = KEFStats.zero(basis)
+    moments = Moments.from_rows(x)
+    m, d = basis.n_basis, basis.n_dims
+    C, h, E0, F = out.C, out.h_lap, out.E0, out.F
+    prod = np.empty_like(C)
+    rows = kef_block_rows(basis, block_bytes)
+    for start in range(0, x.shape[0], rows):
+        xb = x[start:start + rows]
+        r, alpha, kappa, omega = basis.kernel.curl_free_parts(xb, basis.Y)
+        blocks = curl_free_blocks(r, alpha, kappa)  # (nb, d, m, d)
+        stacked = blocks.reshape(xb.shape[0] * d, m * d)
+        np.matmul(stacked.T, stacked, out=prod)  # SYRK inside NumPy's matmul (GIL released)
+        C += prod
+        h += np.einsum("nm,nmd->md", omega, r)
+        E0 += blocks.sum(axis=0).transpose(1, 0, 2)
+        F += np.einsum("niaj,nl->aijl", blocks, xb - basis.shift, optimize=True)
+    return dataclasses.replace(out, moments=moments)
+
+
+def diag_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> DiagStats:
+    """Diagonal-kernel statistics of one chunk of rows (MATH.md §7), in row blocks; float64."""
+    x = _check(x, basis)
+    out = DiagStats.zero(basis)
+    moments = Moments.from_rows(x)
+    m, d = basis.n_basis, basis.n_dims
+    rows = max(1, int(block_bytes) // (8 * m * (d + 3)))
+    for start in range(0, x.shape[0], rows):
+        xb = x[start:start + rows]
+        r = xb[:, None, :] - basis.Y[None, :, :]
+        k, d1, _, _ = basis.kernel.profile(np.einsum("nmd,nmd->nm", r, r))
+        out.Ck[...] += k.T @ k
+        out.h_grad[...] += np.einsum("nm,nmd->md", 2.0 * d1, r)
+        out.S0[...] += k.sum(axis=0)
+        out.S1[...] += k.T @ (xb - basis.shift)
+    return dataclasses.replace(out, moments=moments)
