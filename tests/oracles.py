@@ -117,3 +117,25 @@ def nkef_objective(beta, X, Y, s, lam, eps, grad_log_q0=None, h=1e-4):
         total += lap + 0.5 * g @ g + (0.0 if grad_log_q0 is None else g @ grad_log_q0(x))
     G = np.block([[gauss_cf(Y[a], Y[b], s) for b in range(m)] for a in range(m)])
     return total / X.shape[0] + 0.5 * lam * beta @ G @ beta + 0.5 * eps * beta @ beta
+
+
+def lite_objective(alpha, X, Y, s, lam, grad_log_q0=None, h=1e-4):
+    """Ĵ(f) + (λ/2)(‖f‖²_H + ‖α‖²) for f = Σ_a α_a k(Y_a, ·) (MATH.md §6 lite; B3 scaling); FD derivatives."""
+    d = X.shape[1]
+
+    def f(x):
+        return sum(alpha[a] * gauss_k(Y[a], x, s) for a in range(len(Y)))
+
+    total = 0.0
+    for x in X:
+        g = np.zeros(d)
+        lap = 0.0
+        for j in range(d):
+            e = np.zeros(d)
+            e[j] = h
+            fp, fm, f0 = f(x + e), f(x - e), f(x)
+            g[j] = (fp - fm) / (2 * h)
+            lap += (fp - 2 * f0 + fm) / h**2
+        total += lap + 0.5 * g @ g + (0.0 if grad_log_q0 is None else g @ grad_log_q0(x))
+    K = np.array([[gauss_k(a, b, s) for b in Y] for a in Y])
+    return total / X.shape[0] + 0.5 * lam * (alpha @ K @ alpha + alpha @ alpha)

@@ -218,3 +218,68 @@ def test_partial_fit_save_load_and_bad_input(gaussian_mix, tmp_path):
         est.grad_log_density(np.zeros((3, 3)))
     with pytest.raises(ValueError, match="regularizer"):
         ScoreEstimator(regularizer="ridge").fit(gaussian_mix)
+
+
+def test_full_kef_cg_equals_direct_and_nystrom_with_all_points_is_close(gaussian_mix):
+    from tgpflow.models.full_kef import FullKEF
+
+    X = gaussian_mix[::6]  # 100 rows
+    xt = gaussian_mix[3::40]
+    full = FullKEF(bandwidth=1.0, lam=1e-3).fit(X)
+    cg = FullKEF(bandwidth=1.0, lam=1e-3, solver="cg").fit(X)
+    np.testing.assert_allclose(cg.grad_log_density(xt), full.grad_log_density(xt), rtol=1e-6, atol=1e-6)
+    h = 1e-6
+    fd = np.column_stack([(full.log_density(xt + h * e) - full.log_density(xt - h * e)) / (2 * h) for e in np.eye(2)])
+    np.testing.assert_allclose(full.grad_log_density(xt), fd, rtol=1e-5, atol=1e-5)
+    ref = full.grad_log_density(xt)
+
+    def rel(est):
+        return np.linalg.norm(est.grad_log_density(xt) - ref) / np.linalg.norm(ref)
+
+    all_points = NystromKEF(bandwidth=1.0, lam=1e-3, eps=1e-10).fit(X, basis=X)
+    few = NystromKEF(bandwidth=1.0, lam=1e-3, eps=1e-10).fit(X, basis=X[:5])
+    assert rel(all_points) < 0.1 and rel(all_points) < 0.5 * rel(few)
+
+
+@pytest.mark.parametrize("base", ["flat", "gaussian"])
+def test_lite_is_the_brute_force_minimiser(small, base):
+    from tests.oracles import lite_objective
+
+    X, Y = small
+    s, lam = 1.5, 0.05
+    est = NystromKEF(lite=True, bandwidth=s, lam=lam, base=base).fit(X, basis=Y)
+    grad_q0 = None
+    if base == "gaussian":
+        mu, P = X.mean(0), np.linalg.inv(np.cov(X.T, bias=True))
+        grad_q0 = lambda x: -P @ (x - mu)  # noqa: E731
+    alpha, *_ = quadratic_minimiser(lambda a: lite_objective(a, X, Y, s, lam, grad_q0), len(Y))
+    np.testing.assert_allclose(est.beta_, alpha, rtol=2e-5, atol=2e-5 * np.abs(alpha).max())
+    x = X[:6]
+    h = 1e-6
+    fd = np.column_stack([(est.log_density(x + h * e) - est.log_density(x - h * e)) / (2 * h) for e in np.eye(2)])
+    np.testing.assert_allclose(est.grad_log_density(x), fd, rtol=1e-5, atol=1e-6)
+    expected = 0.5 * np.sum(fd**2, 1) + fd_divergence(est.grad_log_density, x)
+    np.testing.assert_allclose(est.hyvarinen_terms(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_dimension_subsampling_is_the_brute_force_minimiser_on_its_index_set(gaussian_mix):
+    from tests.oracles import nkef_objective
+
+    X = gaussian_mix[::20]
+    rng = np.random.default_rng(4)
+    Y = rng.normal(size=(4, 3))
+    X3 = np.column_stack([X, rng.normal(size=X.shape[0])])  # d = 3
+    s, lam, eps = 2.0, 0.05, 1e-5
+    est = NystromKEF(bandwidth=s, lam=lam, eps=eps, n_components=2, random_state=1).fit(X3, basis=Y)
+    mask = est.basis_.components
+    assert mask.sum(axis=1).tolist() == [2, 2, 2, 2] and est.stats_.C.shape == (8, 8)
+    idx = np.flatnonzero(mask.ravel())
+
+    def obj(b_sub):
+        b = np.zeros(12)
+        b[idx] = b_sub
+        return nkef_objective(b, X3, Y, s, lam, eps)
+
+    beta, *_ = quadratic_minimiser(obj, idx.size)
+    np.testing.assert_allclose(est.beta_.ravel()[idx], beta, rtol=2e-5, atol=2e-5 * np.abs(beta).max())
+    assert np.all(est.beta_.ravel()[~mask.ravel()] == 0)

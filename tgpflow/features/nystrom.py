@@ -22,12 +22,17 @@ __all__ = ["NystromBasis"]
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class NystromBasis:
-    """Basis points ``Y`` (m, d) with ``kernel`` ("gaussian" or "imq") of bandwidth σ_k."""
+    """Basis points ``Y`` (m, d) with ``kernel`` ("gaussian" or "imq") of bandwidth σ_k.
+
+    ``components`` (optional, (m, d) bool): seed 001's dimension subsampling — only the
+    derivative basis functions ∂_i k(Y_a, ·) with ``components[a, i]`` are used (the index set I).
+    """
 
     Y: np.ndarray
     bandwidth: float
     kernel_name: str = "gaussian"
     shift: np.ndarray | None = None
+    components: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         Y = np.array(self.Y, dtype=np.float64, copy=True)
@@ -44,6 +49,17 @@ class NystromBasis:
             raise ValueError(f"shift must have shape ({Y.shape[1]},); got {shift.shape}")
         shift.setflags(write=False)
         object.__setattr__(self, "shift", shift)
+        if self.components is not None:
+            comp = np.array(self.components, dtype=bool)
+            if comp.shape != Y.shape or not comp.any():
+                raise ValueError(f"components must be a non-empty (m, d) = {Y.shape} boolean mask; got shape {comp.shape}")
+            comp.setflags(write=False)
+            object.__setattr__(self, "components", comp)
+
+    @property
+    def index(self) -> np.ndarray | None:
+        """Flat indices a·d + i of the used components (None: all md)."""
+        return None if self.components is None else np.flatnonzero(self.components.ravel())
 
     @property
     def n_basis(self) -> int:
@@ -64,18 +80,26 @@ class NystromBasis:
         h.update(np.array(self.Y.shape, dtype="<i8").tobytes())
         for a in (self.Y, np.array([self.bandwidth]), self.shift):
             h.update(np.ascontiguousarray(a, dtype="<f8").tobytes())
+        if self.components is not None:
+            h.update(b"components")
+            h.update(np.ascontiguousarray(self.components, dtype="u1").tobytes())
         return h.hexdigest()
 
     def with_bandwidth(self, bandwidth: float) -> NystromBasis:
-        return NystromBasis(self.Y, bandwidth, self.kernel_name, self.shift)
+        return NystromBasis(self.Y, bandwidth, self.kernel_name, self.shift, self.components)
 
     def __repr__(self) -> str:
         return (f"NystromBasis(m={self.n_basis}, d={self.n_dims}, kernel={self.kernel_name!r}, "
                 f"bandwidth={self.bandwidth:.6g}, fingerprint={self.fingerprint[:12]})")
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"Y": self.Y, "bandwidth": np.array(self.bandwidth), "shift": self.shift}
+        out = {"Y": self.Y, "bandwidth": np.array(self.bandwidth), "shift": self.shift}
+        if self.components is not None:
+            out["components"] = self.components.astype(np.int8)
+        return out
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], kernel_name: str) -> NystromBasis:
-        return cls(arrays["Y"], float(arrays["bandwidth"]), kernel_name, arrays["shift"])
+        comp = arrays.get("components")
+        return cls(arrays["Y"], float(arrays["bandwidth"]), kernel_name, arrays["shift"],
+                   None if comp is None else np.asarray(comp).astype(bool))

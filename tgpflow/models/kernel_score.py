@@ -31,9 +31,9 @@ from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
 from tgpflow.models.streaming import StreamingMixin
-from tgpflow.solve.kef import REGULARIZERS, diag_h, kef_h, spectral_solve, tikhonov_direct
+from tgpflow.solve.kef import REGULARIZERS, diag_h, kef_h, lite_r, spectral_solve, tikhonov_direct
 from tgpflow.solve.tgp import Base, base_from_moments
-from tgpflow.stats.kef import DiagStats, KEFStats, diag_chunk_stats, kef_chunk_stats
+from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats, diag_chunk_stats, kef_chunk_stats, lite_chunk_stats
 from tgpflow.stats.reduce import accumulate as run_pass
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
@@ -49,8 +49,8 @@ class KernelEvaluator:
     """Score, divergence and (curl-free) log density of ``Σ_a K(·, Y_a)c_a + log q0``."""
 
     basis: NystromBasis
-    kind: str  # "curl_free" or "diagonal"
-    coef: np.ndarray  # (m, d)
+    kind: str  # "curl_free", "diagonal" or "lite"
+    coef: np.ndarray  # (m, d); (m,) for lite
     base: Base | None
     block_rows: int = 2048
 
@@ -68,12 +68,15 @@ class KernelEvaluator:
 
     def log_density(self, x: np.ndarray) -> np.ndarray:
         """f(x) + log q0(x), f = Σ_a −2ψ'(u_a) r_aᵀc_a (curl-free only; unnormalised)."""
-        if self.kind != "curl_free":
+        if self.kind == "diagonal":
             raise AttributeError("a diagonal-kernel score is not a gradient field: it has no log density")
         out = np.empty(x.shape[0])
         for start, xb in self._blocks(x):
-            r, alpha, _, _ = self.basis.kernel.curl_free_parts(xb, self.basis.Y)
-            f = np.einsum("nm,nmd,md->n", alpha, r, self.coef)
+            if self.kind == "lite":
+                f = self.basis.kernel(xb, self.basis.Y) @ self.coef
+            else:
+                r, alpha, _, _ = self.basis.kernel.curl_free_parts(xb, self.basis.Y)
+                f = np.einsum("nm,nmd,md->n", alpha, r, self.coef)
             out[start:start + xb.shape[0]] = f + self._base_terms(xb)[0]
         return out
 
@@ -85,6 +88,12 @@ class KernelEvaluator:
             rc = np.einsum("nmd,md->nm", r, self.coef)
             score = alpha @ self.coef + np.einsum("nm,nmd->nd", kappa * rc, r)
             div = np.einsum("nm,nm->n", omega, rc)
+        elif self.kind == "lite":
+            r = xb[:, None, :] - self.basis.Y[None, :, :]
+            u = np.einsum("nmd,nmd->nm", r, r)
+            _, d1, d2, _ = k.profile(u)
+            score = np.einsum("nm,nmd->nd", 2.0 * d1 * self.coef, r)
+            div = (4.0 * d2 * u + 2.0 * xb.shape[1] * d1) @ self.coef
         else:
             r = xb[:, None, :] - self.basis.Y[None, :, :]
             kv, d1, _, _ = k.profile(np.einsum("nmd,nmd->nm", r, r))
@@ -149,10 +158,15 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         self.random_state = random_state
 
     @classmethod
-    def preset(cls, name: str, **params: Any) -> ScoreEstimator:
-        """A named estimator of MATH.md §7: stein, ssge, nkef, nu_method, landweber."""
+    def preset(cls, name: str, **params: Any) -> Any:
+        """A named estimator of MATH.md §7: stein, ssge, nkef, nu_method, landweber — and kef / kef_cg,
+        the full (non-Nyström, in-memory, small n) kernel exponential family, as :class:`FullKEF`."""
+        if name in ("kef", "kef_cg"):
+            from tgpflow.models.full_kef import FullKEF
+
+            return FullKEF(solver="direct" if name == "kef" else "cg", **params)
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS)}")
+            raise ValueError(f"unknown preset {name!r}; choose from {sorted(PRESETS) + ['kef', 'kef_cg']}")
         kernel, regularizer = PRESETS[name]
         return cls(kernel=kernel, regularizer=regularizer, **params)
 
@@ -204,8 +218,15 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         shift = rows.mean(axis=0) if rows is not None else Y.mean(axis=0)
         return NystromBasis(Y, bw, self.radial, shift)
 
+    @property
+    def _kind(self) -> str:
+        return self.kernel
+
     def _chunk_fn(self) -> Any:
-        return kef_chunk_stats if self.kernel == "curl_free" else diag_chunk_stats
+        return {"curl_free": kef_chunk_stats, "diagonal": diag_chunk_stats, "lite": lite_chunk_stats}[self._kind]
+
+    def _stats_type(self) -> type:
+        return {"curl_free": KEFStats, "diagonal": DiagStats, "lite": LiteStats}[self._kind]
 
     # -- the public pieces --------------------------------------------------------------
     def accumulate(self, X: Any, *, columns: list[str] | None = None, basis: Any = None) -> KEFStats | DiagStats:
@@ -250,9 +271,9 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         basis = basis if basis is not None else getattr(self, "basis_", None)
         if basis is None:
             raise ValueError("fit_from_stats needs the basis the statistics were computed with: pass basis=…")
-        expected = KEFStats if self.kernel == "curl_free" else DiagStats
+        expected = self._stats_type()
         if not isinstance(stats, expected):
-            raise TypeError(f"kernel {self.kernel!r} needs {expected.__name__}, got {type(stats).__name__}")
+            raise TypeError(f"this model ({self._kind}) needs {expected.__name__}, got {type(stats).__name__}")
         stats.check_basis(basis)
         base = base_from_moments(stats.moments) if self.base == "gaussian" else None
         with phase("solve", kernel=self.kernel, regularizer=self.regularizer, n_basis=basis.n_basis):
@@ -262,14 +283,21 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         self.n_features_in_ = basis.n_dims
         self.bandwidth_ = basis.bandwidth
         self.base_ = base
-        self._evaluator = KernelEvaluator(basis, self.kernel, self.coef_, base)
+        self._evaluator = KernelEvaluator(basis, self._kind, self.coef_, base)
         return self
 
     def _solve(self, stats: Any, basis: NystromBasis, base: Base | None) -> tuple[np.ndarray, dict[str, Any]]:
         m, d, n, lam = basis.n_basis, basis.n_dims, stats.n, float(self.lam)
         Y = basis.Y
-        if self.kernel == "curl_free":
+        if self._kind == "lite":  # α = −(Cl/N + λ(K_YY + I))⁻¹ r_l/N (seed 001's lite, λ/2 scaling: B3)
+            G = basis.kernel(Y, Y) + np.eye(m)
+            alpha = tikhonov_direct(stats.Cl, lite_r(stats, basis, base), G, n, lam, 0.0)
+            return alpha, {"regularizer": "tikhonov", "method": "cholesky", "model": "lite"}
+        index = basis.index if self._kind == "curl_free" else None
+        if self._kind == "curl_free":
             C, h, G = stats.C, kef_h(stats, basis, base).reshape(m * d), basis.kernel.curl_free_gram(Y, Y)
+            if index is not None:  # dimension subsampling: rows/cols of G and entries of h restricted to I
+                h, G = h[index], G[np.ix_(index, index)]
         else:
             C, h, G = stats.Ck, diag_h(stats, basis, base), basis.kernel(Y, Y)
         if self.regularizer == "tikhonov":
@@ -279,6 +307,10 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
             c, info = spectral_solve(C, h, G, n, lam, self.regularizer, nu=float(self.nu))
         if not np.all(np.isfinite(c)):
             raise FloatingPointError("the kernel solve gave non-finite coefficients; raise lam or eps")
+        if index is not None:
+            full = np.zeros(m * d)
+            full[index] = c
+            c = full
         return c.reshape(m, d), info
 
     def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None) -> ScoreEstimator:
@@ -327,7 +359,7 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
                                          meta["radial"])
         if basis.fingerprint != meta["fingerprint"]:
             raise ModelFileError(f"{path}: the stored basis does not match its fingerprint; the file was modified")
-        kind = KEFStats if est.kernel == "curl_free" else DiagStats
+        kind = est._stats_type()
         stats = kind.from_arrays(meta["fingerprint"], {k.split(".", 1)[1]: v for k, v in arrays.items()
                                                         if k.startswith("stats.")})
         if meta.get("feature_names_in"):
@@ -350,9 +382,12 @@ class NystromKEF(ScoreEstimator):
     kernel = "curl_free"  # fixed: a class attribute, not a parameter
 
     def __init__(self, *, n_basis: int = 100, bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat",
-                 radial: str = "gaussian", regularizer: str = "tikhonov", nu: float = 1.0, eps: float = 1e-5,
+                 lite: bool = False, n_components: int | None = None, radial: str = "gaussian",
+                 regularizer: str = "tikhonov", nu: float = 1.0, eps: float = 1e-5,
                  pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0):
+        self.lite = lite
+        self.n_components = n_components
         self.n_basis = n_basis
         self.bandwidth = bandwidth
         self.lam = lam
@@ -367,6 +402,30 @@ class NystromKEF(ScoreEstimator):
         self.split_every = split_every
         self.random_state = random_state
 
+    @property
+    def _kind(self) -> str:
+        return "lite" if self.lite else "curl_free"
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.lite and self.regularizer != "tikhonov":
+            raise ValueError("the lite model is solved with its own Tikhonov regulariser; use regularizer='tikhonov'")
+        if self.n_components is not None and not (isinstance(self.n_components, numbers.Integral) and self.n_components >= 1):
+            raise ValueError(f"n_components must be None or a positive integer; got {self.n_components!r}")
+        if self.lite and self.n_components is not None:
+            raise ValueError("dimension subsampling (n_components) applies to the derivative basis, not to lite")
+
+    def _make_basis(self, source: Any, given: Any) -> NystromBasis:
+        basis = super()._make_basis(source, given)
+        if self.n_components is None or isinstance(given, NystromBasis) or self.n_components >= basis.n_dims:
+            return basis
+        # seed 001 §3: exactly ℓ of the d components of each basis point, uniformly, seeded
+        rng = np.random.default_rng(np.random.SeedSequence(self.random_state).spawn(2)[1])
+        mask = np.zeros(basis.Y.shape, dtype=bool)
+        for a in range(basis.n_basis):
+            mask[a, rng.choice(basis.n_dims, int(self.n_components), replace=False)] = True
+        return NystromBasis(basis.Y, basis.bandwidth, basis.kernel_name, basis.shift, mask)
+
     def log_density(self, X: Any) -> Any:
         """Unnormalised log density f(x) + log q0(x), shape (n,)."""
         check_is_fitted(self, "coef_")
@@ -377,5 +436,5 @@ class NystromKEF(ScoreEstimator):
 
     @property
     def beta_(self) -> np.ndarray:
-        """β of MATH.md §6, (m, d)."""
+        """β of MATH.md §6, (m, d) (α, (m,), for lite)."""
         return self.coef_

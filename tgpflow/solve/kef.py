@@ -24,9 +24,9 @@ import scipy.linalg
 
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.solve.tgp import Base
-from tgpflow.stats.kef import DiagStats, KEFStats
+from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 
-__all__ = ["REGULARIZERS", "kef_h", "diag_h", "tikhonov_direct", "spectral_solve", "check_memory", "nu_method_coeffs"]
+__all__ = ["REGULARIZERS", "kef_h", "diag_h", "lite_r", "tikhonov_direct", "spectral_solve", "check_memory", "nu_method_coeffs"]
 
 REGULARIZERS = ("tikhonov", "cutoff", "landweber", "nu")
 
@@ -60,6 +60,16 @@ def diag_h(stats: DiagStats, basis: NystromBasis, base: Base | None) -> np.ndarr
     if base is not None:
         h -= (stats.S1 - np.outer(stats.S0, base.mean - basis.shift)) @ base.precision.T
     return h
+
+
+def lite_r(stats: LiteStats, basis: NystromBasis, base: Base | None) -> np.ndarray:
+    """r_l (m,) of the lite model: Σ_x Δ_x k(Y_a, x) + Σ_x ∇_x k(Y_a, x)·∇log q0(x) (MATH.md §6)."""
+    r = stats.lap.copy()
+    if base is not None:
+        P0 = base.precision
+        r -= np.einsum("ajl,jl->a", stats.L2, P0)
+        r += stats.L1 @ (P0 @ (base.mean - basis.shift))
+    return r
 
 
 def tikhonov_direct(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, eps: float = 1e-5) -> np.ndarray:

@@ -32,7 +32,8 @@ from tgpflow.io.artifact import read_artifact, write_artifact
 from tgpflow.stats.moments import Moments
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
-__all__ = ["KEFStats", "DiagStats", "kef_chunk_stats", "diag_chunk_stats", "kef_block_rows"]
+__all__ = ["KEFStats", "DiagStats", "LiteStats", "kef_chunk_stats", "diag_chunk_stats", "lite_chunk_stats",
+           "kef_block_rows"]
 
 
 class _ArrayStats:
@@ -108,8 +109,30 @@ class KEFStats(_ArrayStats):
     @classmethod
     def zero(cls, basis: NystromBasis) -> KEFStats:
         m, d = basis.n_basis, basis.n_dims
-        return cls(basis.fingerprint, Moments.zero(d), np.zeros((m * d, m * d)), np.zeros((m, d)),
+        size = m * d if basis.index is None else basis.index.size  # C only over the index set I
+        return cls(basis.fingerprint, Moments.zero(d), np.zeros((size, size)), np.zeros((m, d)),
                    np.zeros((m, d, d)), np.zeros((m, d, d, d)))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LiteStats(_ArrayStats):
+    """Statistics of the lite model f = Σ_a α_a k(Y_a, ·) (MATH.md §6): ``Cl = Σ_x D(x)ᵀD(x)`` (m × m),
+    ``D(x) = [∇_x k(Y_a, x)]_a``; ``lap[a] = Σ_x Δ_x k(Y_a, x)``; for a Gaussian base
+    ``L1[a] = Σ_x ∇_x k(Y_a, x)`` and ``L2[a] = Σ_x ∇_x k(Y_a, x)(x − x₀)ᵀ``."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("Cl", "lap", "L1", "L2")
+    fingerprint: str
+    moments: Moments
+    Cl: np.ndarray
+    lap: np.ndarray
+    L1: np.ndarray
+    L2: np.ndarray
+
+    @classmethod
+    def zero(cls, basis: NystromBasis) -> LiteStats:
+        m, d = basis.n_basis, basis.n_dims
+        return cls(basis.fingerprint, Moments.zero(d), np.zeros((m, m)), np.zeros(m), np.zeros((m, d)),
+                   np.zeros((m, d, d)))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -162,6 +185,8 @@ def kef_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOC
         r, alpha, kappa, omega = basis.kernel.curl_free_parts(xb, basis.Y)
         blocks = curl_free_blocks(r, alpha, kappa)  # (nb, d, m, d)
         stacked = blocks.reshape(xb.shape[0] * d, m * d)
+        if basis.index is not None:  # dimension subsampling: the SYRK shrinks with |I|²
+            stacked = np.ascontiguousarray(stacked[:, basis.index])
         np.matmul(stacked.T, stacked, out=prod)  # SYRK inside NumPy's matmul (GIL released)
         C += prod
         h += np.einsum("nm,nmd->md", omega, r)
@@ -185,4 +210,25 @@ def diag_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLO
         out.h_grad[...] += np.einsum("nm,nmd->md", 2.0 * d1, r)
         out.S0[...] += k.sum(axis=0)
         out.S1[...] += k.T @ (xb - basis.shift)
+    return dataclasses.replace(out, moments=moments)
+
+
+def lite_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> LiteStats:
+    """Lite statistics of one chunk of rows (MATH.md §6), in row blocks; float64."""
+    x = _check(x, basis)
+    out = LiteStats.zero(basis)
+    moments = Moments.from_rows(x)
+    m, d = basis.n_basis, basis.n_dims
+    rows = max(1, int(block_bytes) // (8 * m * (3 * d + 4)))
+    for start in range(0, x.shape[0], rows):
+        xb = x[start:start + rows]
+        r = xb[:, None, :] - basis.Y[None, :, :]
+        u = np.einsum("nmd,nmd->nm", r, r)
+        _, d1, d2, _ = basis.kernel.profile(u)
+        D = (2.0 * d1)[:, :, None] * r  # (nb, m, d): ∇_x k(Y_a, x) = 2ψ'(u) r
+        stacked = np.ascontiguousarray(D.transpose(0, 2, 1)).reshape(xb.shape[0] * d, m)
+        out.Cl[...] += stacked.T @ stacked
+        out.lap[...] += np.sum(4.0 * d2 * u + 2.0 * d * d1, axis=0)
+        out.L1[...] += D.sum(axis=0)
+        out.L2[...] += np.einsum("nmj,nl->mjl", D, xb - basis.shift)
     return dataclasses.replace(out, moments=moments)
