@@ -98,3 +98,29 @@ def test_fit_rejects_bad_numbers(tmp_path, rng):
     src, _ = _data(tmp_path, rng)
     r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "m.zarr"), "--lam", "abc"])
     assert r.exit_code == 2 and "--lam" in r.output
+
+
+def test_fit_kernel_models_then_score_and_info(tmp_path, rng):
+    src, X = _data(tmp_path, rng)
+    runner = CliRunner()
+    kef = str(tmp_path / "kef.zarr")
+    r = runner.invoke(main, ["fit", src, "--model", "nkef", "--out", kef, "--n-basis", "20", "--base", "gaussian",
+                             "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout.strip().splitlines()[-1])["rows"] == 2000
+    est = tgpflow.load(kef)
+    assert isinstance(est, tgpflow.NystromKEF) and est.base == "gaussian"
+    r = runner.invoke(main, ["score", kef, src, "--out", str(tmp_path / "s.parquet"), "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_allclose(pd.read_parquet(tmp_path / "s.parquet")["log_density"].to_numpy(),
+                               est.log_density(pd.DataFrame(X, columns=["u", "v"])), rtol=1e-10)
+    r = runner.invoke(main, ["info", kef])
+    assert r.exit_code == 0 and json.loads(r.stdout)["n_basis"] == 20
+    stein = str(tmp_path / "stein.zarr")
+    r = runner.invoke(main, ["fit", src, "--model", "score", "--kernel", "diagonal", "--out", stein, "--n-basis", "20",
+                             "--lam", "auto", "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["score", stein, src, "--out", str(tmp_path / "t.parquet"), "--progress", "none"])
+    assert r.exit_code == 1 and "no log density" in r.output
+    r = runner.invoke(main, ["fit", src, "--model", "nkef", "--base", "learn", "--out", str(tmp_path / "x.zarr")])
+    assert r.exit_code == 2

@@ -283,3 +283,26 @@ def test_dimension_subsampling_is_the_brute_force_minimiser_on_its_index_set(gau
     beta, *_ = quadratic_minimiser(obj, idx.size)
     np.testing.assert_allclose(est.beta_.ravel()[idx], beta, rtol=2e-5, atol=2e-5 * np.abs(beta).max())
     assert np.all(est.beta_.ravel()[~mask.ravel()] == 0)
+
+
+@pytest.mark.parametrize("kwargs", [dict(kernel="curl_free", base="gaussian"), dict(kernel="diagonal", base="flat"),
+                                    dict(kernel="curl_free", regularizer="cutoff", base="flat")])
+def test_heldout_selection_equals_refits_scored_row_by_row(gaussian_mix, kwargs):
+    from tgpflow.models.kernel_score import SPLIT_SALT
+    from tgpflow.stats.split import validation_mask
+
+    X = gaussian_mix
+    Y = X[::40]
+    lams, bws = [1e-4, 1e-2, 1.0], [0.5, 1.5]
+    est = ScoreEstimator(lam="auto", lam_grid=lams, bandwidth=bws, validation_fraction=0.3, **kwargs).fit(X, basis=Y)
+    held = validation_mask(np.arange(X.shape[0]), 0.3, SPLIT_SALT)
+    direct = []
+    for bw in bws:
+        for lam in lams:
+            ref = ScoreEstimator(lam=lam, bandwidth=bw, **kwargs).fit(X[~held], basis=Y)
+            direct.append(float(np.mean(ref.hyvarinen_terms(X[held]))))
+    curve = [c["loss"] for c in est.selection_["curve"]]
+    np.testing.assert_allclose(curve, direct, rtol=1e-7, atol=1e-9)
+    best = int(np.argmin(direct))
+    assert (est.bandwidth_, est.lam_) == (est.selection_["curve"][best]["bandwidth"], est.selection_["curve"][best]["lam"])
+    assert est.n_samples_seen_ == X.shape[0]

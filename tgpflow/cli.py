@@ -142,18 +142,26 @@ def _split(columns: str | None) -> list[str] | None:
 
 @main.command()
 @click.argument("source")
-@click.option("--model", "method", type=click.Choice(["fd", "ncfd", "fvpd", "map", "kde_rff"]), default="fvpd",
-              show_default=True)
+@click.option("--model", "method", type=click.Choice(["fd", "ncfd", "fvpd", "map", "kde_rff", "nkef", "score"]),
+              default="fvpd", show_default=True,
+              help="A GP-tilted density method, nkef (Nyström kernel exponential family) or score (kernel score estimator).")
 @click.option("--out", required=True, type=click.Path(dir_okay=True, file_okay=False), help="Model path (.zarr).")
 @_columns
 @_scheduler
 @click.option("--n-features", default=1000, show_default=True, type=click.IntRange(min=1))
-@click.option("--lam", default="0.1", show_default=True, help="A positive number, or 'auto' (held-out selection).")
-@click.option("--bandwidth", default="scott", show_default=True,
-              help="'scott', a positive number, or a comma list of them (a held-out grid).")
+@click.option("--lam", default=None, help="A positive number, or 'auto' (held-out selection). Default: the model's "
+              "(0.1 for GP-tilted, 1e-3 for kernel models).")
+@click.option("--bandwidth", default=None, help="'scott' (GP-tilted default), 'median' (kernel default), a positive "
+              "number, or a comma list of them (a held-out grid).")
 @click.option("--noise-levels", default=10, show_default=True, type=click.IntRange(min=1), help="NCFD levels H.")
 @click.option("--sigma-max", default="auto", show_default=True, help="NCFD σ_max: 'auto' (√trΣ/d) or a number.")
-@click.option("--base", default="empirical", show_default=True, type=click.Choice(["empirical", "learn"]))
+@click.option("--base", default=None, type=click.Choice(["empirical", "learn", "flat", "gaussian"]),
+              help="GP-tilted: empirical (default) or learn; kernel models: flat (default) or gaussian.")
+@click.option("--n-basis", default=100, show_default=True, type=click.IntRange(min=1), help="Kernel models: basis points m.")
+@click.option("--kernel", default="curl_free", show_default=True, type=click.Choice(["curl_free", "diagonal"]),
+              help="--model score: the matrix kernel.")
+@click.option("--regularizer", default="tikhonov", show_default=True,
+              type=click.Choice(["tikhonov", "cutoff", "landweber", "nu"]), help="Kernel models: the spectral filter.")
 @click.option("--validation-fraction", default=0.1, show_default=True, type=click.FloatRange(0, 1, min_open=True,
               max_open=True), help="Rows held out (by a hash of their position) when selecting.")
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -162,32 +170,47 @@ def _split(columns: str | None) -> list[str] | None:
               help="Without --scheduler: threads (auto; measured fastest on one machine) or an embedded LocalCluster.")
 @_progress_opt
 def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
-        lam: str, bandwidth: str, noise_levels: int, sigma_max: str, base: str, validation_fraction: float, seed: int,
-        on_bad_rows: str, local: str, progress_mode: str) -> None:
-    """Fit a GP-tilted density (FD, NCFD, FVPD, MAP or the KDE-RFF baseline) to SOURCE; write it to --out."""
-    from tgpflow import GPTiltedDensity
+        lam: str | None, bandwidth: str | None, noise_levels: int, sigma_max: str, base: str | None, n_basis: int,
+        kernel: str, regularizer: str, validation_fraction: float, seed: int, on_bad_rows: str, local: str,
+        progress_mode: str) -> None:
+    """Fit a model to SOURCE and write it to --out: a GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF
+    baseline), a Nyström kernel exponential family (nkef) or a kernel score estimator (score)."""
+    from tgpflow import GPTiltedDensity, NystromKEF, ScoreEstimator
     from tgpflow.cluster import dask_client
     from tgpflow.io.sources import as_source
 
-    bw: Any = "scott" if bandwidth == "scott" else _numbers(bandwidth, "--bandwidth")
+    kernel_model = method in ("nkef", "score")
+    bandwidth = bandwidth or ("median" if kernel_model else "scott")
+    bw: Any = bandwidth if bandwidth in ("scott", "median") else _numbers(bandwidth, "--bandwidth")
     if isinstance(bw, list) and len(bw) == 1:
         bw = bw[0]
+    lam = lam or ("1e-3" if kernel_model else "0.1")
     lam_value: Any = "auto" if lam == "auto" else _numbers(lam, "--lam", single=True)
     smax: Any = "auto" if sigma_max == "auto" else _numbers(sigma_max, "--sigma-max", single=True)
+    base = base or ("flat" if kernel_model else "empirical")
+    if kernel_model != (base in ("flat", "gaussian")):
+        raise click.BadParameter(f"{base!r} is not a base of --model {method}", param_hint="--base")
     with _runtime_errors():
         src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
-        work = float(src.n_rows or 0) * n_features**2 if src.n_rows is not None else None
-        est = GPTiltedDensity(method=method, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
-                              noise_levels=noise_levels, sigma_max=smax, base=base,
-                              validation_fraction=validation_fraction, on_bad_rows=on_bad_rows)
+        if kernel_model:
+            work = float(src.n_rows or 0) * (n_basis * src.n_columns) ** 2 * src.n_columns if src.n_rows else None
+            common = dict(n_basis=n_basis, lam=lam_value, bandwidth=bw, base=base, regularizer=regularizer,
+                          validation_fraction=validation_fraction, random_state=seed, on_bad_rows=on_bad_rows)
+            est = NystromKEF(**common) if method == "nkef" else ScoreEstimator(kernel=kernel, **common)
+        else:
+            work = float(src.n_rows or 0) * n_features**2 if src.n_rows is not None else None
+            est = GPTiltedDensity(method=method, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
+                                  noise_levels=noise_levels, sigma_max=smax, base=base,
+                                  validation_fraction=validation_fraction, on_bad_rows=on_bad_rows)
         t0 = time.perf_counter()
         with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client):
             est.fit(src)
         est.save(out)
         click.echo(json.dumps({
             "model": out, "method": method, "rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_,
-            "columns": src.columns, "n_features": n_features, "bandwidth": est.bandwidth_,
-            "lam": est.lam_ if math.isfinite(est.lam_) else None, "selected": getattr(est, "selection_", {}).get("chosen"),
+            "columns": src.columns, "n_features": None if kernel_model else n_features, "bandwidth": est.bandwidth_,
+            "lam": est.lam_ if math.isfinite(est.lam_) else None, "n_rows_dropped": getattr(est, "last_rows_dropped_", 0),
+            "selected": getattr(est, "selection_", {}).get("chosen"),
             "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
             "seconds": round(time.perf_counter() - t0, 2)}, default=str))
 
@@ -223,11 +246,14 @@ def score(model: str, source: str, out: str, columns: str | None, scheduler: str
 
     with _runtime_errors():
         est = _load(model)
+        if not hasattr(est, "log_density"):
+            raise click.ClickException(f"{model}: a {type(est).__name__} estimates a score, not a density; "
+                                       f"it has no log density to write")
         est.on_bad_rows = on_bad_rows
         names = getattr(est, "feature_names_in_", None)
         cols = _split(columns) or ([str(c) for c in names] if names is not None else None)
         src = as_source(source, columns=cols, on_bad_rows=on_bad_rows)
-        work = float(src.n_rows or 0) * est.n_features**2 if src.n_rows is not None else None
+        work = float(src.n_rows or 0) * getattr(est, "n_features", 0) ** 2 if src.n_rows is not None else None
         with dask_client(scheduler, work=work) as client, _progress(progress_mode, client), atomic_path(out) as tmp:
             values = est.log_density(src)
             frame = dd.from_dask_array(values, columns="log_density").to_frame()
@@ -249,6 +275,9 @@ def sample(model: str, n_samples: int, out: str, seed: int) -> None:
 
     with _runtime_errors():
         est = _load(model)
+        if not hasattr(est, "sample"):
+            raise click.ClickException(f"{model}: sampling a {type(est).__name__} needs a score-based sampler "
+                                       f"(Langevin/SVGD), which this release does not have yet")
         rows = est.sample(n_samples, random_state=seed)
         names = getattr(est, "feature_names_in_", None)
         names = [str(c) for c in names] if names is not None else [f"x{j}" for j in range(rows.shape[1])]
@@ -276,6 +305,9 @@ def report(model: str, source: str, out: str, columns: str | None, directions: i
 
     with _runtime_errors():
         est = _load(model)
+        if not hasattr(est, "method"):
+            raise click.ClickException(f"{model}: reports are implemented for GP-tilted densities in this release, "
+                                       f"not for a {type(est).__name__}")
         with dask_client(scheduler, work=None):
             metrics = write_report(est, source, out, n_directions=directions, n_model_samples=model_samples,
                                    random_state=seed, columns=_split(columns))
@@ -292,10 +324,12 @@ def info(model: str) -> None:
     with _runtime_errors():
         kind, arrays, meta = read_artifact(Path(model))
         est = _load(model)
+        draw = getattr(est, "features_", None) or est.basis_
         click.echo(json.dumps({
-            "kind": kind, "method": est.method, "rows": est.n_samples_seen_, "d": est.n_features_in_,
-            "n_features": est.features_.n_features, "bandwidth": est.bandwidth_,
-            "fingerprint": est.features_.fingerprint, "columns": meta.get("feature_names_in"),
+            "kind": kind, "method": getattr(est, "method", getattr(est, "_kind", None)), "rows": est.n_samples_seen_,
+            "d": est.n_features_in_, "n_features": getattr(draw, "n_features", None),
+            "n_basis": getattr(draw, "n_basis", None), "bandwidth": est.bandwidth_,
+            "fingerprint": draw.fingerprint, "columns": meta.get("feature_names_in"),
             "params": meta.get("params"), "solver": meta.get("solver_info"), "pilot": meta.get("pilot"),
             "created": meta.get("created"), "tgpflow_version": meta.get("tgpflow_version"),
             "arrays": {k: list(v.shape) for k, v in arrays.items()}}, indent=2, default=str))

@@ -31,13 +31,19 @@ from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
 from tgpflow.models.streaming import StreamingMixin
-from tgpflow.solve.kef import REGULARIZERS, diag_h, kef_h, lite_r, spectral_solve, tikhonov_direct
+from tgpflow.solve.kef import REGULARIZERS, diag_h, kef_h, kernel_heldout_loss, lite_r, spectral_solve, tikhonov_direct
 from tgpflow.solve.tgp import Base, base_from_moments
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats, diag_chunk_stats, kef_chunk_stats, lite_chunk_stats
 from tgpflow.stats.reduce import accumulate as run_pass
+from tgpflow.stats.split import StatsBundle, split_chunk_stats
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
 __all__ = ["KernelEvaluator", "ScoreEstimator", "NystromKEF", "PRESETS"]
+
+#: λ grid of ``lam="auto"``: 13 values, 10⁻⁶ … 1, two per decade.
+DEFAULT_KERNEL_LAM_GRID = tuple(float(v) for v in np.logspace(-6, 0, 13))
+#: Salt of the hashed train/validation split (the same as the GP-tilted density's: same rows held out).
+SPLIT_SALT = 0x7467_7066_6C6F_77
 
 #: Named estimators of MATH.md §7 (kernel, regularizer).
 PRESETS = {"stein": ("diagonal", "tikhonov"), "ssge": ("diagonal", "cutoff"), "nkef": ("curl_free", "tikhonov"),
@@ -120,6 +126,10 @@ def _positive(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(v) and v > 0
 
 
+def _is_grid(v: Any) -> bool:
+    return isinstance(v, (list, tuple, np.ndarray))
+
+
 class ScoreEstimator(StreamingMixin, BaseEstimator):
     """Kernel score estimator on a Nyström basis (seed 000 in the streamed form of MATH.md §7).
 
@@ -128,9 +138,14 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
     kernel : {"curl_free", "diagonal"} — the matrix-valued kernel K.
     regularizer : {"tikhonov", "cutoff", "landweber", "nu"} — the spectral filter g_λ.
     n_basis : int, m — basis points drawn from the pilot sample (ignored when a basis is given).
-    bandwidth : "median" or float — σ_k of k = ψ(‖x−y‖²/σ_k); "median": the median heuristic.
-    lam : float — λ of the filter (Tikhonov ridge; cut-off threshold; 1/λ Landweber steps;
-        λ^{−1/2} ν-method steps).
+    bandwidth : "median", float or a list of floats — σ_k of k = ψ(‖x−y‖²/σ_k); "median": the
+        median heuristic; a list: a grid selected on held-out rows, every σ_k accumulated in the
+        same pass (G× its cost).
+    lam : float or "auto" — λ of the filter (Tikhonov ridge; cut-off threshold; 1/λ Landweber
+        steps; λ^{−1/2} ν-method steps). "auto": selected from ``lam_grid`` by the held-out
+        Hyvärinen loss, computed from validation statistics (no extra pass; one solve per value).
+    lam_grid : list of floats, optional — default 10⁻⁶ … 1 (13 values).
+    validation_fraction : float — rows held out when selecting (a fixed hash of their position).
     base : {"flat", "gaussian"} — q0: uniform, or N(μ0, Σ0) with the exact moments of the pass.
     radial : {"gaussian", "imq"} — the scalar kernel.
     nu : float — ν of the ν-method.
@@ -139,10 +154,13 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
     """
 
     def __init__(self, *, kernel: str = "curl_free", regularizer: str = "tikhonov", n_basis: int = 100,
-                 bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat", radial: str = "gaussian",
-                 nu: float = 1.0, eps: float = 1e-5, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
+                 bandwidth: str | float | list[float] = "median", lam: float | str = 1e-3, base: str = "flat",
+                 radial: str = "gaussian", nu: float = 1.0, eps: float = 1e-5, lam_grid: list[float] | None = None,
+                 validation_fraction: float = 0.1, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0):
         self.kernel = kernel
+        self.lam_grid = lam_grid
+        self.validation_fraction = validation_fraction
         self.regularizer = regularizer
         self.n_basis = n_basis
         self.bandwidth = bandwidth
@@ -177,10 +195,18 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
             raise ValueError(f"regularizer must be one of {REGULARIZERS}; got {self.regularizer!r}")
         if not isinstance(self.n_basis, numbers.Integral) or self.n_basis < 1:
             raise ValueError(f"n_basis must be a positive integer; got {self.n_basis!r}")
-        if not (self.bandwidth == "median" or _positive(self.bandwidth)):
-            raise ValueError(f"bandwidth must be 'median' or a positive number; got {self.bandwidth!r}")
-        if not _positive(self.lam):
-            raise ValueError(f"lam must be a positive number; got {self.lam!r}")
+        if _is_grid(self.bandwidth):
+            if not (len(self.bandwidth) > 0 and all(_positive(v) for v in self.bandwidth)):
+                raise ValueError(f"a bandwidth grid must be a non-empty list of positive numbers; got {self.bandwidth!r}")
+        elif not (self.bandwidth == "median" or _positive(self.bandwidth)):
+            raise ValueError(f"bandwidth must be 'median', a positive number or a list; got {self.bandwidth!r}")
+        if not (self.lam == "auto" or _positive(self.lam)):
+            raise ValueError(f"lam must be a positive number or 'auto'; got {self.lam!r}")
+        if self.lam_grid is not None and not (_is_grid(self.lam_grid) and len(self.lam_grid) > 0
+                                              and all(_positive(v) for v in self.lam_grid)):
+            raise ValueError(f"lam_grid must be a non-empty list of positive numbers; got {self.lam_grid!r}")
+        if not (isinstance(self.validation_fraction, numbers.Real) and 0 < self.validation_fraction < 1):
+            raise ValueError(f"validation_fraction must be in (0, 1); got {self.validation_fraction!r}")
         if self.base not in ("flat", "gaussian"):
             raise ValueError(f"base must be 'flat' or 'gaussian'; got {self.base!r}")
         if self.radial not in KERNELS:
@@ -214,7 +240,10 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
             Y = np.asarray(given, dtype=np.float64)
             if Y.ndim != 2 or Y.shape[1] != source.n_columns:
                 raise ValueError(f"basis must be an (m, {source.n_columns}) array; got shape {Y.shape}")
-        bw = median_heuristic(rows, random_state=self.random_state) if self.bandwidth == "median" else float(self.bandwidth)
+        if self.bandwidth == "median":
+            bw = median_heuristic(rows, random_state=self.random_state)
+        else:  # a grid shares Y; each σ_k is applied in the pass
+            bw = float(self.bandwidth[0]) if _is_grid(self.bandwidth) else float(self.bandwidth)
         shift = rows.mean(axis=0) if rows is not None else Y.mean(axis=0)
         return NystromBasis(Y, bw, self.radial, shift)
 
@@ -244,21 +273,35 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         if basis.n_dims != source.n_columns:
             raise ValueError(f"the basis is in d={basis.n_dims} but the data have {source.n_columns} columns")
         self.basis_ = basis
-        with phase("pass", chunks=source.n_chunks, n_basis=basis.n_basis, kernel=self.kernel) as info:
-            stats, dropped = run_pass(source, self._chunk_fn(), basis, int(self.block_bytes),
-                                      split_every=int(self.split_every))
-            info.update(rows=stats.n, dropped=dropped)
+        split = self._selecting and not fitted
+        with phase("pass", chunks=source.n_chunks, n_basis=basis.n_basis, kernel=self._kind, split=split) as info:
+            if split:
+                grid = [float(b) for b in self.bandwidth] if _is_grid(self.bandwidth) else [basis.bandwidth]
+                variants = {b: (basis.with_bandwidth(b), int(self.block_bytes)) for b in grid}
+                stats, dropped = run_pass(source, split_chunk_stats, float(self.validation_fraction), SPLIT_SALT,
+                                          self._chunk_fn(), variants, split_every=int(self.split_every),
+                                          with_row_keys=True)
+                n_rows = sum(v.n for k, v in stats.items() if k[1] == grid[0])
+            else:
+                stats, dropped = run_pass(source, self._chunk_fn(), basis, int(self.block_bytes),
+                                          split_every=int(self.split_every))
+                n_rows = stats.n
+            info.update(rows=n_rows, dropped=dropped)
         if dropped:
             logger.warning("%s: dropped %d rows with missing or non-finite values", source.description, dropped)
         self.last_rows_dropped_ = dropped
-        if stats.n == 0:
+        if n_rows == 0:
             raise ValueError(f"{source.description}: no rows left to fit (all {dropped} rows were dropped)")
         return stats
+
+    @property
+    def _selecting(self) -> bool:
+        return self.lam == "auto" or _is_grid(self.bandwidth)
 
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None, basis: Any = None) -> ScoreEstimator:
         """Fit from any source; ``basis``: an (m, d) array of basis points or a NystromBasis."""
         self._check_params()
-        for attr in ("basis_", "stats_"):
+        for attr in ("basis_", "stats_", "selection_"):
             if hasattr(self, attr):
                 delattr(self, attr)
         stats = self.accumulate(X, columns=columns, basis=basis)
@@ -271,13 +314,16 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         basis = basis if basis is not None else getattr(self, "basis_", None)
         if basis is None:
             raise ValueError("fit_from_stats needs the basis the statistics were computed with: pass basis=…")
+        if isinstance(stats, StatsBundle):
+            stats, basis = self._select(stats, basis)
         expected = self._stats_type()
         if not isinstance(stats, expected):
             raise TypeError(f"this model ({self._kind}) needs {expected.__name__}, got {type(stats).__name__}")
         stats.check_basis(basis)
         base = base_from_moments(stats.moments) if self.base == "gaussian" else None
-        with phase("solve", kernel=self.kernel, regularizer=self.regularizer, n_basis=basis.n_basis):
-            self.coef_, self.solver_info_ = self._solve(stats, basis, base)
+        with phase("solve", kernel=self._kind, regularizer=self.regularizer, n_basis=basis.n_basis):
+            self.lam_ = self._chosen_lam()
+            self.coef_, self.solver_info_ = self._solve(stats, basis, base, self.lam_)
         self.basis_, self.stats_ = basis, stats
         self.n_samples_seen_ = int(stats.n)
         self.n_features_in_ = basis.n_dims
@@ -286,8 +332,37 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         self._evaluator = KernelEvaluator(basis, self._kind, self.coef_, base)
         return self
 
-    def _solve(self, stats: Any, basis: NystromBasis, base: Base | None) -> tuple[np.ndarray, dict[str, Any]]:
-        m, d, n, lam = basis.n_basis, basis.n_dims, stats.n, float(self.lam)
+    def _chosen_lam(self) -> float:
+        if self.lam != "auto":
+            return float(self.lam)
+        chosen = getattr(self, "selection_", {}).get("chosen", {})
+        if "lam" not in chosen:
+            raise ValueError("lam='auto' selects λ during fit (a split pass); fit first, or give lam")
+        return float(chosen["lam"])
+
+    def _select(self, bundle: StatsBundle, basis: NystromBasis) -> tuple[Any, NystromBasis]:
+        """Score the (σ_k, λ) grid on the validation parts; return all-row stats of the chosen σ_k."""
+        lams = ([float(v) for v in (self.lam_grid if self.lam_grid is not None else DEFAULT_KERNEL_LAM_GRID)]
+                if self.lam == "auto" else [float(self.lam)])
+        rows = []
+        with phase("select", kernel=self._kind, bandwidths=len({k[1] for k in bundle})):
+            for bw in sorted({k[1] for k in bundle}):
+                b = basis.with_bandwidth(bw)
+                train, val = bundle[("train", bw)], bundle[("val", bw)]
+                base = base_from_moments(train.moments) if self.base == "gaussian" else None
+                for lam in lams:
+                    coef, _ = self._solve(train, b, base, lam)
+                    rows.append({"bandwidth": bw, "lam": lam, "loss": kernel_heldout_loss(self._kind, val, b, base, coef)})
+        best = min(range(len(rows)), key=lambda i: (rows[i]["loss"], i))
+        chosen = dict(rows[best])
+        self.selection_ = {"criterion": "held-out Hyvärinen loss", "validation_fraction": float(self.validation_fraction),
+                           "n_train": int(bundle[("train", chosen["bandwidth"])].n),
+                           "n_validation": int(bundle[("val", chosen["bandwidth"])].n), "curve": rows, "chosen": chosen}
+        bw = chosen["bandwidth"]
+        return bundle[("train", bw)] + bundle[("val", bw)], basis.with_bandwidth(bw)
+
+    def _solve(self, stats: Any, basis: NystromBasis, base: Base | None, lam: float) -> tuple[np.ndarray, dict[str, Any]]:
+        m, d, n = basis.n_basis, basis.n_dims, stats.n
         Y = basis.Y
         if self._kind == "lite":  # α = −(Cl/N + λ(K_YY + I))⁻¹ r_l/N (seed 001's lite, λ/2 scaling: B3)
             G = basis.kernel(Y, Y) + np.eye(m)
@@ -344,7 +419,12 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         arrays = {f"basis.{k}": v for k, v in self.basis_.to_arrays().items()}
         arrays.update({f"stats.{k}": v for k, v in self.stats_.to_arrays().items()})
         arrays["fitted.coef_"] = self.coef_
-        meta = {"params": self.get_params(), "fingerprint": self.basis_.fingerprint, "radial": self.basis_.kernel_name,
+        params = self.get_params()
+        for key in ("bandwidth", "lam_grid"):  # JSON has no tuples/arrays
+            if _is_grid(params.get(key)):
+                params[key] = [float(v) for v in params[key]]
+        meta = {"params": params, "fingerprint": self.basis_.fingerprint, "radial": self.basis_.kernel_name,
+                "selection": getattr(self, "selection_", None),
                 "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None,
                 "n_samples_seen": self.n_samples_seen_, "solver_info": self.solver_info_,
                 "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
@@ -364,6 +444,8 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
                                                         if k.startswith("stats.")})
         if meta.get("feature_names_in"):
             est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        if meta.get("selection"):
+            est.selection_ = meta["selection"]
         est.fit_from_stats(stats, basis)
         if not np.allclose(est.coef_, arrays["fitted.coef_"], rtol=1e-8, atol=1e-12):
             raise ModelFileError(f"{path}: the stored coefficients do not match the solve of the stored statistics")
@@ -383,9 +465,11 @@ class NystromKEF(ScoreEstimator):
 
     def __init__(self, *, n_basis: int = 100, bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat",
                  lite: bool = False, n_components: int | None = None, radial: str = "gaussian",
-                 regularizer: str = "tikhonov", nu: float = 1.0, eps: float = 1e-5,
-                 pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
+                 regularizer: str = "tikhonov", nu: float = 1.0, eps: float = 1e-5, lam_grid: list[float] | None = None,
+                 validation_fraction: float = 0.1, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0):
+        self.lam_grid = lam_grid
+        self.validation_fraction = validation_fraction
         self.lite = lite
         self.n_components = n_components
         self.n_basis = n_basis

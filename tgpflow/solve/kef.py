@@ -26,7 +26,7 @@ from tgpflow.features.nystrom import NystromBasis
 from tgpflow.solve.tgp import Base
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 
-__all__ = ["REGULARIZERS", "kef_h", "diag_h", "lite_r", "tikhonov_direct", "spectral_solve", "check_memory", "nu_method_coeffs"]
+__all__ = ["REGULARIZERS", "kernel_heldout_loss", "kef_h", "diag_h", "lite_r", "tikhonov_direct", "spectral_solve", "check_memory", "nu_method_coeffs"]
 
 REGULARIZERS = ("tikhonov", "cutoff", "landweber", "nu")
 
@@ -132,3 +132,33 @@ def spectral_solve(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: flo
             w = np.zeros_like(z)
         info.update(iterations=t, rho=rho, nu=nu)
     return Rinv @ w, info
+
+
+def kernel_heldout_loss(kind: str, val: KEFStats | DiagStats | LiteStats, basis: NystromBasis, base: Base | None,
+                        coef: np.ndarray) -> float:
+    """Mean Hyvärinen loss ``mean_x[½‖s(x)‖² + div s(x)]`` of a fitted kernel model over the rows of
+    ``val``, from their statistics alone: ``(½ cᵀC c + cᵀh + Σ[½‖∇log q0‖² + Δ log q0]) / N``
+    (MATH.md §7: the objective is quadratic in c with the pass's C and h)."""
+    n = val.n
+    if n == 0:
+        raise ValueError("the validation part has no rows; raise validation_fraction or add rows")
+    if kind == "curl_free":
+        c = coef.ravel()
+        idx = basis.index
+        if idx is not None:
+            c = c[idx]
+            h = kef_h(val, basis, base).ravel()[idx]
+        else:
+            h = kef_h(val, basis, base).ravel()
+        quad = 0.5 * c @ (val.C @ c) + c @ h
+    elif kind == "diagonal":
+        quad = 0.5 * float(np.sum(coef * (val.Ck @ coef))) + float(np.sum(coef * diag_h(val, basis, base)))
+    else:
+        quad = 0.5 * coef @ (val.Cl @ coef) + coef @ lite_r(val, basis, base)
+    const = 0.0
+    if base is not None:
+        P = base.precision
+        dm = val.moments.mean - base.mean
+        scatter = val.moments.m2 + n * np.outer(dm, dm)
+        const = 0.5 * float(np.sum((P @ P) * scatter)) - n * float(np.trace(P))
+    return float(quad + const) / n
