@@ -25,6 +25,10 @@ bench: venv
 	$(PY) benchmarks/ncfd_pass.py
 	$(PY) benchmarks/lam_selection.py
 	$(PY) benchmarks/magic_table2.py
+	$(PY) benchmarks/nkef_pass.py
+	$(PY) benchmarks/blocked_solve.py
+	$(PY) benchmarks/kef_cg.py
+	$(PY) benchmarks/kef_ring_grid.py
 
 clean:
 	rm -rf $(VENV) demo-model.zarr

@@ -27,6 +27,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from tgpflow.features.kernels import KERNELS, RadialKernel, median_heuristic
 from tgpflow.solve.kef import check_memory
+from tgpflow.solve.linalg import safe_blas_threads
 
 __all__ = ["FullKEF"]
 
@@ -90,15 +91,21 @@ class FullKEF(BaseEstimator):
             check_memory(2, n * d, "full KEF system")
             A = self.kernel_.curl_free_gram(X, X)
             A[np.diag_indices_from(A)] += n * lam
-            self.beta_ = scipy.linalg.solve(A, rhs, assume_a="pos").reshape(n, d)
+            with safe_blas_threads(n * d):
+                self.beta_ = scipy.linalg.solve(A.T, rhs, assume_a="pos", overwrite_a=True).reshape(n, d)
             self.solver_info_ = {"solver": "direct", "size": n * d}
         else:
             op = scipy.sparse.linalg.LinearOperator(
                 (n * d, n * d), dtype=np.float64,
                 matvec=lambda v: (self.kernel_.curl_free_matvec(X, X, v.reshape(n, d)) + n * lam * v.reshape(n, d)).ravel())
-            sol, code = scipy.sparse.linalg.cg(op, rhs, rtol=float(self.cg_tol), maxiter=10 * n * d)
+            iterations = [0]
+
+            def count(_: np.ndarray) -> None:
+                iterations[0] += 1
+
+            sol, code = scipy.sparse.linalg.cg(op, rhs, rtol=float(self.cg_tol), maxiter=10 * n * d, callback=count)
             self.beta_ = sol.reshape(n, d)
-            self.solver_info_ = {"solver": "cg", "cg_exit": int(code), "size": n * d}
+            self.solver_info_ = {"solver": "cg", "cg_exit": int(code), "iterations": iterations[0], "size": n * d}
         return self
 
     def log_density(self, X: Any) -> np.ndarray:

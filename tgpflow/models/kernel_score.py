@@ -229,7 +229,8 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
                 rows = pilot.rows
                 info.update(rows=rows.shape[0])
             if rows.shape[0] < 2:
-                raise ValueError(f"{source.description}: the pilot sample has {rows.shape[0]} row(s); need at least 2")
+                raise ValueError(f"{source.description}: the pilot sample has {rows.shape[0]} row(s); the kernel "
+                                 f"models need at least 2 samples (got 1 sample or fewer)")
         if given is None:
             m = min(int(self.n_basis), rows.shape[0])
             if m < self.n_basis:

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.linalg
 
 from tgpflow.features.nystrom import NystromBasis
+from tgpflow.solve.linalg import safe_blas_threads
 from tgpflow.solve.tgp import Base
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 
@@ -73,11 +74,16 @@ def lite_r(stats: LiteStats, basis: NystromBasis, base: Base | None) -> np.ndarr
 
 
 def tikhonov_direct(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, eps: float = 1e-5) -> np.ndarray:
-    """c = −(C/N + λG + εI)⁻¹ h/N (h may have several columns)."""
+    """c = −(C/N + λG + εI)⁻¹ h/N (h may have several columns), solved as (C + NλG + NεI)c = −h.
+
+    Working set: C, G and one more (md)² matrix (built in place, factored in place).
+    """
     check_memory(3, C.shape[0], "Tikhonov solve")
-    A = C / n + lam * G
-    A[np.diag_indices_from(A)] += eps
-    return -scipy.linalg.solve(A, h / n, assume_a="pos")
+    A = np.multiply(G, lam * n)
+    A += C
+    A[np.diag_indices_from(A)] += eps * n
+    with safe_blas_threads(A.shape[0]):  # Aᵀ (= A) is Fortran-ordered: LAPACK factors it in place, no copy
+        return -scipy.linalg.solve(A.T, h, assume_a="pos", overwrite_a=True, check_finite=False)
 
 
 def nu_method_coeffs(k: int, nu: float) -> tuple[float, float]:
@@ -98,6 +104,12 @@ def spectral_solve(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: flo
     if regularizer not in REGULARIZERS:
         raise ValueError(f"regularizer must be one of {REGULARIZERS}; got {regularizer!r}")
     check_memory(4, C.shape[0], f"{regularizer} solve")
+    with safe_blas_threads(C.shape[0]):
+        return _spectral(C, h, G, n, lam, regularizer, eps, nu, step)
+
+
+def _spectral(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, regularizer: str, eps: float,
+              nu: float, step: float | None) -> tuple[np.ndarray, dict[str, object]]:
     kappa, V = np.linalg.eigh(0.5 * (G + G.T))
     keep = kappa > eps * kappa.max()
     Rinv = V[:, keep] / np.sqrt(kappa[keep])

@@ -9,8 +9,10 @@ what was done; a non-finite result raises instead of returning a NaN model.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -18,7 +20,22 @@ import scipy.sparse.linalg
 
 from tgpflow.errors import TgpflowWarning
 
-__all__ = ["SPDFactor", "spd_factor", "spd_solve"]
+__all__ = ["SPDFactor", "spd_factor", "spd_solve", "safe_blas_threads", "LARGE_BLAS_SIZE"]
+
+#: From this matrix size on, dense factorisations run with one BLAS thread. Measured here:
+#: the OpenBLAS 0.3.31 wheel of NumPy/SciPy segfaults in multi-threaded SYRK/POTRF at
+#: n ≥ 16 000 (a 14 500 Cholesky passes, a 16 000 ``B @ B.T`` and a 20 000 Cholesky crash the
+#: process); single-threaded, a 20 000 Cholesky takes 64 s and succeeds.
+LARGE_BLAS_SIZE = 14_000
+
+
+def safe_blas_threads(size: int) -> Any:
+    """A context that limits BLAS to one thread for matrices of ``size`` ≥ LARGE_BLAS_SIZE."""
+    if size < LARGE_BLAS_SIZE:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +58,9 @@ def spd_factor(A: np.ndarray, what: str = "system") -> SPDFactor | None:
     scale = float(np.mean(np.diag(A)))
     for jitter in (0.0, 1e-10, 1e-8, 1e-6, 1e-4):
         try:
-            L = scipy.linalg.cholesky(A + (jitter * scale) * np.eye(A.shape[0]) if jitter else A,
-                                      lower=True, check_finite=True)
+            with safe_blas_threads(A.shape[0]):
+                L = scipy.linalg.cholesky(A + (jitter * scale) * np.eye(A.shape[0]) if jitter else A,
+                                          lower=True, check_finite=True)
         except (np.linalg.LinAlgError, ValueError):
             continue
         if jitter:
