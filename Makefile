@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: venv test demo bench clean
+.PHONY: venv test demo demo-pipeline bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ test: venv
 demo: venv
 	$(PY) -m tgpflow.demo
 
+demo-pipeline: venv
+	$(PY) -m tgpflow.pipeline.demo
+
 bench: venv
 	$(PY) benchmarks/stats_pass.py
 	$(PY) benchmarks/ncfd_pass.py
@@ -29,6 +32,7 @@ bench: venv
 	$(PY) benchmarks/blocked_solve.py
 	$(PY) benchmarks/kef_cg.py
 	$(PY) benchmarks/kef_ring_grid.py
+	$(PY) benchmarks/refit_speedup.py
 
 clean:
-	rm -rf $(VENV) demo-model.zarr
+	rm -rf $(VENV) demo-model.zarr demo-pipeline

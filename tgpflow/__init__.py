@@ -29,8 +29,14 @@ _MODEL_KINDS = {"GPTiltedDensity": GPTiltedDensity, "NystromKEF": NystromKEF, "S
 
 
 def load(path: str | Path) -> Any:
-    """Load a saved model (verifies schema version and checksums; never unpickles)."""
-    from tgpflow.io.artifact import read_artifact
+    """Load a saved model (verifies schema version and checksums; never unpickles).
 
+    ``path`` is a model (``model.zarr``) or a pipeline's model directory (its ``CURRENT`` version).
+    """
+    from tgpflow.io.artifact import read_artifact
+    from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
+
+    if is_versions_dir(path):  # a pipeline's model directory: its current version
+        return ModelVersions(path).load()
     kind, arrays, meta = read_artifact(path, expected_kinds=tuple(_MODEL_KINDS))
     return _MODEL_KINDS[kind]._from_artifact(arrays, meta, Path(path))

@@ -20,7 +20,7 @@ import click
 
 logger = logging.getLogger("tgpflow")
 
-_RUNTIME_ERRORS = (ValueError, OSError, FloatingPointError, MemoryError, NotImplementedError, ImportError)
+_RUNTIME_ERRORS = (ValueError, OSError, FloatingPointError, MemoryError, NotImplementedError, ImportError, RuntimeError)
 
 
 def _setup_logging(level: str) -> None:
@@ -316,11 +316,101 @@ def report(model: str, source: str, out: str, columns: str | None, directions: i
 
 
 @main.command()
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--date", default=None, help="Run date substituted for {date} in the spec (default: today).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a spec field before validation, e.g. --set refit.policy=full (repeatable).")
+@_progress_opt
+def run(spec_path: str, date: str | None, overrides: tuple[str, ...], progress_mode: str) -> None:
+    """Run a pipeline spec once: refit from new partitions (incremental/window/full), version, score."""
+    from tgpflow.cluster import spec_client
+    from tgpflow.pipeline.runner import run_pipeline
+    from tgpflow.pipeline.spec import load_spec
+
+    with _runtime_errors():
+        spec = load_spec(spec_path, date=date, overrides=list(overrides))
+        t0 = time.perf_counter()
+        with spec_client(spec.cluster) as client, _progress(progress_mode, client):
+            result = run_pipeline(spec, date=date)
+        click.echo(json.dumps(dict(result, spec=spec_path, seconds=round(time.perf_counter() - t0, 2)), default=str))
+
+
+@main.command()
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--date", default=None)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
+def validate(spec_path: str, date: str | None, overrides: tuple[str, ...]) -> None:
+    """Check a pipeline spec without touching any data."""
+    from tgpflow.pipeline.spec import load_spec
+
+    with _runtime_errors():
+        spec = load_spec(spec_path, date=date, overrides=list(overrides))
+    click.echo(json.dumps({"spec": spec_path, "valid": True, "name": spec.name,
+                           "models": [m.name for m in spec.models], "refit": spec.refit.policy}))
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON schema of pipeline specs."""
+    from tgpflow.pipeline.spec import PipelineSpec
+
+    click.echo(json.dumps(PipelineSpec.model_json_schema(), indent=2))
+
+
+@main.group()
+def stats() -> None:
+    """Inspect or combine statistics (a store, or single statistics artifacts)."""
+
+
+@stats.command("info")
+@click.argument("path")
+def stats_info(path: str) -> None:
+    """Describe a statistics store (its manifest, verified entries) or one statistics artifact."""
+    from tgpflow.pipeline.store import StatsStore, load_stats
+
+    with _runtime_errors():
+        store = StatsStore(path)
+        manifest = store.read_manifest()
+        if manifest is None:
+            st = load_stats(path)
+            click.echo(json.dumps({"kind": type(st).__name__, "rows": st.n, "fingerprint": st.fingerprint}))
+            return
+        totals = {m: {"rows": store.load(v["total"]).n, "version": v.get("version")}
+                  for m, v in manifest["models"].items()}
+        for part in manifest["partitions"].values():  # verifies every entry's checksums
+            for rel in part["stats"].values():
+                store.load(rel)
+        click.echo(json.dumps({"store": path, "name": manifest["name"], "run": manifest["run"],
+                               "policy": manifest["policy"], "partitions": len(manifest["partitions"]),
+                               "models": totals, "updated": manifest["updated"]}, indent=2, default=float))
+
+
+@stats.command("merge")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--out", required=True, help="The merged statistics artifact (.zarr or .npz), written atomically.")
+def stats_merge(paths: tuple[str, ...], out: str) -> None:
+    """Add statistics artifacts of the same feature draw into one (refuses a mismatch)."""
+    from tgpflow.pipeline.store import load_stats
+
+    with _runtime_errors():
+        total = sum(load_stats(p) for p in paths)
+        total.save(out)
+    click.echo(json.dumps({"merged": list(paths), "out": out, "rows": total.n}, default=float))
+
+
+@main.command()
 @click.argument("model")
 def info(model: str) -> None:
-    """Describe a saved model (verifies its checksums)."""
+    """Describe a saved model (verifies its checksums); for a pipeline's model directory, its versions."""
     from tgpflow.io.artifact import read_artifact
+    from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
 
+    if is_versions_dir(model):
+        with _runtime_errors():
+            vers = ModelVersions(model)
+            click.echo(json.dumps({"model": model, "current": vers.current(),
+                                   "versions": {v: vers.info(v) for v in vers.list()}}, indent=2, default=float))
+        return
     with _runtime_errors():
         kind, arrays, meta = read_artifact(Path(model))
         est = _load(model)

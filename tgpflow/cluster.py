@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["dask_client"]
+__all__ = ["dask_client", "spec_client", "load_cluster_file", "cluster_from_file"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -55,3 +55,64 @@ def dask_client(scheduler: str | None = None, *, work: float | None = None, n_wo
             Client(cluster) as client:
         logger.info("embedded LocalCluster: %d worker processes × 1 thread", workers)
         yield client
+
+
+def load_cluster_file(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
+    """A cluster file of ``cluster/`` (YAML): ``type`` (local | cuda | slurm | scheduler) and its kwargs."""
+    import yaml
+
+    raw = yaml.safe_load(open(path))
+    if not isinstance(raw, dict) or raw.get("type") not in ("local", "cuda", "slurm", "scheduler"):
+        raise ValueError(f"{path}: a cluster file needs type: local | cuda | slurm | scheduler")
+    kind = raw.pop("type")
+    return kind, raw
+
+
+@contextlib.contextmanager
+def cluster_from_file(path: str | os.PathLike[str]) -> Iterator[Any]:
+    """Start (or connect to) the cluster a ``cluster/`` file describes and yield a Client."""
+    from distributed import Client
+
+    kind, kw = load_cluster_file(path)
+    if kind == "scheduler":
+        security = kw.pop("security", None)
+        if security:
+            from distributed.security import Security
+
+            kw["security"] = Security(**security)
+        with Client(**kw) as client:
+            yield client
+        return
+    jobs = kw.pop("jobs", None)
+    if kind == "local":
+        from distributed import LocalCluster as cls
+    elif kind == "cuda":
+        try:
+            from dask_cuda import LocalCUDACluster as cls
+        except ImportError as exc:
+            raise ImportError(f"{path}: a CUDA cluster needs dask-cuda: pip install 'tgpflow[gpu]'") from exc
+    else:
+        try:
+            from dask_jobqueue import SLURMCluster as cls
+        except ImportError as exc:
+            raise ImportError(f"{path}: a SLURM cluster needs dask-jobqueue: pip install 'tgpflow[cluster]'") from exc
+    with cls(**kw) as cluster:
+        if jobs:
+            cluster.scale(jobs=int(jobs))
+        with Client(cluster) as client:
+            logger.info("cluster from %s (%s)", path, kind)
+            yield client
+
+
+@contextlib.contextmanager
+def spec_client(cluster: Any) -> Iterator[Any]:
+    """The client of a pipeline spec's ``cluster`` section (threads when nothing is given)."""
+    if cluster.file:
+        with cluster_from_file(cluster.file) as client:
+            yield client
+    elif cluster.scheduler:
+        with dask_client(cluster.scheduler) as client:
+            yield client
+    else:
+        with dask_client(local="cluster" if cluster.kind == "embedded" else "threads") as client:
+            yield client

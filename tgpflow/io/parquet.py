@@ -88,6 +88,32 @@ class ParquetLayout:
         return [rows for _, _, rows in self.row_groups]
 
 
+_OPS = {"==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
+
+
+def apply_filters(table: Any, filters: tuple[tuple[str, str, Any], ...], label: str) -> Any:
+    """Keep the rows of a pyarrow Table where every (column, op, value) holds."""
+    import pyarrow.compute as pc
+
+    mask = None
+    for column, op, value in filters:
+        if column not in table.column_names:
+            raise SourceError(f"{label}: filter column {column!r} is missing; it has {table.column_names}")
+        if op not in _OPS:
+            raise SourceError(f"{label}: filter operator {op!r} is not one of {sorted(_OPS)}")
+        cond = getattr(pc, _OPS[op])(table.column(column), value)
+        mask = cond if mask is None else pc.and_(mask, cond)
+    return table.filter(pc.fill_null(mask, False))
+
+
+def read_filtered_row_group(fs: Any, path: str, index: int, columns: tuple[str, ...],
+                            filters: tuple[tuple[str, str, Any], ...]) -> Any:
+    """A row group with the filters applied (the filter columns are read, then dropped)."""
+    extra = tuple(c for c, _, _ in filters if c not in columns)
+    table = read_row_group(fs, path, index, columns + extra)
+    return apply_filters(table, filters, f"{path} row group {index}").select(list(columns))
+
+
 def read_row_group(fs: Any, path: str, index: int, columns: tuple[str, ...]) -> Any:
     """Read one row group's selected columns as a pyarrow Table, naming the file on failure."""
     import pyarrow.parquet as pq

@@ -93,6 +93,13 @@ class Source:
         keys = dask.delayed(_row_keys, pure=True)
         return [keys(v, int(offsets[i]) if known else i << 40) for i, v in enumerate(self._validated)]
 
+    def map_rows(self, fn: Any, description: str | None = None) -> Source:
+        """The same chunks with ``fn`` applied to each validated (n, d) block (e.g. a fixed
+        centring/scaling); bad-row counts and row keys are unchanged."""
+        apply = dask.delayed(_apply_rows, pure=True)
+        return dataclasses.replace(self, description=description or self.description,
+                                   _validated=tuple(apply(v, fn) for v in self._validated))
+
     def to_dask_array(self) -> da.Array:
         """The validated rows as one dask array (row chunks; NaN sizes when rows may be dropped)."""
         d = self.n_columns
@@ -101,6 +108,11 @@ class Source:
             rows = size if self.on_bad_rows == "raise" else math.nan
             parts.append(da.from_delayed(block, shape=(rows, d), dtype=np.float64, meta=np.empty((0, d))))
         return da.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+
+
+def _apply_rows(validated: tuple[np.ndarray, int, np.ndarray | None], fn: Any) -> tuple[np.ndarray, int, Any]:
+    rows, dropped, kept = validated
+    return np.ascontiguousarray(fn(rows), dtype=np.float64), dropped, kept
 
 
 def _row_keys(validated: tuple[np.ndarray, int, np.ndarray | None], base: int) -> np.ndarray:
@@ -138,16 +150,24 @@ def _select_indices(columns: Any, names: list[str], where: str) -> list[int]:
 
 
 def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str = "raise",
-              storage_options: dict[str, Any] | None = None) -> Source:
-    """Turn ``data`` into a :class:`Source` (see the module docstring for what is accepted)."""
+              storage_options: dict[str, Any] | None = None, filters: list[tuple[str, str, Any]] | None = None) -> Source:
+    """Turn ``data`` into a :class:`Source` (see the module docstring for what is accepted).
+
+    ``filters`` (Parquet only): rows where every ``(column, op, value)`` holds are kept, per row
+    group; the chunk sizes then become unknown (NaN) since the footers count unfiltered rows.
+    """
     on_bad_rows = check_on_bad_rows(on_bad_rows)
     if isinstance(data, Source):
         return data
     if isinstance(data, (str, Path)):
         path = str(data)
         if path.rstrip("/").endswith(".zarr") or Path(path, "zarr.json").exists():
+            if filters:
+                raise SourceError(f"{path}: row filters apply to Parquet sources only")
             return _zarr_source(path, columns, on_bad_rows)
-        return _parquet_source(path, columns, on_bad_rows, storage_options)
+        return _parquet_source(path, columns, on_bad_rows, storage_options, filters)
+    if filters:
+        raise SourceError("row filters apply to Parquet sources only")
     if isinstance(data, da.Array):
         return _dask_array_source(data, "dask array", columns, on_bad_rows)
     if _is_dask_dataframe(data):
@@ -232,15 +252,23 @@ def _dask_dataframe_source(df: Any, columns: Any, on_bad_rows: OnBadRows) -> Sou
     return _make("dask DataFrame", tuple(names[i] for i in idx), True, raws, labels, [math.nan] * len(raws), on_bad_rows)
 
 
-def _parquet_source(path: str, columns: Any, on_bad_rows: OnBadRows, storage_options: dict[str, Any] | None) -> Source:
-    from tgpflow.io.parquet import ParquetLayout, read_row_group
+def _parquet_source(path: str, columns: Any, on_bad_rows: OnBadRows, storage_options: dict[str, Any] | None,
+                    filters: list[tuple[str, str, Any]] | None = None) -> Source:
+    from tgpflow.io.parquet import ParquetLayout, read_filtered_row_group, read_row_group
 
     layout = ParquetLayout(path, list(columns) if columns is not None else None, storage_options)
-    read = dask.delayed(read_row_group, pure=True)
-    raws = [read(layout.fs, f, i, layout.columns) for f, i, _ in layout.row_groups]
+    if filters:
+        flt = tuple((str(c), str(op), v) for c, op, v in filters)
+        read = dask.delayed(read_filtered_row_group, pure=True)
+        raws = [read(layout.fs, f, i, layout.columns, flt) for f, i, _ in layout.row_groups]
+        sizes = [math.nan] * len(raws)
+    else:
+        read = dask.delayed(read_row_group, pure=True)
+        raws = [read(layout.fs, f, i, layout.columns) for f, i, _ in layout.row_groups]
+        sizes = [float(s) for s in layout.sizes()]
     if not raws:
         raise SourceError(f"{path}: the source has zero rows")
-    return _make(path, layout.columns, True, raws, layout.labels(), [float(s) for s in layout.sizes()], on_bad_rows)
+    return _make(path, layout.columns, True, raws, layout.labels(), sizes, on_bad_rows)
 
 
 def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows) -> Source:

@@ -235,6 +235,20 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
             return ncfd_chunk_stats, (self.noise_levels_, int(self.block_bytes))
         return tgp_chunk_stats, (int(self.block_bytes),)
 
+    def _prepare(self, source: Source) -> None:
+        """Draw the features from a pilot of ``source`` without a pass (pipelines: per-partition passes)."""
+        self._check_params()
+        n_total, mean, cov, self.pilot_ = self._pilot_moments(source)
+        self.features_ = self._draw_features(n_total, mean, cov)
+        self.n_features_in_ = source.n_columns
+        if self.method == "ncfd":
+            self.noise_levels_ = self._levels(cov)
+
+    def _pass_spec(self) -> tuple[Any, tuple[Any, ...]]:
+        """(chunk statistics function, its arguments after the rows) for the fitted draw."""
+        fn, args = self._chunk_fn()
+        return fn, (self.features_, *args)
+
     # -- the public pieces --------------------------------------------------------------
     def accumulate(self, X: Any, *, columns: list[str] | None = None,
                    features: RandomFourierFeatures | None = None) -> TGPStats | NCFDStats | StatsBundle:

@@ -258,6 +258,16 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
     def _stats_type(self) -> type:
         return {"curl_free": KEFStats, "diagonal": DiagStats, "lite": LiteStats}[self._kind]
 
+    def _prepare(self, source: Any) -> None:
+        """Draw the basis from a pilot of ``source`` without a pass (pipelines: per-partition passes)."""
+        self._check_params()
+        self.basis_ = self._make_basis(source, None)
+        self.n_features_in_ = source.n_columns
+
+    def _pass_spec(self) -> tuple[Any, tuple[Any, ...]]:
+        """(chunk statistics function, its arguments after the rows) for the fitted basis."""
+        return self._chunk_fn(), (self.basis_, int(self.block_bytes))
+
     # -- the public pieces --------------------------------------------------------------
     def accumulate(self, X: Any, *, columns: list[str] | None = None, basis: Any = None) -> KEFStats | DiagStats:
         """One pass: the statistics of the rows of X on the basis (given, fitted, or drawn from a pilot)."""

@@ -74,6 +74,13 @@ class _ArrayStats:
     def __sub__(self, other: Any) -> Any:
         return self._combine(other, -1.0)
 
+    def scaled(self, factor: float) -> Any:
+        """Every row's weight times ``factor`` (forgetting)."""
+        if factor == 1.0:
+            return self
+        return type(self)(self.fingerprint, self.moments.scaled(factor),
+                          **{f: getattr(self, f) * factor for f in self.FIELDS})
+
     def to_arrays(self) -> dict[str, np.ndarray]:
         arrays = {f"moments.{k}": v for k, v in self.moments.to_arrays().items()}
         arrays.update({f: getattr(self, f) for f in self.FIELDS})

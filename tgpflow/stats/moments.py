@@ -20,9 +20,12 @@ __all__ = ["Moments"]
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Moments:
-    """Row count, mean and centred scatter matrix of a set of rows (float64)."""
+    """Row count, mean and centred scatter matrix of a set of rows (float64).
 
-    n: int
+    ``n`` is an int, or a float for weighted rows (a forgetting factor: :meth:`scaled`).
+    """
+
+    n: int | float
     mean: np.ndarray
     m2: np.ndarray
 
@@ -78,21 +81,30 @@ class Moments:
         """The moments of the rows of ``self`` that are not in ``other`` (reverse Chan)."""
         if not isinstance(other, Moments):
             return NotImplemented
-        if other.n > self.n:
+        if other.n > self.n * (1 + 1e-12):
             raise ValueError(f"cannot remove {other.n} rows from {self.n}")
         if other.n == 0:
             return self
         n = self.n - other.n
-        if n == 0:
+        if n <= 1e-9 * self.n:
             return Moments.zero(self.d)
         mean = (self.mean * self.n - other.mean * other.n) / n
         delta = other.mean - mean
         m2 = self.m2 - other.m2 - np.outer(delta, delta) * (n * other.n / self.n)
         return Moments(n, mean, m2)
 
+    def scaled(self, factor: float) -> Moments:
+        """Every row's weight times ``factor`` (n and m2 scale; the mean does not)."""
+        if factor == 1.0:
+            return self
+        return Moments(self.n * factor, self.mean, self.m2 * factor)
+
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"n": np.array(self.n, dtype=np.int64), "mean": self.mean, "m2": self.m2}
+        weighted = isinstance(self.n, float) and not float(self.n).is_integer()
+        return {"n": np.array(self.n, dtype=np.float64 if weighted else np.int64), "mean": self.mean, "m2": self.m2}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Moments:
-        return cls(int(arrays["n"]), np.asarray(arrays["mean"], np.float64), np.asarray(arrays["m2"], np.float64))
+        n = np.asarray(arrays["n"])
+        count = float(n) if n.dtype.kind == "f" else int(n)
+        return cls(count, np.asarray(arrays["mean"], np.float64), np.asarray(arrays["m2"], np.float64))

@@ -122,6 +122,13 @@ class NCFDStats:
     def __sub__(self, other: Any) -> NCFDStats:
         return self._combine(other, -1.0)
 
+    def scaled(self, factor: float) -> NCFDStats:
+        """Every row's weight times ``factor`` (forgetting)."""
+        if factor == 1.0:
+            return self
+        return NCFDStats(self.fingerprint, self.sigmas, self.moments.scaled(factor),
+                         *(a * factor for a in (self.abar, self.gram0, self.u, self.U, self.psi)))
+
     # -- storage ----------------------------------------------------------------------
     def to_arrays(self) -> dict[str, np.ndarray]:
         arrays = {f"moments.{k}": v for k, v in self.moments.to_arrays().items()}

@@ -107,6 +107,13 @@ class TGPStats:
         return TGPStats(self.fingerprint, self.moments - other.moments, self.gram - other.gram,
                         self.u - other.u, self.U - other.U, self.psi - other.psi)
 
+    def scaled(self, factor: float) -> TGPStats:
+        """Every row's weight times ``factor`` (forgetting; all sums are linear in the weights)."""
+        if factor == 1.0:
+            return self
+        return TGPStats(self.fingerprint, self.moments.scaled(factor), self.gram * factor, self.u * factor,
+                        self.U * factor, self.psi * factor)
+
     # -- storage ----------------------------------------------------------------------
     def to_arrays(self) -> dict[str, np.ndarray]:
         arrays = {f"moments.{k}": v for k, v in self.moments.to_arrays().items()}

@@ -1,0 +1,274 @@
+"""Pipelines: specs, the statistics store (incremental/window/forgetting refits), versions, scoring, faults."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+import tgpflow
+from tgpflow.pipeline.runner import run_pipeline
+from tgpflow.pipeline.spec import PipelineSpec, SpecError, load_spec
+from tgpflow.pipeline.store import StatsStore
+from tgpflow.pipeline.versions import ModelVersions
+from tests.conftest import write_parquet
+
+
+def _partition(path: Path, seed: int, n: int = 1500) -> np.ndarray:
+    X = np.random.default_rng(seed).normal(size=(n, 3)) * [1.0, 2.0, 0.5] + [3.0, -1.0, 0.0]
+    write_parquet(path, X, ["a", "b", "c"], row_group_size=600)
+    return X
+
+
+def _spec(tmp: Path, **over) -> Path:
+    raw = {"name": "t", "source": {"path": str(tmp / "data" / "*.parquet")},
+           "preprocess": {"center": True, "scale": True},
+           "models": [{"name": "fd", "estimator": "GPTiltedDensity", "params": {"method": "fd", "n_features": 48}},
+                      {"name": "kef", "estimator": "NystromKEF", "params": {"n_basis": 12, "base": "gaussian"}}],
+           "outputs": {"store": str(tmp / "store.zarr"), "models": str(tmp / "models"),
+                       "scores": {"path": str(tmp / "scores"), "model": "fd", "threshold_quantile": 0.05}},
+           "refit": {"policy": "incremental"}}
+    raw.update(over)
+    path = tmp / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _data(tmp: Path, seeds) -> dict[str, np.ndarray]:
+    (tmp / "data").mkdir(exist_ok=True)
+    return {f"p{s:03d}": _partition(tmp / "data" / f"p{s:03d}.parquet", s) for s in seeds}
+
+
+def _oracle(tmp: Path, parts: list[np.ndarray], model: str = "fd"):
+    """A full fit over the given partitions' rows with the store's frozen preprocessing and draw."""
+    est = tgpflow.load(tmp / "models" / model)
+    manifest = StatsStore(tmp / "store.zarr").read_manifest()
+    pre = manifest["preprocess"]
+    X = (np.concatenate(parts) - pre["center"]) / np.asarray(pre["scale"])
+    if model == "fd":
+        ref = tgpflow.GPTiltedDensity(method="fd", n_features=48).fit(X, features=est.features_)
+        return est.theta_, ref.theta_
+    ref = tgpflow.NystromKEF(n_basis=12, base="gaussian").fit(X, basis=est.basis_)
+    return est.beta_, ref.beta_
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def test_incremental_refit_equals_a_full_refit_and_a_rerun_changes_nothing(tmp_path):
+    data = _data(tmp_path, range(3))
+    spec = load_spec(_spec(tmp_path))
+    first = run_pipeline(spec)
+    assert first["changed"] and len(first["added"]) == 3
+    data.update(_data(tmp_path, [3, 4]))
+    second = run_pipeline(spec)
+    assert sorted(Path(p).stem for p in second["added"]) == ["p003", "p004"] and second["removed"] == []
+    for model in ("fd", "kef"):
+        got, ref = _oracle(tmp_path, [data[k] for k in sorted(data)], model)
+        assert _rel(got, ref) <= 1e-10
+    again = run_pipeline(spec)
+    assert not again["changed"] and "nothing to do" in again["message"]
+    assert ModelVersions(tmp_path / "models" / "fd").list() == ["v000001", "v000002"]
+    assert ModelVersions(tmp_path / "models" / "fd").current() == "v000002"
+
+
+def test_changed_partition_is_detected_and_replaced(tmp_path):
+    data = _data(tmp_path, range(3))
+    spec = load_spec(_spec(tmp_path))
+    run_pipeline(spec)
+    time.sleep(0.01)
+    data["p001"] = _partition(tmp_path / "data" / "p001.parquet", 99, n=1700)
+    result = run_pipeline(spec)
+    assert [Path(p).stem for p in result["added"]] == ["p001"] and [Path(p).stem for p in result["removed"]] == ["p001"]
+    got, ref = _oracle(tmp_path, [data[k] for k in sorted(data)])
+    assert _rel(got, ref) <= 1e-10
+    assert result["rows"]["fd"] == 1500 * 2 + 1700
+
+
+def test_window_drops_old_partitions(tmp_path):
+    data = _data(tmp_path, range(4))
+    spec = load_spec(_spec(tmp_path, refit={"policy": "window", "partitions": 3}))
+    run_pipeline(spec)
+    data.update(_data(tmp_path, [4, 5]))
+    result = run_pipeline(spec)
+    assert sorted(Path(p).stem for p in result["removed"]) == ["p001", "p002"]
+    got, ref = _oracle(tmp_path, [data[k] for k in ("p003", "p004", "p005")])
+    assert _rel(got, ref) <= 1e-10
+
+
+def test_forgetting_weights_earlier_partitions_by_the_factor(tmp_path):
+    data = _data(tmp_path, range(2))
+    spec = load_spec(_spec(tmp_path, refit={"policy": "forgetting", "factor": 0.5}))
+    run_pipeline(spec)
+    data.update(_data(tmp_path, [2]))
+    run_pipeline(spec)
+    store = StatsStore(tmp_path / "store.zarr")
+    manifest = store.read_manifest()
+    total = store.load(manifest["models"]["fd"]["total"])
+    parts = {Path(k).stem: store.load(v["stats"]["fd"]) for k, v in manifest["partitions"].items()}
+    expected = parts["p000"].scaled(0.5) + parts["p001"].scaled(0.5) + parts["p002"]
+    assert total.n == pytest.approx(1500 * 2 * 0.5 + 1500)
+    np.testing.assert_allclose(total.gram, expected.gram, rtol=1e-12)
+    np.testing.assert_allclose(total.moments.m2, expected.moments.m2, rtol=1e-10)
+
+
+def test_scores_are_raw_row_densities_with_a_calibrated_flag_and_resume(tmp_path):
+    data = _data(tmp_path, range(2))
+    spec = load_spec(_spec(tmp_path))
+    result = run_pipeline(spec)
+    assert len(result["scored"]) == 2
+    est = tgpflow.load(tmp_path / "models" / "fd")
+    manifest = StatsStore(tmp_path / "store.zarr").read_manifest()
+    pre = manifest["preprocess"]
+    scores = pd.read_parquet(tmp_path / "scores" / "p000.parquet")
+    X = data["p000"]
+    Y = (X - pre["center"]) / np.asarray(pre["scale"])
+    expected = est.log_density(pd.DataFrame(Y, columns=["a", "b", "c"])) - np.log(pre["scale"]).sum()
+    np.testing.assert_allclose(scores["log_density"], expected, rtol=1e-10)
+    both = pd.concat([pd.read_parquet(p) for p in result["scored"]])
+    assert 0.02 < both["anomaly"].mean() < 0.09  # threshold at the 5% quantile of training densities
+    mtime = (tmp_path / "scores" / "p000.parquet").stat().st_mtime_ns
+    _data(tmp_path, [2])
+    result = run_pipeline(spec)
+    assert [Path(p).stem for p in result["scored"]] == ["p002"]  # the others are not rewritten
+    assert (tmp_path / "scores" / "p000.parquet").stat().st_mtime_ns == mtime
+
+
+def test_spec_errors_name_the_field(tmp_path):
+    path = _spec(tmp_path, refit={"policy": "window"})
+    with pytest.raises(SpecError, match=r"refit\.window\.partitions"):
+        load_spec(path)
+    path = _spec(tmp_path, colour="blue")
+    with pytest.raises(SpecError, match="colour: Extra inputs are not permitted"):
+        load_spec(path)
+    raw = yaml.safe_load(_spec(tmp_path).read_text())
+    raw["models"][0]["params"]["n_features"] = -3
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SpecError, match=r"models\.0.*n_features must be a positive integer"):
+        load_spec(path)
+    spec = load_spec(_spec(tmp_path), overrides=["refit.policy=full", "models.0.params.lam=0.5"], date="2026-01-02")
+    assert spec.refit.policy == "full" and spec.models[0].params["lam"] == 0.5
+    dated = _spec(tmp_path, outputs={"store": str(tmp_path / "s-{date}"), "models": str(tmp_path / "m")})
+    assert load_spec(dated, date="2026-01-02").outputs.store.endswith("s-2026-01-02")
+    assert "refit" in PipelineSpec.model_json_schema()["properties"]
+
+
+def test_corrupted_store_entry_is_detected_and_named(tmp_path):
+    _data(tmp_path, range(2))
+    spec = load_spec(_spec(tmp_path))
+    run_pipeline(spec)
+    store = StatsStore(tmp_path / "store.zarr")
+    source_file, entry = next(iter(store.read_manifest()["partitions"].items()))
+    rel = entry["stats"]["fd"]
+    chunk = next(p for p in (tmp_path / "store.zarr" / rel / "gram").rglob("*") if p.is_file() and p.name != "zarr.json")
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(raw))
+    with pytest.raises(tgpflow.errors.ModelFileError, match=rel.split("/")[1]):
+        store.load(rel)
+    os.remove(source_file)  # the next run must subtract that partition: it reads the corrupted entry
+    with pytest.raises(tgpflow.errors.ModelFileError, match=rel.split("/")[1]):
+        run_pipeline(spec)
+    assert StatsStore(tmp_path / "store.zarr").read_manifest()["run"] == 1  # nothing committed
+
+
+def _cli(*args, env=None, **kw):
+    return subprocess.run([sys.executable, "-m", "tgpflow.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=240, **kw)
+
+
+@pytest.mark.parametrize("point", ["after_parts", "before_manifest"])
+def test_a_job_killed_mid_write_leaves_store_and_model_intact(tmp_path, point):
+    data = _data(tmp_path, range(2))
+    spec_path = _spec(tmp_path)
+    assert _cli("run", str(spec_path), "--progress", "none").returncode == 0
+    before = (tmp_path / "store.zarr" / "manifest.json").read_text()
+    data.update(_data(tmp_path, [2]))
+    killed = _cli("run", str(spec_path), "--progress", "none", env={"TGPFLOW_FAULT": point})
+    assert killed.returncode == 137
+    assert (tmp_path / "store.zarr" / "manifest.json").read_text() == before
+    assert ModelVersions(tmp_path / "models" / "fd").current() == "v000001"
+    tgpflow.load(tmp_path / "models" / "fd")  # the current model still loads
+    done = _cli("run", str(spec_path), "--progress", "none")
+    assert done.returncode == 0, done.stderr
+    got, ref = _oracle(tmp_path, [data[k] for k in sorted(data)])
+    assert _rel(got, ref) <= 1e-10
+
+
+def test_two_runs_at_once_never_lose_or_double_count_a_partition(tmp_path):
+    _data(tmp_path, range(6))
+    spec_path = _spec(tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-m", "tgpflow.cli", "run", str(spec_path), "--progress", "none"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes in ([0, 0], [0, 1])
+    if codes == [0, 1]:
+        assert "another run holds the store lock" in "".join(o[1] for o in outs)
+    manifest = StatsStore(tmp_path / "store.zarr").read_manifest()
+    assert len(manifest["partitions"]) == 6
+    assert tgpflow.load(tmp_path / "models" / "fd").n_samples_seen_ == 6 * 1500
+
+
+def test_a_worker_killed_mid_pass_gives_bit_identical_statistics(tmp_path):
+    import threading
+
+    from distributed import Client, LocalCluster
+
+    from tgpflow.io.sources import as_source
+    from tgpflow.stats.reduce import accumulate
+    from tgpflow.stats.tgp import tgp_chunk_stats
+
+    X = np.random.default_rng(0).normal(size=(40_000, 3))
+    path = write_parquet(tmp_path / "big.parquet", X, row_group_size=1000)
+    f = tgpflow.RandomFourierFeatures.draw(256, bandwidth=0.5, n_dims=3, random_state=0)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        clean, _ = accumulate(as_source(str(path)), tgp_chunk_stats, f)
+        pids = client.run(os.getpid)
+        victim = sorted(pids.values())[0]
+
+        def kill():
+            time.sleep(0.3)
+            os.kill(victim, 9)
+
+        threading.Thread(target=kill, daemon=True).start()
+        disturbed, _ = accumulate(as_source(str(path)), tgp_chunk_stats, f)
+        assert victim not in client.run(os.getpid).values()  # the worker really died (the nanny restarted it)
+    for name in ("gram", "u", "U", "psi"):
+        assert np.array_equal(getattr(clean, name), getattr(disturbed, name))
+    assert clean.n == disturbed.n == 40_000
+
+
+def test_cli_validate_schema_stats_and_versions(tmp_path):
+    _data(tmp_path, range(2))
+    spec_path = _spec(tmp_path)
+    assert json.loads(_cli("validate", str(spec_path)).stdout)["valid"]
+    assert "properties" in json.loads(_cli("schema").stdout)
+    bad = _cli("validate", str(_spec(tmp_path, refit={"policy": "sometimes"})))
+    assert bad.returncode == 1 and "refit" in bad.stderr
+    spec_path = _spec(tmp_path)
+    assert _cli("run", str(spec_path), "--progress", "none").returncode == 0
+    info = json.loads(_cli("stats", "info", str(tmp_path / "store.zarr")).stdout)
+    assert info["partitions"] == 2 and info["models"]["fd"]["rows"] == 3000
+    manifest = StatsStore(tmp_path / "store.zarr").read_manifest()
+    parts = [str(tmp_path / "store.zarr" / p["stats"]["fd"]) for p in manifest["partitions"].values()]
+    merged = _cli("stats", "merge", *parts, "--out", str(tmp_path / "merged.npz"))
+    assert merged.returncode == 0 and json.loads(merged.stdout)["rows"] == 3000
+    versions = json.loads(_cli("info", str(tmp_path / "models" / "fd")).stdout)
+    assert versions["current"] == "v000001" and versions["versions"]["v000001"]["rows"] == 3000
+
+
+def test_example_specs_validate():
+    root = Path(__file__).resolve().parents[1] / "pipelines"
+    specs = sorted(root.glob("*.yaml"))
+    assert specs, "the example specs are missing"
+    for path in specs:
+        load_spec(path, date="2026-01-01")

@@ -1,0 +1,210 @@
+"""Pipeline specs: YAML validated by pydantic v2 (STYLE.md habit 9; DESIGN.md ``pipeline/``).
+
+A spec is data, one-to-one with the Python API, no code. Unknown keys are refused
+(``extra="forbid"``) and every error names the path to the bad field. Model parameters are
+passed to the estimator's own ``set_params``, so they are checked by the estimator itself.
+``{date}`` in any string is replaced by the run date (``tgpflow run --date``), and
+``--set a.b=value`` overrides a field before validation.
+
+```yaml
+name: nightly
+source: {path: "data/day=*/part-*.parquet", columns: [a, b], filters: [[a, ">", 0]]}
+preprocess: {center: true, scale: true}        # frozen at the store's first run
+models:
+  - {name: density, estimator: GPTiltedDensity, params: {method: fvpd, n_features: 1000}}
+outputs:
+  store: state/stats.zarr
+  models: state/models
+  scores: {path: "scores/{date}", model: density, threshold_quantile: 0.01}
+refit: {policy: window, partitions: 30}          # full | incremental | window | forgetting
+cluster: {scheduler: "tcp://scheduler:8786"}     # or {kind: embedded} or {file: cluster/slurm.yaml}
+```
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = ["PipelineSpec", "load_spec", "SpecError", "ESTIMATORS"]
+
+#: The estimators a spec may name (the public classes of tgpflow).
+ESTIMATORS = ("GPTiltedDensity", "NystromKEF", "ScoreEstimator")
+
+
+class SpecError(ValueError):
+    """A spec that does not validate; the message lists each bad field by its path."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceSpec(_Strict):
+    path: str = Field(description="Parquet file, directory or glob; each file is one partition.")
+    columns: list[str] | None = None
+    filters: list[tuple[str, Literal["==", "!=", "<", "<=", ">", ">="], float | int | str]] | None = Field(
+        default=None, description="Row filters (column, op, value), all must hold (applied per row group).")
+    on_bad_rows: Literal["raise", "drop"] = "raise"
+    fingerprint: Literal["metadata", "content"] = Field(
+        default="metadata", description="How a changed partition is recognised: path+size+mtime, or a hash of its bytes.")
+
+
+class PreprocessSpec(_Strict):
+    center: bool = False
+    scale: bool = False
+
+
+class ModelSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    estimator: Literal["GPTiltedDensity", "NystromKEF", "ScoreEstimator"] = "GPTiltedDensity"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _params_are_the_estimators(self) -> ModelSpec:
+        import tgpflow
+
+        est = getattr(tgpflow, self.estimator)()
+        try:
+            est.set_params(**self.params)
+            est._check_params()
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"params: {exc}") from None
+        return self
+
+
+class ScoresSpec(_Strict):
+    path: str
+    model: str | None = Field(default=None, description="Which model scores (default: the first).")
+    threshold_quantile: float = Field(default=0.01, gt=0, lt=1,
+                                      description="Rows below this quantile of the training log density are flagged.")
+
+
+class OutputsSpec(_Strict):
+    store: str
+    models: str
+    scores: ScoresSpec | None = None
+    report: str | None = None
+
+
+class FullRefit(_Strict):
+    policy: Literal["full"]
+
+
+class IncrementalRefit(_Strict):
+    policy: Literal["incremental"]
+
+
+class WindowRefit(_Strict):
+    policy: Literal["window"]
+    partitions: int = Field(ge=1)
+
+
+class ForgettingRefit(_Strict):
+    policy: Literal["forgetting"]
+    factor: float = Field(gt=0, le=1)
+
+
+RefitSpec = Annotated[FullRefit | IncrementalRefit | WindowRefit | ForgettingRefit, Field(discriminator="policy")]
+
+
+class ClusterSpec(_Strict):
+    kind: Literal["embedded", "threads"] | None = None
+    scheduler: str | None = None
+    file: str | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ClusterSpec:
+        given = [k for k in ("kind", "scheduler", "file") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of kind, scheduler, file; got {given}")
+        return self
+
+
+class PipelineSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    source: SourceSpec
+    preprocess: PreprocessSpec = PreprocessSpec()
+    models: list[ModelSpec] = Field(min_length=1)
+    outputs: OutputsSpec
+    refit: RefitSpec = IncrementalRefit(policy="incremental")
+    cluster: ClusterSpec = ClusterSpec(kind="threads")
+    lock_timeout: float = Field(default=0.0, ge=0, description="Seconds to wait for another run's lock (0: fail).")
+
+    @field_validator("models")
+    @classmethod
+    def _unique(cls, models: list[ModelSpec]) -> list[ModelSpec]:
+        names = [m.name for m in models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names must be unique; got {names}")
+        return models
+
+    @model_validator(mode="after")
+    def _scores_model(self) -> PipelineSpec:
+        if self.outputs.scores and self.outputs.scores.model not in (None, *[m.name for m in self.models]):
+            raise ValueError(f"outputs.scores.model {self.outputs.scores.model!r} is not one of the models")
+        return self
+
+
+def _set(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    node: Any = tree
+    parts = dotted.split(".")
+    for key in parts[:-1]:
+        if isinstance(node, list):
+            node = node[int(key)]
+        else:
+            node = node.setdefault(key, {})
+    last = parts[-1]
+    if isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+
+
+def _substitute(tree: Any, date: str) -> Any:
+    if isinstance(tree, str):
+        return tree.replace("{date}", date)
+    if isinstance(tree, dict):
+        return {k: _substitute(v, date) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_substitute(v, date) for v in tree]
+    return tree
+
+
+def _format(err: ValidationError, where: str) -> str:
+    lines = [f"{where}: the spec is not valid ({err.error_count()} error{'s' if err.error_count() > 1 else ''}):"]
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.append(f"  {path}: {msg}")
+    return "\n".join(lines)
+
+
+def load_spec(path: str | Path, *, date: str | None = None, overrides: list[str] | None = None) -> PipelineSpec:
+    """Read, override (``key.path=value``, value parsed as YAML), date-substitute and validate a spec."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: a spec is a YAML mapping, got {type(raw).__name__}")
+    raw = copy.deepcopy(raw)
+    for item in overrides or []:
+        if "=" not in item:
+            raise SpecError(f"--set expects key.path=value; got {item!r}")
+        key, value = item.split("=", 1)
+        try:
+            _set(raw, key.strip(), yaml.safe_load(value))
+        except (IndexError, ValueError, TypeError) as exc:
+            raise SpecError(f"--set {item!r}: cannot set {key!r} ({exc})") from None
+    raw = _substitute(raw, date or datetime.date.today().isoformat())
+    try:
+        return PipelineSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(_format(exc, str(path))) from None

@@ -1,0 +1,170 @@
+"""The statistics store: per-partition statistics in a Zarr group, with an atomically swapped manifest.
+
+Layout (the root is a Zarr group; every artifact below is a checksummed Zarr group written by
+:func:`tgpflow.io.artifact.write_artifact`, never pickled)::
+
+    STORE/
+      zarr.json                    the group
+      manifest.json                the commit point: replaced whole with os.replace
+      draws/<model>.zarr           the feature draw / Nyström basis each model's statistics use
+      parts/<pfp>/<model>.zarr     statistics of one partition (pfp: partition fingerprint)
+      totals/<model>-<run>.zarr    the running total after run <run>
+      .lock                        held by a run from start to end (filelock)
+
+A run writes new part and total artifacts first, then swaps ``manifest.json``; a run that dies
+before the swap leaves the previous manifest — and everything it references — intact, and its
+orphans are removed by the next run. A second run on the same store waits ``lock_timeout``
+seconds for the lock and then fails, naming the holder. A partition's fingerprint is a hash of
+its path, size and modification time (or of its bytes, ``fingerprint: content``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tgpflow.errors import ModelFileError, TgpflowError
+from tgpflow.io.artifact import read_artifact, write_artifact
+from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
+from tgpflow.stats.ncfd import NCFDStats
+from tgpflow.stats.tgp import TGPStats
+
+__all__ = ["StatsStore", "StoreBusyError", "STATS_KINDS", "load_stats", "partition_fingerprint", "MANIFEST_SCHEMA"]
+
+STATS_KINDS = {c.__name__: c for c in (TGPStats, NCFDStats, KEFStats, DiagStats, LiteStats)}
+MANIFEST_SCHEMA = 1
+
+
+class StoreBusyError(TgpflowError, RuntimeError):
+    """Another run holds the store's lock."""
+
+
+def load_stats(path: str | Path) -> Any:
+    """Any statistics artifact (kind from its metadata; checksums verified)."""
+    kind, arrays, meta = read_artifact(path, expected_kinds=tuple(STATS_KINDS))
+    return STATS_KINDS[kind].from_arrays(meta["fingerprint"], arrays)
+
+
+def partition_fingerprint(fs: Any, path: str, mode: str = "metadata") -> str:
+    """A short hash of (path, size, mtime) — or of the file's bytes with ``mode="content"``."""
+    h = hashlib.sha256(path.encode())
+    if mode == "content":
+        with fs.open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                h.update(block)
+    else:
+        info = fs.info(path)
+        stamp = info.get("mtime") or info.get("LastModified") or info.get("last_modified") or info.get("ETag") or ""
+        h.update(f"|{info.get('size')}|{stamp}".encode())
+    return h.hexdigest()[:20]
+
+
+class StatsStore:
+    """A statistics store rooted at ``root`` (see the module docstring)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    # -- locking ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self, timeout: float = 0.0) -> Iterator[None]:
+        from filelock import FileLock, Timeout
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        holder = self.root / ".lock.holder"
+        lock = FileLock(str(self.root / ".lock"))
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            who = holder.read_text() if holder.exists() else "unknown"
+            raise StoreBusyError(f"{self.root}: another run holds the store lock ({who}); waited {timeout:g} s. "
+                                 f"Retry later, or raise lock_timeout in the spec") from None
+        try:
+            holder.write_text(f"pid {os.getpid()} since {datetime.datetime.now().isoformat(timespec='seconds')}")
+            self._ensure_group()
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                holder.unlink()
+            lock.release()
+
+    def _ensure_group(self) -> None:
+        if not (self.root / "zarr.json").exists():
+            import zarr
+
+            zarr.open_group(store=str(self.root), mode="a", attributes={"tgpflow": "statistics store"})
+
+    # -- the manifest -------------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "manifest.json"
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        if not self.manifest_path.exists():
+            return None
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ModelFileError(f"{self.manifest_path}: the store manifest is not valid JSON ({exc})") from None
+        if manifest.get("schema") != MANIFEST_SCHEMA:
+            raise ModelFileError(f"{self.manifest_path}: manifest schema {manifest.get('schema')!r}, "
+                                 f"this tgpflow reads {MANIFEST_SCHEMA}")
+        return manifest
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Replace the manifest atomically (write a temporary, fsync, os.replace)."""
+        tmp = self.root / f".manifest.json.tmp-{os.getpid()}"
+        with open(tmp, "w") as fh:
+            json.dump(manifest, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.manifest_path)
+
+    # -- artifacts ------------------------------------------------------------------------
+    def save(self, stats: Any, rel: str) -> str:
+        write_artifact(self.root / rel, type(stats).__name__, stats.to_arrays(), {"fingerprint": stats.fingerprint})
+        return rel
+
+    def load(self, rel: str) -> Any:
+        path = self.root / rel
+        if not path.exists():
+            raise ModelFileError(f"{path}: a statistics entry named by the store manifest is missing")
+        return load_stats(path)
+
+    def save_draw(self, model: str, arrays: dict[str, Any], meta: dict[str, Any]) -> str:
+        rel = f"draws/{model}.zarr"
+        write_artifact(self.root / rel, "Draw", arrays, meta)
+        return rel
+
+    def load_draw(self, rel: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        _, arrays, meta = read_artifact(self.root / rel, expected_kinds=("Draw",))
+        return arrays, meta
+
+    def collect_garbage(self, manifest: dict[str, Any]) -> list[str]:
+        """Remove part/total artifacts (and temporaries) that the manifest does not reference."""
+        keep = {manifest["models"][m]["total"] for m in manifest["models"]}
+        keep |= {rel for p in manifest["partitions"].values() for rel in p["stats"].values()}
+        keep |= {manifest["models"][m]["draw"] for m in manifest["models"]}
+        removed = []
+        for sub in ("parts", "totals", "draws"):
+            base = self.root / sub
+            if not base.exists():
+                continue
+            for path in sorted(base.rglob("*.zarr")):
+                rel = path.relative_to(self.root).as_posix()
+                if rel not in keep and not any(k.startswith(rel + "/") for k in keep):
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(rel)
+            for path in sorted(base.rglob(".*tmp-*")):
+                shutil.rmtree(path, ignore_errors=True)
+            for d in sorted(base.glob("*"), reverse=True):
+                if d.is_dir() and not any(d.iterdir()):
+                    d.rmdir()
+        return removed
