@@ -24,7 +24,7 @@ def test_slurm_file_builds_a_job_script():
     kind, kw = load_cluster_file(ROOT / "slurm.yaml")
     assert kind == "slurm"
     jobs = kw.pop("jobs")
-    with dask_jobqueue.SLURMCluster(**kw, scheduler_options={"dashboard_address": None}) as cluster:
+    with dask_jobqueue.SLURMCluster(**kw, scheduler_options={"dashboard_address": ":0"}) as cluster:
         script = cluster.job_script()
     assert jobs == 10 and "#SBATCH -p compute" in script and "#SBATCH --exclusive" in script
     assert "source /opt/venvs/tgpflow/bin/activate" in script and "--nthreads 8" in script

@@ -226,25 +226,31 @@ def test_a_worker_killed_mid_pass_gives_bit_identical_statistics(tmp_path):
     from tgpflow.stats.reduce import accumulate
     from tgpflow.stats.tgp import tgp_chunk_stats
 
-    X = np.random.default_rng(0).normal(size=(40_000, 3))
+    X = np.random.default_rng(0).normal(size=(60_000, 3))
     path = write_parquet(tmp_path / "big.parquet", X, row_group_size=1000)
-    f = tgpflow.RandomFourierFeatures.draw(256, bandwidth=0.5, n_dims=3, random_state=0)
+    f = tgpflow.RandomFourierFeatures.draw(512, bandwidth=0.5, n_dims=3, random_state=0)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         clean, _ = accumulate(as_source(str(path)), tgp_chunk_stats, f)
         pids = client.run(os.getpid)
-        victim = sorted(pids.values())[0]
-
-        def kill():
-            time.sleep(0.3)
-            os.kill(victim, 9)
-
-        threading.Thread(target=kill, daemon=True).start()
-        disturbed, _ = accumulate(as_source(str(path)), tgp_chunk_stats, f)
-        assert victim not in client.run(os.getpid).values()  # the worker really died (the nanny restarted it)
+        victim_addr, victim = sorted(pids.items())[0]
+        result = {}
+        worker = threading.Thread(target=lambda: result.update(
+            stats=accumulate(as_source(str(path)), tgp_chunk_stats, f)[0]))
+        worker.start()
+        deadline = time.time() + 60
+        while not client.processing().get(victim_addr) and time.time() < deadline:
+            time.sleep(0.01)
+        assert client.processing().get(victim_addr), "the victim never got a task"
+        os.kill(victim, 9)  # a task is running on it: this is mid-pass
+        killed_mid_pass = worker.is_alive()
+        worker.join(timeout=120)
+        assert killed_mid_pass and not worker.is_alive()
+        assert victim not in client.run(os.getpid).values()  # it really died (the nanny started a new one)
+    disturbed = result["stats"]
     for name in ("gram", "u", "U", "psi"):
         assert np.array_equal(getattr(clean, name), getattr(disturbed, name))
-    assert clean.n == disturbed.n == 40_000
+    assert clean.n == disturbed.n == 60_000
 
 
 def test_cli_validate_schema_stats_and_versions(tmp_path):
