@@ -121,9 +121,12 @@ def test_forgetting_weights_earlier_partitions_by_the_factor(tmp_path):
 
 def test_scores_are_raw_row_densities_with_a_calibrated_flag_and_resume(tmp_path):
     data = _data(tmp_path, range(2))
-    spec = load_spec(_spec(tmp_path))
+    spec = load_spec(_spec(tmp_path), overrides=[f"outputs.report={tmp_path / 'reports'}"])
     result = run_pipeline(spec)
     assert len(result["scored"]) == 2
+    assert result["reports"] == [str(tmp_path / "reports" / "fd" / "v000001")]  # the kernel model has no report
+    metrics = json.loads((tmp_path / "reports" / "fd" / "v000001" / "metrics.json").read_text())
+    assert metrics["figures"] == ["projected_cdfs.png"] and 0 < metrics["sliced"]["ks_median"] < 0.2
     est = tgpflow.load(tmp_path / "models" / "fd")
     manifest = StatsStore(tmp_path / "store.zarr").read_manifest()
     pre = manifest["preprocess"]

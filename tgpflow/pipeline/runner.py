@@ -248,10 +248,28 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
         ModelVersions(Path(spec.outputs.models) / name).set_current(version)
     store.collect_garbage(new_manifest)
     scored = _score(spec, new_manifest, fs) if spec.outputs.scores else []
+    reports = _reports(spec, ests, versions, files, columns, pre) if spec.outputs.report else []
     rows = {name: ModelVersions(Path(spec.outputs.models) / name).info()["rows"] for name in versions}
     logger.info("%s: run %d added %d and removed %d partition(s); models %s", spec.name, run, len(added),
                 len(removed), versions)
-    return RunResult(changed=True, added=added, removed=removed, run=run, versions=versions, rows=rows, scored=scored)
+    return RunResult(changed=True, added=added, removed=removed, run=run, versions=versions, rows=rows, scored=scored,
+                     reports=reports)
+
+
+def _reports(spec: PipelineSpec, ests: dict[str, Any], versions: dict[str, str], files: list[str], columns: list[str],
+             pre: dict[str, Any] | None) -> list[str]:
+    """``tgpflow report`` of each GP-tilted model on the current (preprocessed) partitions, per version."""
+    from tgpflow.pipeline.report import write_report
+
+    written = []
+    for name, est in ests.items():
+        if not hasattr(est, "method"):
+            logger.info("report: %s is a %s; reports cover GP-tilted densities", name, type(est).__name__)
+            continue
+        out = Path(spec.outputs.report) / name / versions[name]
+        write_report(est, _union_source(spec, files, columns, pre), out)
+        written.append(str(out))
+    return written
 
 
 def _repair_pointers(spec: PipelineSpec, manifest: dict[str, Any]) -> list[str]:

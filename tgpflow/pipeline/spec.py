@@ -89,7 +89,8 @@ class OutputsSpec(_Strict):
     store: str
     models: str
     scores: ScoresSpec | None = None
-    report: str | None = None
+    report: str | None = Field(default=None, description="Directory for the GP-tilted models' reports "
+                                                         "(<report>/<model>/<version>/: metrics.json and figures).")
 
 
 class FullRefit(_Strict):
