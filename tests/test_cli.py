@@ -124,3 +124,15 @@ def test_fit_kernel_models_then_score_and_info(tmp_path, rng):
     assert r.exit_code == 1 and "no log density" in r.output
     r = runner.invoke(main, ["fit", src, "--model", "nkef", "--base", "learn", "--out", str(tmp_path / "x.zarr")])
     assert r.exit_code == 2
+
+
+def test_fit_on_gpu_fails_clearly_without_a_gpu_path(tmp_path, rng):
+    src, _ = _data(tmp_path, rng)
+    r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "g.zarr"), "--device", "gpu",
+                                  "--n-features", "16", "--progress", "none"])
+    assert r.exit_code == 1 and "device='gpu' is not available" in r.output
+    assert not (tmp_path / "g.zarr").exists()
+    r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "m.zarr"), "--precision", "mixed",
+                                  "--model", "fd", "--n-features", "16", "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    assert tgpflow.load(tmp_path / "m.zarr").precision == "mixed"

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace, is_numpy_namespace
 
-__all__ = ["namespace", "is_numpy", "to_numpy", "resolve_device"]
+__all__ = ["namespace", "is_numpy", "to_numpy", "resolve_device", "gpu_visible"]
 
 
 def namespace(*arrays: Any) -> Any:
@@ -36,17 +36,30 @@ def to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def gpu_visible() -> bool:
+    """Whether CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
 def resolve_device(device: str) -> str:
     """Resolve ``device="auto"|"cpu"|"gpu"`` to the device this build runs on.
 
-    The CPU path is complete. The GPU path (CuPy workers) is not part of this release:
-    ``"gpu"`` raises with that message instead of silently computing on the CPU.
+    The CPU path is complete. The GP-tilted statistics kernels are written against the array
+    API and accept CuPy arrays, but that is tested only through ``array_api_strict`` (no GPU
+    was available); GPU workers, chunk moves to the device, GPU solves and GPU evaluation are
+    not part of this release. So ``"auto"`` resolves to the CPU and ``"gpu"`` raises with that
+    message instead of silently computing on the CPU.
     """
     if device not in ("auto", "cpu", "gpu"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'gpu'; got {device!r}")
     if device == "gpu":
         raise NotImplementedError(
-            "device='gpu' is not available in this release of tgpflow; use device='cpu' "
-            "(or 'auto', which resolves to the CPU)"
+            "device='gpu' is not available in this release of tgpflow (GPU workers and solves are not "
+            "implemented yet); use device='cpu' (or 'auto', which resolves to the CPU)"
         )
     return "cpu"

@@ -162,6 +162,9 @@ def _split(columns: str | None) -> list[str] | None:
               help="--model score: the matrix kernel.")
 @click.option("--regularizer", default="tikhonov", show_default=True,
               type=click.Choice(["tikhonov", "cutoff", "landweber", "nu"]), help="Kernel models: the spectral filter.")
+@click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "gpu"]))
+@click.option("--precision", default="float64", show_default=True, type=click.Choice(["float64", "mixed"]),
+              help="GP-tilted: mixed = float32 S×S products accumulated in float64 (measured: benchmarks/precision_modes.py).")
 @click.option("--validation-fraction", default=0.1, show_default=True, type=click.FloatRange(0, 1, min_open=True,
               max_open=True), help="Rows held out (by a hash of their position) when selecting.")
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -171,8 +174,8 @@ def _split(columns: str | None) -> list[str] | None:
 @_progress_opt
 def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
         lam: str | None, bandwidth: str | None, noise_levels: int, sigma_max: str, base: str | None, n_basis: int,
-        kernel: str, regularizer: str, validation_fraction: float, seed: int, on_bad_rows: str, local: str,
-        progress_mode: str) -> None:
+        kernel: str, regularizer: str, device: str, precision: str, validation_fraction: float, seed: int,
+        on_bad_rows: str, local: str, progress_mode: str) -> None:
     """Fit a model to SOURCE and write it to --out: a GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF
     baseline), a Nyström kernel exponential family (nkef) or a kernel score estimator (score)."""
     from tgpflow import GPTiltedDensity, NystromKEF, ScoreEstimator
@@ -195,13 +198,15 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
         if kernel_model:
             work = float(src.n_rows or 0) * (n_basis * src.n_columns) ** 2 * src.n_columns if src.n_rows else None
             common = dict(n_basis=n_basis, lam=lam_value, bandwidth=bw, base=base, regularizer=regularizer,
-                          validation_fraction=validation_fraction, random_state=seed, on_bad_rows=on_bad_rows)
+                          validation_fraction=validation_fraction, random_state=seed, on_bad_rows=on_bad_rows,
+                          device=device)
             est = NystromKEF(**common) if method == "nkef" else ScoreEstimator(kernel=kernel, **common)
         else:
             work = float(src.n_rows or 0) * n_features**2 if src.n_rows is not None else None
             est = GPTiltedDensity(method=method, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
-                                  noise_levels=noise_levels, sigma_max=smax, base=base,
-                                  validation_fraction=validation_fraction, on_bad_rows=on_bad_rows)
+                                  noise_levels=noise_levels, sigma_max=smax, base=base, device=device,
+                                  precision=precision, validation_fraction=validation_fraction,
+                                  on_bad_rows=on_bad_rows)
         t0 = time.perf_counter()
         with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client):
             est.fit(src)

@@ -38,7 +38,7 @@ from tgpflow.stats.moments import Moments
 from tgpflow.stats.ncfd import NCFDStats, ncfd_chunk_stats
 from tgpflow.stats.reduce import accumulate as run_pass
 from tgpflow.stats.split import StatsBundle, split_chunk_stats
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, TGPStats, tgp_chunk_stats
+from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, PRECISIONS, TGPStats, tgp_chunk_stats
 
 __all__ = ["GPTiltedDensity", "METHODS"]
 
@@ -96,6 +96,8 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
     split_every : int — fan-in of the reduction tree.
     random_state : int — seed of the pilot, the feature draw and the MAP draws.
     device : {"auto", "cpu", "gpu"} — "auto" resolves to the CPU in this release.
+    precision : {"float64", "mixed"} — "mixed": float32 S×S products accumulated in float64
+        (see ``benchmarks/precision_modes.py`` for the measured error and speed).
     """
 
     def __init__(self, *, method: str = "fd", n_features: int = 1000, lam: float | str = 0.1,
@@ -105,7 +107,8 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
                  map_max_iter: int = 100, kernel_cov: str = "paper", pilot: str = "sample",
                  pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
-                 device: str = "auto"):
+                 device: str = "auto", precision: str = "float64"):
+        self.precision = precision
         self.method = method
         self.n_features = n_features
         self.lam = lam
@@ -174,6 +177,8 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
         if not isinstance(self.split_every, numbers.Integral) or self.split_every < 2:
             raise ValueError(f"split_every must be an integer >= 2; got {self.split_every!r}")
         resolve_device(self.device)
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}; got {self.precision!r}")
 
     @property
     def _selecting(self) -> bool:
@@ -232,8 +237,8 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
     def _chunk_fn(self) -> tuple[Any, tuple[Any, ...]]:
         """The per-chunk statistics function and its trailing arguments (after the features)."""
         if self.method == "ncfd":
-            return ncfd_chunk_stats, (self.noise_levels_, int(self.block_bytes))
-        return tgp_chunk_stats, (int(self.block_bytes),)
+            return ncfd_chunk_stats, (self.noise_levels_, int(self.block_bytes), self.precision)
+        return tgp_chunk_stats, (int(self.block_bytes), self.precision)
 
     def _prepare(self, source: Source) -> None:
         """Draw the features from a pilot of ``source`` without a pass (pipelines: per-partition passes)."""

@@ -24,6 +24,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from tgpflow.backend import resolve_device
 from tgpflow.features.kernels import KERNELS, median_heuristic
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.io.artifact import write_artifact
@@ -150,14 +151,16 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
     radial : {"gaussian", "imq"} — the scalar kernel.
     nu : float — ν of the ν-method.
     eps : float — ridge ε of the direct Tikhonov solve (seed 001: 1e-5) and eigenvalue cut of G.
-    pilot_rows, on_bad_rows, block_bytes, split_every, random_state : as for GPTiltedDensity.
+    pilot_rows, on_bad_rows, block_bytes, split_every, random_state, device : as for GPTiltedDensity.
     """
 
     def __init__(self, *, kernel: str = "curl_free", regularizer: str = "tikhonov", n_basis: int = 100,
                  bandwidth: str | float | list[float] = "median", lam: float | str = 1e-3, base: str = "flat",
                  radial: str = "gaussian", nu: float = 1.0, eps: float = 1e-5, lam_grid: list[float] | None = None,
                  validation_fraction: float = 0.1, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
-                 block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0):
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
+                 device: str = "auto"):
+        self.device = device
         self.kernel = kernel
         self.lam_grid = lam_grid
         self.validation_fraction = validation_fraction
@@ -216,6 +219,7 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         if not isinstance(self.pilot_rows, numbers.Integral) or self.pilot_rows < 2:
             raise ValueError(f"pilot_rows must be an integer >= 2; got {self.pilot_rows!r}")
         check_on_bad_rows(self.on_bad_rows)
+        resolve_device(self.device)
 
     # -- the basis ----------------------------------------------------------------------
     def _make_basis(self, source: Any, given: Any) -> NystromBasis:
@@ -478,7 +482,9 @@ class NystromKEF(ScoreEstimator):
                  lite: bool = False, n_components: int | None = None, radial: str = "gaussian",
                  regularizer: str = "tikhonov", nu: float = 1.0, eps: float = 1e-5, lam_grid: list[float] | None = None,
                  validation_fraction: float = 0.1, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
-                 block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0):
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
+                 device: str = "auto"):
+        self.device = device
         self.lam_grid = lam_grid
         self.validation_fraction = validation_fraction
         self.lite = lite

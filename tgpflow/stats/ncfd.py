@@ -152,8 +152,10 @@ class NCFDStats:
 
 
 def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray,
-                     block_bytes: int = DEFAULT_BLOCK_BYTES) -> NCFDStats:
-    """NCFD statistics of one chunk of rows (MATH.md §3); any array-API namespace, host float64 out."""
+                     block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64") -> NCFDStats:
+    """NCFD statistics of one chunk of rows (MATH.md §3); any array-API namespace, host float64 out.
+
+    ``precision`` as for :func:`tgpflow.stats.tgp.tgp_chunk_stats`."""
     sigmas = np.asarray(sigmas, dtype=np.float64)
     if sigmas.ndim != 1 or sigmas.size < 1 or sigmas[0] != 0.0 or np.any(np.diff(sigmas) <= 0):
         raise ValueError(f"noise levels must start at 0 and increase; got {sigmas.tolist()}")
@@ -172,7 +174,7 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
     u, U, psi = out.u, out.U, out.psi
     for h, sigma in enumerate(sigmas):
         level = features.with_bandwidth(level_bandwidth(features.gamma, float(sigma)))
-        g_sin, g_cos, u_h, U_h, psi_h = level_products(x, level, rows, cos_gram=sigma > 0)
+        g_sin, g_cos, u_h, U_h, psi_h = level_products(x, level, rows, cos_gram=sigma > 0, precision=precision)
         w_plus, w_minus = ncfd_weights(features, float(sigma))
         g_sin *= scale2
         abar += w_plus * g_sin

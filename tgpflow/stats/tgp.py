@@ -29,7 +29,7 @@ from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.artifact import read_artifact, write_artifact
 from tgpflow.stats.moments import Moments
 
-__all__ = ["TGPStats", "tgp_chunk_stats", "level_products", "block_rows_for", "DEFAULT_BLOCK_BYTES"]
+__all__ = ["TGPStats", "tgp_chunk_stats", "level_products", "block_rows_for", "DEFAULT_BLOCK_BYTES", "PRECISIONS"]
 
 #: Default working-memory budget per chunk task for feature blocks (bytes).
 DEFAULT_BLOCK_BYTES = 64 * 2**20
@@ -135,8 +135,16 @@ class TGPStats:
         return cls.from_arrays(meta["fingerprint"], arrays)
 
 
-def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = DEFAULT_BLOCK_BYTES) -> TGPStats:
+PRECISIONS = ("float64", "mixed")
+
+
+def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = DEFAULT_BLOCK_BYTES,
+                    precision: str = "float64") -> TGPStats:
     """TGP statistics of one chunk of rows ``x`` (n, d), in blocks of rows (MATH.md §2).
+
+    ``precision="mixed"``: the S×S products are float32 (angles and sin/cos still formed in
+    float64 from the shifted phase, MATH.md §1, then rounded), each block's product added to a
+    float64 accumulator; the O(S) sums stay float64.
 
     NumPy chunks use the compiled sincos and SYRK (through NumPy's matmul) into reused buffers; any other
     array-API namespace (CuPy, array_api_strict) runs the same formulas with ``xp`` calls.
@@ -150,13 +158,14 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
     if n == 0:
         return dataclasses.replace(TGPStats.zero(features), moments=moments)
     rows = min(n, block_rows_for(S, d, block_bytes))
-    gram, _, u, U, psi = level_products(x, features, rows, cos_gram=False)
+    gram, _, u, U, psi = level_products(x, features, rows, cos_gram=False, precision=precision)
     scale = math.sqrt(2.0 / S)
     # φ = scale·cos, φ' = −scale·sin: fold the constants in once per chunk.
     return TGPStats(features.fingerprint, moments, gram * (scale * scale), u * (-scale), U * (-scale), psi * scale)
 
 
-def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool) -> tuple[Any, ...]:
+def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool,
+                   precision: str = "float64") -> tuple[Any, ...]:
     """Unscaled sums over the rows of ``x`` for one width: ``sin sinᵀ``, ``cos cosᵀ`` (or None),
     ``Σ sin``, ``Σ sin (x − x₀)ᵀ``, ``Σ cos`` — host float64, in blocks of ``rows`` rows.
 
@@ -164,17 +173,22 @@ def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram:
     sincos and NumPy's matmul (SYRK, GIL released) into reused buffers; any other array-API
     namespace (CuPy, array_api_strict) runs the same formulas with ``xp`` calls.
     """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
     xp = namespace(x)
     if is_numpy(xp):
-        return _products_numpy(np.asarray(x, dtype=np.float64), features, rows, cos_gram)
-    return _products_xp(x, features, rows, cos_gram, xp)
+        return _products_numpy(np.asarray(x, dtype=np.float64), features, rows, cos_gram, precision == "mixed")
+    return _products_xp(x, features, rows, cos_gram, xp, precision == "mixed")
 
 
-def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, cos_gram: bool) -> tuple[Any, ...]:
+def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, cos_gram: bool,
+                    mixed: bool = False) -> tuple[Any, ...]:
     S, d = features.n_features, features.n_dims
     gram = np.zeros((S, S))
     gram_cos = np.zeros((S, S)) if cos_gram else None
-    prod = np.empty((S, S))
+    low = np.float32 if mixed else np.float64
+    prod = np.empty((S, S), dtype=low)
+    low_buf = np.empty(S * rows, dtype=np.float32) if mixed else None
     u = np.zeros(S)
     U = np.zeros((S, d))
     psi = np.zeros(S)
@@ -202,18 +216,22 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
         # NumPy's matmul releases the GIL (SciPy's dsyrk wrapper does not: two Dask threads
         # serialised on it, measured 0.53 of the SYRK bound vs 0.82 with processes) and
         # dispatches ``a @ a.T`` to SYRK itself.
-        np.matmul(sin, sin.T, out=prod)
-        gram += prod
-        if gram_cos is not None:
-            np.matmul(cos, cos.T, out=prod)
-            gram_cos += prod
+        for src, acc in ((sin, gram), (cos, gram_cos)):
+            if acc is None:
+                continue
+            if low_buf is not None:  # mixed: a float32 product, accumulated in float64 per block
+                src = low_buf[: S * nb].reshape(S, nb)
+                src[...] = sin if acc is gram else cos
+            np.matmul(src, src.T, out=prod)
+            acc += prod
         u += sin.sum(axis=1)
         psi += cos.sum(axis=1)
         U += sin @ xs
     return gram, gram_cos, u, U, psi
 
 
-def _products_xp(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool, xp: Any) -> tuple[Any, ...]:
+def _products_xp(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool, xp: Any,
+                 mixed: bool = False) -> tuple[Any, ...]:
     S, d = features.n_features, features.n_dims
     gram = xp.zeros((S, S), dtype=xp.float64)
     gram_cos = xp.zeros((S, S), dtype=xp.float64) if cos_gram else None
@@ -225,10 +243,18 @@ def _products_xp(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: b
     for start in range(0, n, rows):
         xs = xs_all[start:min(start + rows, n), ...]  # in-range stops: the standard leaves others undefined
         sin, cos = features.sincos(xs)
-        gram = gram + sin @ xp.matrix_transpose(sin)
+        gram = gram + _product(sin, xp, mixed)
         if gram_cos is not None:
-            gram_cos = gram_cos + cos @ xp.matrix_transpose(cos)
+            gram_cos = gram_cos + _product(cos, xp, mixed)
         u = u + xp.sum(sin, axis=1)
         psi = psi + xp.sum(cos, axis=1)
         U = U + sin @ xs
     return tuple(None if a is None else to_numpy(a).astype(np.float64) for a in (gram, gram_cos, u, U, psi))
+
+
+def _product(a: Any, xp: Any, mixed: bool) -> Any:
+    """a aᵀ in float64, or in float32 rounded back to float64 for accumulation (mixed)."""
+    if not mixed:
+        return a @ xp.matrix_transpose(a)
+    low = xp.astype(a, xp.float32)
+    return xp.astype(low @ xp.matrix_transpose(low), xp.float64)
