@@ -136,3 +136,21 @@ def test_fit_on_gpu_fails_clearly_without_a_gpu_path(tmp_path, rng):
                                   "--model", "fd", "--n-features", "16", "--progress", "none"])
     assert r.exit_code == 0, r.output
     assert tgpflow.load(tmp_path / "m.zarr").precision == "mixed"
+
+
+def test_rsr_fit_and_anomaly_scores_for_any_source(tmp_path, rng):
+    src, X = _data(tmp_path, rng)
+    runner = CliRunner()
+    for method, extra in (("rsr", ["--smoothness", "1.0"]), ("fd", [])):
+        model = str(tmp_path / f"{method}.zarr")
+        r = runner.invoke(main, ["fit", src, "--model", method, "--out", model, "--n-features", "64", "--progress",
+                                 "none", *extra])
+        assert r.exit_code == 0, r.output
+        out = tmp_path / f"{method}-scores.parquet"
+        r = runner.invoke(main, ["score", model, src, "--out", str(out), "--progress", "none"])
+        assert r.exit_code == 0, r.output
+        scores = pd.read_parquet(out)
+        est = tgpflow.load(model)
+        np.testing.assert_allclose(scores["anomaly_score"], -scores["log_density"])
+        assert (scores["anomaly"] == (scores["anomaly_score"] > est.anomaly_threshold_)).all()
+        assert 0.0 < scores["anomaly"].mean() < 0.05  # ≈ the 1% training quantile

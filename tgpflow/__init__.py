@@ -16,16 +16,18 @@ from tgpflow.models.gp_tilted import GPTiltedDensity  # noqa: E402
 from tgpflow.features.nystrom import NystromBasis  # noqa: E402
 from tgpflow.models.kde import ExactKDE  # noqa: E402
 from tgpflow.models.kernel_score import NystromKEF, ScoreEstimator  # noqa: E402
+from tgpflow.models.root_sobolev import RootSobolevDensity  # noqa: E402
 from tgpflow.stats.moments import Moments  # noqa: E402
 from tgpflow.stats.kef import DiagStats, KEFStats  # noqa: E402
 from tgpflow.stats.ncfd import NCFDStats  # noqa: E402
 from tgpflow.stats.split import StatsBundle  # noqa: E402
 from tgpflow.stats.tgp import TGPStats  # noqa: E402
 
-__all__ = ["GPTiltedDensity", "NystromKEF", "ScoreEstimator", "ExactKDE", "RandomFourierFeatures", "NystromBasis",
+__all__ = ["GPTiltedDensity", "NystromKEF", "ScoreEstimator", "RootSobolevDensity", "ExactKDE", "RandomFourierFeatures", "NystromBasis",
            "Moments", "TGPStats", "NCFDStats", "KEFStats", "DiagStats", "StatsBundle", "load", "__version__"]
 
-_MODEL_KINDS = {"GPTiltedDensity": GPTiltedDensity, "NystromKEF": NystromKEF, "ScoreEstimator": ScoreEstimator}
+_MODEL_KINDS = {"GPTiltedDensity": GPTiltedDensity, "NystromKEF": NystromKEF, "ScoreEstimator": ScoreEstimator,
+                "RootSobolevDensity": RootSobolevDensity}
 
 
 def load(path: str | Path) -> Any:

@@ -142,9 +142,11 @@ def _split(columns: str | None) -> list[str] | None:
 
 @main.command()
 @click.argument("source")
-@click.option("--model", "method", type=click.Choice(["fd", "ncfd", "fvpd", "map", "kde_rff", "nkef", "score"]),
+@click.option("--model", "method",
+              type=click.Choice(["fd", "ncfd", "fvpd", "map", "kde_rff", "nkef", "score", "rsr", "kde_sdo"]),
               default="fvpd", show_default=True,
-              help="A GP-tilted density method, nkef (Nyström kernel exponential family) or score (kernel score estimator).")
+              help="A GP-tilted density method, nkef (Nyström kernel exponential family), score (kernel score "
+                   "estimator), rsr (root-Sobolev density) or kde_sdo (its KDE baseline).")
 @click.option("--out", required=True, type=click.Path(dir_okay=True, file_okay=False), help="Model path (.zarr).")
 @_columns
 @_scheduler
@@ -158,6 +160,8 @@ def _split(columns: str | None) -> list[str] | None:
 @click.option("--base", default=None, type=click.Choice(["empirical", "learn", "flat", "gaussian"]),
               help="GP-tilted: empirical (default) or learn; kernel models: flat (default) or gaussian.")
 @click.option("--n-basis", default=100, show_default=True, type=click.IntRange(min=1), help="Kernel models: basis points m.")
+@click.option("--smoothness", default="1.0", show_default=True,
+              help="rsr: the smoothness a, or a comma list selected by the held-out Hyvärinen loss.")
 @click.option("--kernel", default="curl_free", show_default=True, type=click.Choice(["curl_free", "diagonal"]),
               help="--model score: the matrix kernel.")
 @click.option("--regularizer", default="tikhonov", show_default=True,
@@ -174,14 +178,29 @@ def _split(columns: str | None) -> list[str] | None:
 @_progress_opt
 def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
         lam: str | None, bandwidth: str | None, noise_levels: int, sigma_max: str, base: str | None, n_basis: int,
-        kernel: str, regularizer: str, device: str, precision: str, validation_fraction: float, seed: int,
-        on_bad_rows: str, local: str, progress_mode: str) -> None:
+        smoothness: str, kernel: str, regularizer: str, device: str, precision: str, validation_fraction: float,
+        seed: int, on_bad_rows: str, local: str, progress_mode: str) -> None:
     """Fit a model to SOURCE and write it to --out: a GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF
     baseline), a Nyström kernel exponential family (nkef) or a kernel score estimator (score)."""
-    from tgpflow import GPTiltedDensity, NystromKEF, ScoreEstimator
+    from tgpflow import GPTiltedDensity, NystromKEF, RootSobolevDensity, ScoreEstimator
     from tgpflow.cluster import dask_client
     from tgpflow.io.sources import as_source
 
+    if method in ("rsr", "kde_sdo"):
+        a = _numbers(smoothness, "--smoothness")
+        with _runtime_errors():
+            src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
+            est = RootSobolevDensity(method=method, n_features=n_features, smoothness=a[0] if len(a) == 1 else a,
+                                     random_state=seed, on_bad_rows=on_bad_rows, device=device)
+            t0 = time.perf_counter()
+            with dask_client(scheduler, local=local) as client, _progress(progress_mode, client):
+                est.fit(src)
+            est.save(out)
+        click.echo(json.dumps({"model": out, "method": method, "rows": est.n_samples_seen_, "smoothness": est.smoothness_,
+                               "fit": {k: v for k, v in est.fit_info_.items() if k != "history"},
+                               "anomaly_threshold": est.anomaly_threshold_,
+                               "seconds": round(time.perf_counter() - t0, 2)}, default=str))
+        return
     kernel_model = method in ("nkef", "score")
     bandwidth = bandwidth or ("median" if kernel_model else "scott")
     bw: Any = bandwidth if bandwidth in ("scott", "median") else _numbers(bandwidth, "--bandwidth")
@@ -241,7 +260,8 @@ def _numbers(text: str, hint: str, single: bool = False) -> Any:
 @_progress_opt
 def score(model: str, source: str, out: str, columns: str | None, scheduler: str | None, on_bad_rows: str,
           progress_mode: str) -> None:
-    """Stream SOURCE through MODEL and write the per-row log density as Parquet."""
+    """Stream SOURCE through MODEL and write per-row log density, anomaly score (−log p) and, when the
+    model learned a threshold at fit time, the anomaly flag, as Parquet."""
     import dask.dataframe as dd
 
     from tgpflow.cluster import dask_client
@@ -260,8 +280,13 @@ def score(model: str, source: str, out: str, columns: str | None, scheduler: str
         src = as_source(source, columns=cols, on_bad_rows=on_bad_rows)
         work = float(src.n_rows or 0) * getattr(est, "n_features", 0) ** 2 if src.n_rows is not None else None
         with dask_client(scheduler, work=work) as client, _progress(progress_mode, client), atomic_path(out) as tmp:
+            import dask.array as da
+
             values = est.log_density(src)
-            frame = dd.from_dask_array(values, columns="log_density").to_frame()
+            frame = dd.from_dask_array(da.stack([values, -values], axis=1), columns=["log_density", "anomaly_score"])
+            threshold = getattr(est, "anomaly_threshold_", None)
+            if threshold is not None:  # learned at fit time: the training threshold_quantile is flagged
+                frame["anomaly"] = frame["anomaly_score"] > threshold
             compute(frame.to_parquet(str(tmp), write_index=False, compute=False))
         click.echo(json.dumps({"scores": out, "model": model, "source": source}))
 

@@ -26,6 +26,7 @@ from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
+from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.evaluate import TGPEvaluator
 from tgpflow.models.streaming import StreamingMixin
 from tgpflow.sample.resample import importance_resample
@@ -57,7 +58,7 @@ def _positive(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
-class GPTiltedDensity(StreamingMixin, BaseEstimator):
+class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     """GP-tilted density estimator (seed 003): FD, NCFD, FVPD, MAP, and the KDE-RFF baseline.
 
     ``log q(x) = θᵀφ(x) − ½(x−μ)ᵀΣ⁻¹(x−μ)`` with random Fourier features φ and the base
@@ -98,6 +99,7 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
     device : {"auto", "cpu", "gpu"} — "auto" resolves to the CPU in this release.
     precision : {"float64", "mixed"} — "mixed": float32 S×S products accumulated in float64
         (see ``benchmarks/precision_modes.py`` for the measured error and speed).
+    threshold_quantile : float — share of (pilot) training rows flagged by ``is_anomaly``.
     """
 
     def __init__(self, *, method: str = "fd", n_features: int = 1000, lam: float | str = 0.1,
@@ -107,7 +109,8 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
                  map_max_iter: int = 100, kernel_cov: str = "paper", pilot: str = "sample",
                  pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
-                 device: str = "auto", precision: str = "float64"):
+                 device: str = "auto", precision: str = "float64", threshold_quantile: float = 0.01):
+        self.threshold_quantile = threshold_quantile
         self.precision = precision
         self.method = method
         self.n_features = n_features
@@ -203,6 +206,7 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
                     raise ValueError(f"{source.description}: the pilot sample has {pilot.rows.shape[0]} row(s); "
                                      f"the GP-tilted density needs at least 2 samples (got 1 sample or fewer)")
                 n_total, mean = pilot.n_total, pilot.rows.mean(axis=0)
+                self._pilot_rows = pilot.rows
                 cov = np.cov(pilot.rows, rowvar=False, bias=True).reshape(source.n_columns, source.n_columns)
                 info.update(rows=pilot.rows.shape[0], chunks_read=pilot.chunks_read, n_total=n_total,
                             n_total_exact=pilot.n_total_exact)
@@ -314,9 +318,17 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
             if hasattr(self, attr):
                 delattr(self, attr)
         self.pilot_ = {"mode": "given"} if features is not None else {}
+        self._pilot_rows = None
         stats = self.accumulate(X, columns=columns, features=features)
         self.n_rows_dropped_ = self.last_rows_dropped_
-        return self.fit_from_stats(stats)
+        self.fit_from_stats(stats)
+        if getattr(self, "_pilot_rows", None) is not None:
+            self._set_threshold(self._pilot_rows)
+        self._pilot_rows = None
+        return self
+
+    def _raw_log_density(self, rows: np.ndarray) -> np.ndarray:
+        return self._evaluator.log_density(rows)
 
     def fit_from_stats(self, stats: TGPStats | NCFDStats | StatsBundle,
                        features: RandomFourierFeatures | None = None) -> GPTiltedDensity:
@@ -566,6 +578,7 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
             "objective": getattr(self, "objective_", None),
             "eta": getattr(self, "eta_", None),
             "lam": None if self.method == "kde_rff" else self.lam_,
+            "anomaly_threshold": getattr(self, "anomaly_threshold_", None),
             "selection": getattr(self, "selection_", None),
             "solver_info": self.solver_info_,
             "pilot": getattr(self, "pilot_", {}),
@@ -592,6 +605,8 @@ class GPTiltedDensity(StreamingMixin, BaseEstimator):
             est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
         est.pilot_ = meta.get("pilot", {})
         est.n_rows_dropped_ = meta.get("n_rows_dropped", 0)
+        if meta.get("anomaly_threshold") is not None:
+            est.anomaly_threshold_ = float(meta["anomaly_threshold"])
         if meta.get("selection"):
             est.selection_ = meta["selection"]
         stored = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("fitted.")}

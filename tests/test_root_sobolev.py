@@ -1,0 +1,103 @@
+"""Root-Sobolev densities (MATH.md §8, seed 004): sampler, fixed point, scores, Hyvärinen loss, anomalies."""
+
+import numpy as np
+import pytest
+import scipy.integrate as si
+import scipy.special as sp
+
+import tgpflow
+from tgpflow import RootSobolevDensity
+from tgpflow.features.sdo import draw_sdo_features
+from tgpflow.stats.rsr import rsr_chunk_stats
+from tests.oracles import fd_divergence, phi_raw
+
+
+@pytest.mark.parametrize("d,m,a", [(2, 2, 0.5), (3, 2, 2.0)])
+def test_radial_sampler_matches_the_sdo_kernel_by_radial_integration(d, m, a):
+    T = 100_000
+    f = draw_sdo_features(T, d, m_s=m, a=a, random_state=0)
+    z = f.Z / f.gamma / (2 * np.pi)
+    for dist in (0.1, 0.4, 0.8):
+        delta = np.zeros(d)
+        delta[0] = dist
+        c = np.cos(2 * np.pi * z @ delta)
+        mc, se = c.mean(), c.std() / np.sqrt(T)
+        w = lambda r: r ** (d - 1) / (1 + a * (2 * np.pi) ** (2 * m) * r ** (2 * m))  # noqa: E731
+        avg = lambda t: sp.gamma(d / 2) * (2 / t) ** (d / 2 - 1) * sp.jv(d / 2 - 1, t)  # spherical mean of cos
+        exact = si.quad(lambda r: w(r) * avg(2 * np.pi * r * dist), 0, np.inf, limit=500)[0] / si.quad(w, 0, np.inf)[0]
+        assert abs(mc - exact) < 4 * se + 1e-4
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(-2, 0.5, (1500, 2)), rng.normal(2, 1, (1500, 2))])
+    return X, RootSobolevDensity(n_features=300, smoothness=1.0, tol=1e-12, max_iter=400).fit(X)
+
+
+def _f(est, X):
+    phi, _ = phi_raw(X, est.features_.Z, est.features_.c, est.features_.gamma)  # raw cos(2π zᵀx + b)
+    return phi @ est.coef_, phi
+
+
+def test_fixed_point_is_stationary_with_unit_norm_and_the_alpha_step_agrees(fitted):
+    X, est = fitted
+    w = est.coef_
+    assert est.fit_info_["converged"] and abs(np.linalg.norm(w) - 1) < 1e-5  # seed 004 Lemma 5
+    f, phi = _f(est, X)
+    loss = lambda v: -np.mean(np.log((phi @ v) ** 2)) + v @ v  # noqa: E731
+    h = 1e-6
+    grad = np.array([(loss(w + h * e) - loss(w - h * e)) / (2 * h) for e in np.eye(len(w))])
+    assert np.linalg.norm(grad) < 1e-4 * np.sqrt(len(w))
+    # one α-form step (α ← α − 2η[α − (1/N)(Kα)^{−1}], w = Φᵀα) equals one w-form step
+    rng = np.random.default_rng(1)
+    alpha = np.abs(rng.normal(size=len(X))) / len(X)
+    wa = phi.T @ alpha
+    eta = 0.25
+    alpha_new = alpha - 2 * eta * (alpha - (1 / len(X)) / (phi @ wa))
+    st = rsr_chunk_stats(X, est.features_, wa)
+    np.testing.assert_allclose(phi.T @ alpha_new, (1 - 2 * eta) * wa + 2 * eta * st.g / st.n, rtol=1e-9, atol=1e-12)
+
+
+def test_score_and_exact_hyvarinen_terms_match_finite_differences(fitted):
+    X, est = fitted
+    x = X[:12]
+    h = 1e-6
+    fd = np.column_stack([(est.log_density(x + h * e) - est.log_density(x - h * e)) / (2 * h) for e in np.eye(2)])
+    np.testing.assert_allclose(est.grad_log_density(x), fd, rtol=1e-5, atol=1e-6)
+    s = est.grad_log_density(x)
+    expected = 0.5 * np.sum(s**2, 1) + fd_divergence(est.grad_log_density, x)
+    np.testing.assert_allclose(est.hyvarinen_terms(x), expected, rtol=1e-4, atol=1e-4)
+    from tgpflow.metrics import hyvarinen_loss
+
+    assert hyvarinen_loss(est, X[:500]) == pytest.approx(np.mean(est.hyvarinen_terms(X[:500])), rel=1e-12)
+
+
+def test_iteration_statistics_are_chunking_invariant(fitted):
+    X, est = fitted
+    whole = rsr_chunk_stats(X, est.features_, est.coef_)
+    parts = rsr_chunk_stats(X[:1000], est.features_, est.coef_, block_bytes=50_000) + \
+        rsr_chunk_stats(X[1000:], est.features_, est.coef_)
+    np.testing.assert_allclose(parts.g, whole.g, rtol=1e-10)
+    assert parts.n == whole.n and parts.sum_log_f2 == pytest.approx(whole.sum_log_f2, rel=1e-12)
+
+
+def test_anomaly_threshold_kde_sdo_and_round_trip(fitted, tmp_path):
+    X, est = fitted
+    assert 0.0 <= np.mean(est.is_anomaly(X)) < 0.03  # ~1% of the training rows (pilot = all rows here)
+    assert est.is_anomaly(np.array([[12.0, 12.0]]))[0]
+    back = tgpflow.load(est.save(tmp_path / "rsr.zarr"))
+    np.testing.assert_allclose(back.log_density(X[:5]), est.log_density(X[:5]), rtol=1e-12)
+    assert back.anomaly_threshold_ == est.anomaly_threshold_
+    kde = RootSobolevDensity(method="kde_sdo", n_features=300).fit(X)
+    f, phi = _f(kde, X[:5])
+    np.testing.assert_allclose(np.exp(kde.log_density(X[:5])), f, rtol=1e-9)  # p ∝ φᵀΣφ(x_i)/N
+
+
+def test_smoothness_selection_reports_the_curve(fitted):
+    X, _ = fitted
+    est = RootSobolevDensity(n_features=200, smoothness=[0.5, 2.0, 8.0], a_rule="min").fit(X)
+    curve = est.selection_["curve"]
+    assert [c["a"] for c in curve] == [0.5, 2.0, 8.0]
+    finite = [c for c in curve if c["converged"]]
+    assert est.smoothness_ == min(finite, key=lambda c: c["heldout_hyvarinen"])["a"]

@@ -1,0 +1,331 @@
+"""``RootSobolevDensity``: the root-Sobolev density of seed 004 on SDO random features (MATH.md §8).
+
+``f(x) = wᵀφ(x)``, ``p ∝ f²``. The fit minimises ``L(w) = −(1/N)Σ log f(x_i)² + ‖w‖²`` by the
+natural-gradient iteration ``w ← (1 − 2η)w + 2η g/N``, ``g = Σ φ(x_i)/f(x_i)`` (η = ¼), from the
+non-negative KDE initialisation ``w₀ ∝ Σφ(x_i)/N``. Every iteration is one map-reduce over the
+rows (:mod:`tgpflow.stats.rsr`); the rows are kept in memory between iterations when they fit
+``persist_bytes`` (persisted on the workers under a distributed client, computed once
+otherwise) and re-streamed from the source when they do not — the log says which. Iterations
+stop when the relative change of L falls below ``tol``; the number of rows with f ≤ 0 (the
+RFF SDO kernel takes negative values, so f can change sign) is reported.
+
+The smoothness a is given, or selected from a list by the held-out Hyvärinen loss in its exact
+streamed form ``J = mean 2Δf/f`` (MATH.md D6; no Hutchinson probes) on rows held out by the
+row-hash split: ``a_rule="min"`` (the smallest J) or ``"largest_local_min"`` (seed 004 App. L.2:
+the stable local minimum at the largest a). ``method="kde_sdo"`` is the KDE-SDO baseline
+``p ∝ φ(x)ᵀΣφ(x_i)/N`` from the same features. Anomaly scores: ``−log p`` with a threshold at
+the ``threshold_quantile`` of the training rows (:class:`~tgpflow.models.anomaly.AnomalyMixin`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from typing import Any
+
+import dask
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from tgpflow.backend import resolve_device
+from tgpflow.features.sdo import default_order, draw_sdo_features, sdo_width
+from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
+from tgpflow.io.sources import Source
+from tgpflow.io.validate import check_on_bad_rows
+from tgpflow.logs import phase
+from tgpflow.models.anomaly import AnomalyMixin
+from tgpflow.models.streaming import StreamingMixin
+from tgpflow.stats.reduce import compute, tree_reduce
+from tgpflow.stats.rsr import RSRIterStats, rsr_chunk_stats
+from tgpflow.stats.split import validation_mask
+from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
+
+__all__ = ["RootSobolevDensity"]
+
+logger = logging.getLogger("tgpflow")
+SPLIT_SALT = 0x7467_7066_6C6F_77
+
+
+def _train_rows(block: np.ndarray, keys: np.ndarray, fraction: float, part: str) -> np.ndarray:
+    held = validation_mask(keys, fraction, SPLIT_SALT)
+    return block[held] if part == "val" else block[~held]
+
+
+class _Rows:
+    """The rows an iteration maps over: persisted blocks, or the source's lazy blocks (re-streamed)."""
+
+    def __init__(self, source: Source, persist_bytes: int, part: str | None, fraction: float):
+        blocks = source.blocks()
+        if part is not None:
+            select = dask.delayed(_train_rows, pure=True)
+            blocks = [select(b, k, fraction, part) for b, k in zip(blocks, source.row_keys(), strict=True)]
+        est = (source.n_rows or 0) * source.n_columns * 8
+        self.persisted = source.n_rows is not None and est <= persist_bytes
+        if self.persisted:
+            try:
+                from distributed import get_client
+
+                self.blocks = get_client().persist(blocks)
+                self.where = "persisted in distributed memory"
+            except (ImportError, ValueError):
+                self.blocks = [dask.delayed(b, pure=True) for b in compute(*blocks)] if blocks else []
+                self.where = "held in memory"
+        else:
+            self.blocks = blocks
+            self.where = "re-streamed from the source each iteration"
+
+    def reduce(self, fn: Any, *args: Any) -> Any:
+        task = dask.delayed(fn, pure=True)
+        shared = [dask.delayed(a, pure=True) for a in args]
+        return compute(tree_reduce([task(b, *shared) for b in self.blocks], 8))[0]
+
+
+class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
+    """Root-Sobolev density (seed 004) with SDO random features; see the module docstring.
+
+    Parameters
+    ----------
+    method : {"rsr", "kde_sdo"}
+    n_features : int, T.
+    smoothness : float or list of floats — a; a list is selected by the held-out Hyvärinen loss.
+    order : "auto" or int — m_s > d/2 ("auto": ⌊d/2⌋ + 1).
+    a_rule : {"min", "largest_local_min"} — how a is picked from a list.
+    max_iter, tol, step : the natural-gradient iteration (η = step < ½).
+    persist_bytes : keep the rows in memory between iterations up to this size.
+    validation_fraction, threshold_quantile, pilot_rows, on_bad_rows, block_bytes, random_state, device.
+    """
+
+    def __init__(self, *, method: str = "rsr", n_features: int = 2000, smoothness: float | list[float] = 1.0,
+                 order: str | int = "auto", a_rule: str = "min", max_iter: int = 200, tol: float = 1e-6,
+                 step: float = 0.25, persist_bytes: int = 2**30, validation_fraction: float = 0.2,
+                 threshold_quantile: float = 0.01, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, random_state: int | None = 0, device: str = "auto"):
+        self.method = method
+        self.n_features = n_features
+        self.smoothness = smoothness
+        self.order = order
+        self.a_rule = a_rule
+        self.max_iter = max_iter
+        self.tol = tol
+        self.step = step
+        self.persist_bytes = persist_bytes
+        self.validation_fraction = validation_fraction
+        self.threshold_quantile = threshold_quantile
+        self.pilot_rows = pilot_rows
+        self.on_bad_rows = on_bad_rows
+        self.block_bytes = block_bytes
+        self.random_state = random_state
+        self.device = device
+
+    def _check_params(self) -> None:
+        if self.method not in ("rsr", "kde_sdo"):
+            raise ValueError(f"method must be 'rsr' or 'kde_sdo'; got {self.method!r}")
+        if not isinstance(self.n_features, numbers.Integral) or self.n_features < 1:
+            raise ValueError(f"n_features must be a positive integer; got {self.n_features!r}")
+        grid = self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness]
+        if not grid or not all(isinstance(a, numbers.Real) and math.isfinite(a) and a > 0 for a in grid):
+            raise ValueError(f"smoothness must be a positive number or a list of them; got {self.smoothness!r}")
+        if self.a_rule not in ("min", "largest_local_min"):
+            raise ValueError(f"a_rule must be 'min' or 'largest_local_min'; got {self.a_rule!r}")
+        if not 0 < self.step < 0.5:
+            raise ValueError(f"step must be in (0, 1/2); got {self.step!r}")
+        if not (isinstance(self.max_iter, numbers.Integral) and self.max_iter >= 1):
+            raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}")
+        if not 0 < self.threshold_quantile < 1 or not 0 < self.validation_fraction < 1:
+            raise ValueError("threshold_quantile and validation_fraction must be in (0, 1)")
+        check_on_bad_rows(self.on_bad_rows)
+        resolve_device(self.device)
+
+    # -- fitting --------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None) -> RootSobolevDensity:
+        """Fit from any source (NumPy/pandas, dask, Parquet, Zarr)."""
+        self._check_params()
+        source = self._source(X, columns, reset=True)
+        with phase("pilot", chunks=source.n_chunks) as info:
+            pilot = pilot_sample(source, rows=self.pilot_rows, random_state=self.random_state)
+            info.update(rows=pilot.rows.shape[0])
+        if pilot.rows.shape[0] < 2:
+            raise ValueError(f"{source.description}: needs at least 2 samples (got 1 sample or fewer)")
+        d = source.n_columns
+        self.order_ = default_order(d) if self.order == "auto" else int(self.order)
+        base = draw_sdo_features(int(self.n_features), d, m_s=self.order_, a=1.0, shift=pilot.rows.mean(axis=0),
+                                 random_state=self.random_state)
+        grid = [float(a) for a in (self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness])]
+        if len(grid) > 1 and self.method == "rsr":
+            self.smoothness_, self.selection_ = self._select(source, base, grid)
+        else:
+            self.smoothness_ = grid[0]
+        self.features_ = base.with_bandwidth(sdo_width(self.smoothness_, self.order_))
+        rows = _Rows(source, int(self.persist_bytes), None, 0.0)
+        logger.info("RSR rows are %s", rows.where)
+        self.rows_held_ = rows.where
+        self.coef_, self.fit_info_ = self._iterate(rows, self.features_)
+        self.n_samples_seen_ = int(self.fit_info_["n"])
+        self.n_features_in_ = d
+        self._set_threshold(pilot.rows)
+        return self
+
+    def _iterate(self, rows: _Rows, features: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        T = features.n_features
+        with phase("rsr-init", n_features=T):  # the KDE initialisation: Σφ(x_i)/N, one pass
+            init = rows.reduce(_sum_phi, features, int(self.block_bytes))
+        n = init.n
+        w = init.g / n
+        if self.method == "kde_sdo":
+            return w, {"n": n, "iterations": 0, "method": "kde_sdo"}
+        w = w / np.linalg.norm(w)
+        history, eta = [], float(self.step)
+        converged = False
+        for it in range(1, int(self.max_iter) + 1):
+            st: RSRIterStats = rows.reduce(rsr_chunk_stats, features, w, int(self.block_bytes))
+            loss = -st.sum_log_f2 / st.n + float(w @ w)
+            history.append({"loss": loss, "nonpositive": st.n_nonpositive})
+            if len(history) > 1 and abs(history[-2]["loss"] - loss) <= self.tol * max(1.0, abs(loss)):
+                converged = True
+                break
+            w = (1 - 2 * eta) * w + 2 * eta * st.g / st.n
+        nonpos = history[-1]["nonpositive"]
+        if not converged:
+            logger.warning("RSR did not converge in %d iterations (a = %.3g)", self.max_iter, features.gamma)
+        # w ↔ −w is a symmetry (p = f²): the rows on the minority side of f's sign are its sign changes
+        return w, {"n": n, "iterations": it, "converged": converged, "loss": history[-1]["loss"],
+                   "nonpositive_rows": nonpos, "sign_change_rows": min(nonpos, n - nonpos),
+                   "norm_w": float(np.linalg.norm(w)), "history": [h["loss"] for h in history]}
+
+    def _select(self, source: Source, base: Any, grid: list[float]) -> tuple[float, dict[str, Any]]:
+        fraction = float(self.validation_fraction)
+        train = _Rows(source, int(self.persist_bytes), "train", fraction)
+        val = _Rows(source, int(self.persist_bytes), "val", fraction)
+        curve = []
+        for a in sorted(grid):
+            feats = base.with_bandwidth(sdo_width(a, self.order_))
+            w, info = self._iterate(train, feats)
+            st = val.reduce(rsr_chunk_stats, feats, w, int(self.block_bytes))
+            curve.append({"a": a, "heldout_hyvarinen": st.sum_hyvarinen / st.n, "iterations": info["iterations"],
+                          "converged": info["converged"]})
+        # only converged fits compete; J is unbounded below for rough fits, hence seed 004's rule
+        J = [c["heldout_hyvarinen"] if c["converged"] else np.inf for c in curve]
+        if not np.isfinite(J).any():
+            raise FloatingPointError("no smoothness in the grid converged; raise max_iter or use larger a")
+        best = int(np.argmin(J))
+        if self.a_rule == "largest_local_min":  # interior local minima of J over the a-grid, the largest a
+            local = [i for i in range(1, len(J) - 1) if np.isfinite(J[i]) and J[i] <= J[i - 1] and J[i] <= J[i + 1]]
+            best = max(local) if local else best
+        return curve[best]["a"], {"curve": curve, "rule": self.a_rule, "chosen": curve[best]["a"]}
+
+    # -- evaluation -------------------------------------------------------------------------
+    def _f(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = block_rows_for(self.features_.n_features, self.features_.n_dims, int(self.block_bytes))
+        f = np.empty(x.shape[0])
+        grad = np.empty(x.shape)
+        for s in range(0, x.shape[0], rows):
+            phi, dphi = self.features_.transform(x[s:s + rows])
+            f[s:s + rows] = phi @ self.coef_
+            grad[s:s + rows] = (dphi * self.coef_) @ self.features_.Z / self.features_.gamma
+        return f, grad
+
+    def _log_density(self, x: np.ndarray) -> np.ndarray:
+        f, _ = self._f(x)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if self.method == "kde_sdo":
+                return np.where(f > 0, np.log(np.where(f > 0, f, 1.0)), -np.inf)
+            return np.log(f * f)
+
+    def _grad(self, x: np.ndarray) -> np.ndarray:
+        f, grad = self._f(x)
+        scale = 1.0 if self.method == "kde_sdo" else 2.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return scale * grad / f[:, None]
+
+    def _raw_log_density(self, x: np.ndarray) -> np.ndarray:
+        return self._log_density(x)
+
+    def log_density(self, X: Any) -> Any:
+        """log f(x)² (unnormalised; −inf where f = 0), or log of the KDE-SDO estimate."""
+        check_is_fitted(self, "coef_")
+        return self._map_rows(X, self._log_density, per_row_dims=False)
+
+    def score_samples(self, X: Any) -> Any:
+        return self.log_density(X)
+
+    def grad_log_density(self, X: Any) -> Any:
+        """2∇f/f (MATH.md §8)."""
+        check_is_fitted(self, "coef_")
+        return self._map_rows(X, self._grad, per_row_dims=True)
+
+    def hyvarinen_terms(self, X: Any) -> Any:
+        """½‖s‖² + div s = 2Δf/f per row (exact for p = f², MATH.md D6)."""
+        check_is_fitted(self, "coef_")
+        if self.method != "rsr":
+            raise AttributeError("the exact 2Δf/f form holds for the root-Sobolev model (p = f²), not KDE-SDO")
+
+        def terms(x: np.ndarray) -> np.ndarray:
+            lap_w = -self.coef_ * np.einsum("td,td->t", self.features_.Z, self.features_.Z) / self.features_.gamma**2
+            phi, _ = self.features_.transform(x)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return 2.0 * (phi @ lap_w) / (phi @ self.coef_)
+
+        return self._map_rows(X, terms, per_row_dims=False)
+
+    def _evaluator_at(self, sigma: Any) -> Any:
+        if sigma not in (None, 0):
+            raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
+        return self
+
+    def save(self, path: Any) -> Any:
+        """Write the fitted model atomically (Zarr group, checksums, no pickle)."""
+        return _save(self, path)
+
+    @classmethod
+    def _from_artifact(cls, arrays: dict[str, Any], meta: dict[str, Any], path: Any) -> RootSobolevDensity:
+        return _from_artifact(arrays, meta, path)
+
+
+def _save(est: RootSobolevDensity, path: Any) -> Any:
+    from tgpflow.io.artifact import write_artifact
+
+    check_is_fitted(est, "coef_")
+    arrays = {f"features.{k}": v for k, v in est.features_.to_arrays().items()}
+    arrays["fitted.coef_"] = est.coef_
+    params = est.get_params()
+    if isinstance(params["smoothness"], (list, tuple)):
+        params["smoothness"] = [float(a) for a in params["smoothness"]]
+    meta = {"params": params, "fingerprint": est.features_.fingerprint, "feature_seed": est.features_.seed,
+            "smoothness": est.smoothness_, "order": est.order_, "n_samples_seen": est.n_samples_seen_,
+            "fit_info": {k: v for k, v in est.fit_info_.items() if k != "history"},
+            "anomaly_threshold": getattr(est, "anomaly_threshold_", None), "selection": getattr(est, "selection_", None),
+            "feature_names_in": [str(c) for c in getattr(est, "feature_names_in_", [])] or None}
+    return write_artifact(path, "RootSobolevDensity", arrays, meta)
+
+
+def _from_artifact(arrays: dict[str, Any], meta: dict[str, Any], path: Any) -> RootSobolevDensity:
+    from tgpflow.errors import ModelFileError
+    from tgpflow.features.rff import RandomFourierFeatures
+
+    est = RootSobolevDensity(**meta["params"])
+    est.features_ = RandomFourierFeatures.from_arrays(
+        {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("features.")}, seed=meta.get("feature_seed"))
+    if est.features_.fingerprint != meta["fingerprint"]:
+        raise ModelFileError(f"{path}: the stored features do not match their fingerprint; the file was modified")
+    est.coef_ = np.asarray(arrays["fitted.coef_"], dtype=np.float64)
+    est.smoothness_, est.order_ = float(meta["smoothness"]), int(meta["order"])
+    est.n_samples_seen_, est.fit_info_ = int(meta["n_samples_seen"]), dict(meta["fit_info"])
+    est.n_features_in_ = est.features_.n_dims
+    if meta.get("anomaly_threshold") is not None:
+        est.anomaly_threshold_ = float(meta["anomaly_threshold"])
+    if meta.get("selection"):
+        est.selection_ = meta["selection"]
+    if meta.get("feature_names_in"):
+        est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+    return est
+
+
+def _sum_phi(x: np.ndarray, features: Any, block_bytes: int) -> Any:
+    """Σφ(x_i) of a chunk, as an RSRIterStats (only g and n used)."""
+    rows = block_rows_for(features.n_features, features.n_dims, block_bytes)
+    g = np.zeros(features.n_features)
+    for s in range(0, x.shape[0], rows):
+        g += features.transform(np.asarray(x[s:s + rows], dtype=np.float64))[0].sum(axis=0)
+    return RSRIterStats(g, int(x.shape[0]), 0.0, 0, 0.0)
