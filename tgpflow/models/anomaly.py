@@ -23,7 +23,7 @@ class AnomalyMixin:
     def _set_threshold(self, rows: np.ndarray) -> None:
         scores = -self._raw_log_density(np.asarray(rows, dtype=np.float64))
         scores = np.where(np.isfinite(scores), scores, np.inf)  # f = 0 (or p ≤ 0): the most anomalous
-        self.anomaly_threshold_ = float(np.quantile(scores, 1.0 - float(self.threshold_quantile)))
+        self.anomaly_threshold_ = float(np.quantile(scores, 1.0 - float(self.threshold_quantile), method="higher"))
 
     def anomaly_score(self, X: Any) -> Any:
         """−log p(x): larger is more anomalous (+inf where the density estimate is 0)."""

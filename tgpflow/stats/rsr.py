@@ -48,13 +48,18 @@ def rsr_chunk_stats(x: np.ndarray, features: RandomFourierFeatures, w: np.ndarra
     nonpos = 0
     hyv = 0.0
     lap_w = -w * np.einsum("td,td->t", features.Z, features.Z) / features.gamma**2  # Δφ_t = −‖Z_t/γ‖² φ_t
-    rows = block_rows_for(T, features.n_dims, block_bytes)
+    # blocks of ~4 MiB of cos: the three O(T) passes over a block then stay in cache
+    rows = max(1, min(block_rows_for(T, features.n_dims, block_bytes), 2**22 // (8 * T)))
+    scale = np.sqrt(2.0 / T)
+    both = np.stack([scale * w, scale * lap_w])  # f and Δf in one GEMM
+    xs_all = x - features.shift
     for start in range(0, x.shape[0], rows):
-        phi, _ = features.transform(x[start:start + rows])
-        f = phi @ w
+        _, cos = features.sincos(xs_all[start:start + rows])  # (T, rows); φ = scale·cos
+        f, lap = both @ cos
         nonpos += int(np.count_nonzero(f <= 0))
         with np.errstate(divide="ignore"):
+            inv = 1.0 / f
             sum_log += float(np.sum(np.log(f * f)))
-            g += (phi / f[:, None]).sum(axis=0)
-            hyv += float(np.sum(2.0 * (phi @ lap_w) / f))
+            g += scale * (cos @ inv)  # Σ φ/f as one GEMV: no (rows × T) temporary
+            hyv += float(2.0 * lap @ inv)
     return RSRIterStats(g, int(x.shape[0]), sum_log, nonpos, hyv)
