@@ -33,6 +33,9 @@ bench: venv
 	$(PY) benchmarks/kef_cg.py
 	$(PY) benchmarks/kef_ring_grid.py
 	$(PY) benchmarks/refit_speedup.py
+	$(PY) benchmarks/precision_modes.py
+	$(PY) benchmarks/rsr_iteration.py
+	$(PY) -m pip install -q pyod && $(PY) benchmarks/adbench.py
 
 clean:
 	rm -rf $(VENV) demo-model.zarr demo-pipeline
