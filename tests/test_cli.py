@@ -154,3 +154,7 @@ def test_rsr_fit_and_anomaly_scores_for_any_source(tmp_path, rng):
         np.testing.assert_allclose(scores["anomaly_score"], -scores["log_density"])
         assert (scores["anomaly"] == (scores["anomaly_score"] > est.anomaly_threshold_)).all()
         assert 0.0 < scores["anomaly"].mean() < 0.05  # ≈ the 1% training quantile
+        r = runner.invoke(main, ["info", model])
+        assert r.exit_code == 0 and json.loads(r.stdout)["method"] == method
+    r = runner.invoke(main, ["report", str(tmp_path / "rsr.zarr"), src, "--out", str(tmp_path / "rep")])
+    assert r.exit_code == 1 and "reports are implemented for GP-tilted densities" in r.output

@@ -335,7 +335,7 @@ def report(model: str, source: str, out: str, columns: str | None, directions: i
 
     with _runtime_errors():
         est = _load(model)
-        if not hasattr(est, "method"):
+        if type(est).__name__ != "GPTiltedDensity":
             raise click.ClickException(f"{model}: reports are implemented for GP-tilted densities in this release, "
                                        f"not for a {type(est).__name__}")
         with dask_client(scheduler, work=None):
@@ -448,7 +448,8 @@ def info(model: str) -> None:
         click.echo(json.dumps({
             "kind": kind, "method": getattr(est, "method", getattr(est, "_kind", None)), "rows": est.n_samples_seen_,
             "d": est.n_features_in_, "n_features": getattr(draw, "n_features", None),
-            "n_basis": getattr(draw, "n_basis", None), "bandwidth": est.bandwidth_,
+            "n_basis": getattr(draw, "n_basis", None), "bandwidth": getattr(est, "bandwidth_", None),
+            "smoothness": getattr(est, "smoothness_", None),
             "fingerprint": draw.fingerprint, "columns": meta.get("feature_names_in"),
             "params": meta.get("params"), "solver": meta.get("solver_info"), "pilot": meta.get("pilot"),
             "created": meta.get("created"), "tgpflow_version": meta.get("tgpflow_version"),

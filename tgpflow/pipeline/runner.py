@@ -263,7 +263,7 @@ def _reports(spec: PipelineSpec, ests: dict[str, Any], versions: dict[str, str],
 
     written = []
     for name, est in ests.items():
-        if not hasattr(est, "method"):
+        if type(est).__name__ != "GPTiltedDensity":
             logger.info("report: %s is a %s; reports cover GP-tilted densities", name, type(est).__name__)
             continue
         out = Path(spec.outputs.report) / name / versions[name]
