@@ -185,12 +185,16 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             if len(history) > 1 and abs(history[-2]["loss"] - loss) <= self.tol * max(1.0, abs(loss)):
                 converged = True
                 break
+            if len(history) > 1 and loss > history[-2]["loss"]:
+                # the loss went up: rows with f near 0 make g jump and the fixed-point map cycle;
+                # a smaller step damps the cycle (the fixed point, w = g/N, does not depend on η)
+                eta = max(eta / 2, 1e-4)
             w = (1 - 2 * eta) * w + 2 * eta * st.g / st.n
         nonpos = history[-1]["nonpositive"]
         if not converged:
             logger.warning("RSR did not converge in %d iterations (a = %.3g)", self.max_iter, features.gamma)
         # w ↔ −w is a symmetry (p = f²): the rows on the minority side of f's sign are its sign changes
-        return w, {"n": n, "iterations": it, "converged": converged, "loss": history[-1]["loss"],
+        return w, {"n": n, "iterations": it, "converged": converged, "loss": history[-1]["loss"], "final_step": eta,
                    "nonpositive_rows": nonpos, "sign_change_rows": min(nonpos, n - nonpos),
                    "norm_w": float(np.linalg.norm(w)), "history": [h["loss"] for h in history]}
 
