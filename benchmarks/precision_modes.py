@@ -25,7 +25,7 @@ def main() -> None:
 
     from tgpflow import GPTiltedDensity
     from tgpflow.metrics import hyvarinen_loss
-    from tgpflow.models.gp_tilted import SPLIT_SALT
+    from tgpflow.stats.split import SPLIT_SALT
     from tgpflow.stats.split import validation_mask
 
     X = pd.read_parquet(DATA).drop(columns="class").to_numpy()

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tgpflow import GPTiltedDensity, RandomFourierFeatures
-from tgpflow.models.gp_tilted import SPLIT_SALT
+from tgpflow.stats.split import SPLIT_SALT
 from tgpflow.stats.split import validation_mask
 from tests.oracles import fd_objective
 

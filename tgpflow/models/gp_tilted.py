@@ -28,7 +28,7 @@ from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.evaluate import TGPEvaluator
-from tgpflow.models.streaming import StreamingMixin
+from tgpflow.models.streaming import StreamingMixin, is_grid, is_positive
 from tgpflow.sample.resample import importance_resample
 from tgpflow.solve.base_learning import learn_base
 from tgpflow.solve.map import base_draws, solve_map
@@ -38,7 +38,7 @@ from tgpflow.solve.tgp import Base, base_from_moments, fd_system, solve_fd, solv
 from tgpflow.stats.moments import Moments
 from tgpflow.stats.ncfd import NCFDStats, ncfd_chunk_stats
 from tgpflow.stats.reduce import accumulate as run_pass
-from tgpflow.stats.split import StatsBundle, split_chunk_stats
+from tgpflow.stats.split import StatsBundle
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, PRECISIONS, TGPStats, tgp_chunk_stats
 
 __all__ = ["GPTiltedDensity", "METHODS"]
@@ -46,16 +46,6 @@ __all__ = ["GPTiltedDensity", "METHODS"]
 #: Inference methods: FD (Alg 2), NCFD (Alg 3), FVPD (Alg 4), MAP (Alg 1) and the KDE-RFF baseline.
 METHODS = ("fd", "ncfd", "fvpd", "map", "kde_rff")
 
-#: Salt of the hashed train/validation split (fixed: the same rows are held out on every refit).
-SPLIT_SALT = 0x7467_7066_6C6F_77  # "tgpflow"
-
-
-def _is_grid(value: Any) -> bool:
-    return isinstance(value, (list, tuple, np.ndarray))
-
-
-def _positive(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
@@ -139,24 +129,24 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise ValueError(f"method must be one of {METHODS}; got {self.method!r}")
         if not isinstance(self.n_features, numbers.Integral) or self.n_features < 1:
             raise ValueError(f"n_features must be a positive integer; got {self.n_features!r}")
-        if not (self.lam == "auto" or _positive(self.lam)):
+        if not (self.lam == "auto" or is_positive(self.lam)):
             raise ValueError(f"lam must be a positive number or 'auto'; got {self.lam!r}")
-        if self.lam_grid is not None and not (_is_grid(self.lam_grid) and len(self.lam_grid) > 0
-                                              and all(_positive(v) for v in self.lam_grid)):
+        if self.lam_grid is not None and not (is_grid(self.lam_grid) and len(self.lam_grid) > 0
+                                              and all(is_positive(v) for v in self.lam_grid)):
             raise ValueError(f"lam_grid must be a non-empty list of positive numbers; got {self.lam_grid!r}")
-        if _is_grid(self.bandwidth):
-            if not (len(self.bandwidth) > 0 and all(_positive(v) for v in self.bandwidth)):
+        if is_grid(self.bandwidth):
+            if not (len(self.bandwidth) > 0 and all(is_positive(v) for v in self.bandwidth)):
                 raise ValueError(f"a bandwidth grid must be a non-empty list of positive numbers; got {self.bandwidth!r}")
-        elif not (self.bandwidth == "scott" or _positive(self.bandwidth)):
+        elif not (self.bandwidth == "scott" or is_positive(self.bandwidth)):
             raise ValueError(f"bandwidth must be 'scott', a positive number or a list of them; got {self.bandwidth!r}")
         if not isinstance(self.noise_levels, numbers.Integral) or self.noise_levels < 1:
             raise ValueError(f"noise_levels must be a positive integer; got {self.noise_levels!r}")
         if not (self.sigma_max == "auto" or (isinstance(self.sigma_max, numbers.Real) and self.sigma_max >= 0)):
             raise ValueError(f"sigma_max must be 'auto' or a number >= 0; got {self.sigma_max!r}")
-        if _is_grid(self.eta):
-            if not (len(self.eta) > 0 and all(_positive(v) for v in self.eta)):
+        if is_grid(self.eta):
+            if not (len(self.eta) > 0 and all(is_positive(v) for v in self.eta)):
                 raise ValueError(f"an eta grid must be a non-empty list of positive numbers; got {self.eta!r}")
-        elif not (self.eta == "auto" or _positive(self.eta)):
+        elif not (self.eta == "auto" or is_positive(self.eta)):
             raise ValueError(f"eta must be 'auto', a positive number or a list of them; got {self.eta!r}")
         if self.base not in ("empirical", "learn"):
             raise ValueError(f"base must be 'empirical' or 'learn'; got {self.base!r}")
@@ -186,7 +176,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     @property
     def _selecting(self) -> bool:
         """Whether a held-out selection is asked for (λ = "auto", or a γ or η grid)."""
-        return self.lam == "auto" or _is_grid(self.bandwidth) or _is_grid(self.eta)
+        return self.lam == "auto" or is_grid(self.bandwidth) or is_grid(self.eta)
 
     def _seeds(self) -> tuple[np.random.SeedSequence, ...]:
         return tuple(np.random.SeedSequence(self.random_state).spawn(3))  # pilot, features, MAP draws
@@ -215,7 +205,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return n_total, mean, cov, dict(info)
 
     def _draw_features(self, n_total: int, mean: np.ndarray, cov: np.ndarray) -> RandomFourierFeatures:
-        if _is_grid(self.bandwidth):
+        if is_grid(self.bandwidth):
             gamma = float(self.bandwidth[0])  # the grid shares Z and c; each γ is applied in the pass
         else:
             gamma = scott_bandwidth(n_total, cov) if self.bandwidth == "scott" else float(self.bandwidth)
@@ -272,9 +262,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self._check_params()
         fitted = hasattr(self, "features_")
         source = self._source(X, columns, reset=not fitted)
-        if fitted and source.n_columns != self.n_features_in_:
-            raise ValueError(f"X has {source.n_columns} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input")
+        if fitted:
+            self._check_width(source)
         cov = None
         if features is None and fitted:
             features = self.features_
@@ -284,31 +273,18 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                 features = self._draw_features(n_total, mean, cov)
         if features.n_dims != source.n_columns:
             raise ValueError(f"the features were drawn for d={features.n_dims} but the data have {source.n_columns} columns")
-        if _is_grid(self.bandwidth) and not fitted and features.gamma not in [float(g) for g in self.bandwidth]:
+        if is_grid(self.bandwidth) and not fitted and features.gamma not in [float(g) for g in self.bandwidth]:
             raise ValueError("a bandwidth grid cannot be combined with given features of another γ")
         if self.method == "ncfd" and not (fitted and hasattr(self, "noise_levels_")):
             self.noise_levels_ = self._levels(cov)
         self.features_ = features
         fn, args = self._chunk_fn()
-        split = self._selecting and not fitted
-        with phase("pass", chunks=source.n_chunks, n_features=features.n_features, split=split) as info:
-            if split:
-                grid = [float(g) for g in self.bandwidth] if _is_grid(self.bandwidth) else [features.gamma]
-                variants = {g: (features.with_bandwidth(g), *args) for g in grid}
-                stats, dropped = run_pass(source, split_chunk_stats, float(self.validation_fraction), SPLIT_SALT,
-                                          fn, variants, split_every=int(self.split_every), with_row_keys=True)
-                n_rows = sum(v.n for k, v in stats.items() if k[1] == grid[0])
-                self.split_key_ = "global row position" if source.n_rows is not None else "chunk and row in chunk"
-            else:
-                stats, dropped = run_pass(source, fn, features, *args, split_every=int(self.split_every))
-                n_rows = stats.n
-            info.update(rows=n_rows, dropped=dropped)
-        if dropped:
-            logger.warning("%s: dropped %d rows with missing or non-finite values", source.description, dropped)
-        self.last_rows_dropped_ = dropped
-        if n_rows == 0:
-            raise ValueError(f"{source.description}: no rows left to fit (all {dropped} rows were dropped)")
-        return stats
+        variants = None
+        if self._selecting and not fitted:
+            grid = [float(g) for g in self.bandwidth] if is_grid(self.bandwidth) else [features.gamma]
+            variants = {g: features.with_bandwidth(g) for g in grid}
+            self.split_key_ = "global row position" if source.n_rows is not None else "chunk and row in chunk"
+        return self._stream_pass(source, fn, features, args, variants, n_features=features.n_features)
 
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
             features: RandomFourierFeatures | None = None) -> GPTiltedDensity:
@@ -379,7 +355,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return [float(v) for v in (self.lam_grid if self.lam_grid is not None else DEFAULT_LAM_GRID)]
 
     def _eta_values(self, gamma: float) -> list[float]:
-        if _is_grid(self.eta):
+        if is_grid(self.eta):
             return [float(v) for v in self.eta]
         return [1.0 / gamma**2 if self.eta == "auto" else float(self.eta)]
 
@@ -395,7 +371,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             lam = float(self.lam)
         eta = None
         if self.method == "fvpd":
-            eta = float(chosen["eta"]) if _is_grid(self.eta) and "eta" in chosen else self._eta_values(features.gamma)[0]
+            eta = float(chosen["eta"]) if is_grid(self.eta) and "eta" in chosen else self._eta_values(features.gamma)[0]
         return lam, eta
 
     def _select(self, bundle: StatsBundle, features: RandomFourierFeatures) -> tuple[Any, RandomFourierFeatures]:
@@ -565,7 +541,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         arrays.update({f"fitted.{n}": getattr(self, n) for n in names})
         params = self.get_params()
         for key in ("bandwidth", "eta", "lam_grid"):  # JSON has no tuples/arrays
-            if _is_grid(params[key]):
+            if is_grid(params[key]):
                 params[key] = [float(v) for v in params[key]]
         meta = {
             "params": params,

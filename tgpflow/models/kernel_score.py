@@ -31,20 +31,17 @@ from tgpflow.io.artifact import write_artifact
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
-from tgpflow.models.streaming import StreamingMixin
+from tgpflow.models.streaming import StreamingMixin, is_grid, is_positive
 from tgpflow.solve.kef import REGULARIZERS, diag_h, kef_h, kernel_heldout_loss, lite_r, spectral_solve, tikhonov_direct
 from tgpflow.solve.tgp import Base, base_from_moments
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats, diag_chunk_stats, kef_chunk_stats, lite_chunk_stats
-from tgpflow.stats.reduce import accumulate as run_pass
-from tgpflow.stats.split import StatsBundle, split_chunk_stats
+from tgpflow.stats.split import StatsBundle
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
 __all__ = ["KernelEvaluator", "ScoreEstimator", "NystromKEF", "PRESETS"]
 
 #: λ grid of ``lam="auto"``: 13 values, 10⁻⁶ … 1, two per decade.
 DEFAULT_KERNEL_LAM_GRID = tuple(float(v) for v in np.logspace(-6, 0, 13))
-#: Salt of the hashed train/validation split (the same as the GP-tilted density's: same rows held out).
-SPLIT_SALT = 0x7467_7066_6C6F_77
 
 #: Named estimators of MATH.md §7 (kernel, regularizer).
 PRESETS = {"stein": ("diagonal", "tikhonov"), "ssge": ("diagonal", "cutoff"), "nkef": ("curl_free", "tikhonov"),
@@ -123,14 +120,6 @@ class KernelEvaluator:
         return out
 
 
-def _positive(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and np.isfinite(v) and v > 0
-
-
-def _is_grid(v: Any) -> bool:
-    return isinstance(v, (list, tuple, np.ndarray))
-
-
 class ScoreEstimator(StreamingMixin, BaseEstimator):
     """Kernel score estimator on a Nyström basis (seed 000 in the streamed form of MATH.md §7).
 
@@ -198,15 +187,15 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
             raise ValueError(f"regularizer must be one of {REGULARIZERS}; got {self.regularizer!r}")
         if not isinstance(self.n_basis, numbers.Integral) or self.n_basis < 1:
             raise ValueError(f"n_basis must be a positive integer; got {self.n_basis!r}")
-        if _is_grid(self.bandwidth):
-            if not (len(self.bandwidth) > 0 and all(_positive(v) for v in self.bandwidth)):
+        if is_grid(self.bandwidth):
+            if not (len(self.bandwidth) > 0 and all(is_positive(v) for v in self.bandwidth)):
                 raise ValueError(f"a bandwidth grid must be a non-empty list of positive numbers; got {self.bandwidth!r}")
-        elif not (self.bandwidth == "median" or _positive(self.bandwidth)):
+        elif not (self.bandwidth == "median" or is_positive(self.bandwidth)):
             raise ValueError(f"bandwidth must be 'median', a positive number or a list; got {self.bandwidth!r}")
-        if not (self.lam == "auto" or _positive(self.lam)):
+        if not (self.lam == "auto" or is_positive(self.lam)):
             raise ValueError(f"lam must be a positive number or 'auto'; got {self.lam!r}")
-        if self.lam_grid is not None and not (_is_grid(self.lam_grid) and len(self.lam_grid) > 0
-                                              and all(_positive(v) for v in self.lam_grid)):
+        if self.lam_grid is not None and not (is_grid(self.lam_grid) and len(self.lam_grid) > 0
+                                              and all(is_positive(v) for v in self.lam_grid)):
             raise ValueError(f"lam_grid must be a non-empty list of positive numbers; got {self.lam_grid!r}")
         if not (isinstance(self.validation_fraction, numbers.Real) and 0 < self.validation_fraction < 1):
             raise ValueError(f"validation_fraction must be in (0, 1); got {self.validation_fraction!r}")
@@ -214,7 +203,7 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
             raise ValueError(f"base must be 'flat' or 'gaussian'; got {self.base!r}")
         if self.radial not in KERNELS:
             raise ValueError(f"radial must be one of {KERNELS}; got {self.radial!r}")
-        if not (_positive(self.eps) and _positive(self.nu)):
+        if not (is_positive(self.eps) and is_positive(self.nu)):
             raise ValueError(f"eps and nu must be positive; got {self.eps!r}, {self.nu!r}")
         if not isinstance(self.pilot_rows, numbers.Integral) or self.pilot_rows < 2:
             raise ValueError(f"pilot_rows must be an integer >= 2; got {self.pilot_rows!r}")
@@ -248,7 +237,7 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         if self.bandwidth == "median":
             bw = median_heuristic(rows, random_state=self.random_state)
         else:  # a grid shares Y; each σ_k is applied in the pass
-            bw = float(self.bandwidth[0]) if _is_grid(self.bandwidth) else float(self.bandwidth)
+            bw = float(self.bandwidth[0]) if is_grid(self.bandwidth) else float(self.bandwidth)
         shift = rows.mean(axis=0) if rows is not None else Y.mean(axis=0)
         return NystromBasis(Y, bw, self.radial, shift)
 
@@ -278,9 +267,8 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         self._check_params()
         fitted = hasattr(self, "basis_")
         source = self._source(X, columns, reset=not fitted)
-        if fitted and source.n_columns != self.n_features_in_:
-            raise ValueError(f"X has {source.n_columns} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input")
+        if fitted:
+            self._check_width(source)
         if basis is None and fitted:
             basis = self.basis_
         else:
@@ -288,30 +276,16 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         if basis.n_dims != source.n_columns:
             raise ValueError(f"the basis is in d={basis.n_dims} but the data have {source.n_columns} columns")
         self.basis_ = basis
-        split = self._selecting and not fitted
-        with phase("pass", chunks=source.n_chunks, n_basis=basis.n_basis, kernel=self._kind, split=split) as info:
-            if split:
-                grid = [float(b) for b in self.bandwidth] if _is_grid(self.bandwidth) else [basis.bandwidth]
-                variants = {b: (basis.with_bandwidth(b), int(self.block_bytes)) for b in grid}
-                stats, dropped = run_pass(source, split_chunk_stats, float(self.validation_fraction), SPLIT_SALT,
-                                          self._chunk_fn(), variants, split_every=int(self.split_every),
-                                          with_row_keys=True)
-                n_rows = sum(v.n for k, v in stats.items() if k[1] == grid[0])
-            else:
-                stats, dropped = run_pass(source, self._chunk_fn(), basis, int(self.block_bytes),
-                                          split_every=int(self.split_every))
-                n_rows = stats.n
-            info.update(rows=n_rows, dropped=dropped)
-        if dropped:
-            logger.warning("%s: dropped %d rows with missing or non-finite values", source.description, dropped)
-        self.last_rows_dropped_ = dropped
-        if n_rows == 0:
-            raise ValueError(f"{source.description}: no rows left to fit (all {dropped} rows were dropped)")
-        return stats
+        variants = None
+        if self._selecting and not fitted:
+            grid = [float(b) for b in self.bandwidth] if is_grid(self.bandwidth) else [basis.bandwidth]
+            variants = {b: basis.with_bandwidth(b) for b in grid}
+        return self._stream_pass(source, self._chunk_fn(), basis, (int(self.block_bytes),), variants,
+                                 n_basis=basis.n_basis, kernel=self._kind)
 
     @property
     def _selecting(self) -> bool:
-        return self.lam == "auto" or _is_grid(self.bandwidth)
+        return self.lam == "auto" or is_grid(self.bandwidth)
 
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None, basis: Any = None) -> ScoreEstimator:
         """Fit from any source; ``basis``: an (m, d) array of basis points or a NystromBasis."""
@@ -436,7 +410,7 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         arrays["fitted.coef_"] = self.coef_
         params = self.get_params()
         for key in ("bandwidth", "lam_grid"):  # JSON has no tuples/arrays
-            if _is_grid(params.get(key)):
+            if is_grid(params.get(key)):
                 params[key] = [float(v) for v in params[key]]
         meta = {"params": params, "fingerprint": self.basis_.fingerprint, "radial": self.basis_.kernel_name,
                 "selection": getattr(self, "selection_", None),

@@ -39,13 +39,12 @@ from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.streaming import StreamingMixin
 from tgpflow.stats.reduce import compute, tree_reduce
 from tgpflow.stats.rsr import RSRIterStats, rsr_chunk_stats
-from tgpflow.stats.split import validation_mask
+from tgpflow.stats.split import SPLIT_SALT, validation_mask
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
 
 __all__ = ["RootSobolevDensity"]
 
 logger = logging.getLogger("tgpflow")
-SPLIT_SALT = 0x7467_7066_6C6F_77
 
 
 def _train_rows(block: np.ndarray, keys: np.ndarray, fraction: float, part: str) -> np.ndarray:

@@ -8,7 +8,9 @@ function applied chunk by chunk: eager for in-memory input, a lazy dask array ot
 
 from __future__ import annotations
 
+import logging
 import math
+import numbers
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +20,23 @@ import numpy as np
 from sklearn.utils.validation import validate_data
 
 from tgpflow.io.sources import Source, as_source
+from tgpflow.logs import phase
+from tgpflow.stats.reduce import accumulate as run_pass
+from tgpflow.stats.split import SPLIT_SALT, split_chunk_stats
 
-__all__ = ["StreamingMixin", "is_lazy"]
+__all__ = ["StreamingMixin", "is_lazy", "is_grid", "is_positive"]
+
+logger = logging.getLogger("tgpflow")
+
+
+def is_grid(value: Any) -> bool:
+    """A list of values to select from (a parameter grid), rather than one value."""
+    return isinstance(value, (list, tuple, np.ndarray))
+
+
+def is_positive(value: Any) -> bool:
+    """A finite positive real number (not a bool)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def is_lazy(X: Any) -> bool:
@@ -57,13 +74,45 @@ class StreamingMixin:
                 del self.feature_names_in_
         return source
 
+    def _check_width(self, source: Source) -> None:
+        """Refuse a source whose column count differs from the fitted ``n_features_in_``."""
+        if source.n_columns != self.n_features_in_:
+            raise ValueError(f"X has {source.n_columns} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input")
+
+    def _stream_pass(self, source: Source, chunk_fn: Any, draw: Any, args: tuple[Any, ...],
+                     variants: dict[float, Any] | None, **facts: Any) -> Any:
+        """The one pass of ``chunk_fn(rows, draw, *args)`` over ``source``.
+
+        With ``variants`` (name → draw, e.g. one per bandwidth of a grid) the rows are split into
+        train/validation by the row hash (``validation_fraction``) and the result is a
+        :class:`~tgpflow.stats.split.StatsBundle` with both parts of every variant. Dropped rows
+        are logged and counted in ``last_rows_dropped_``; a pass that kept no row raises.
+        """
+        split = variants is not None
+        with phase("pass", chunks=source.n_chunks, split=split, **facts) as info:
+            if split:
+                parts = {name: (v, *args) for name, v in variants.items()}
+                stats, dropped = run_pass(source, split_chunk_stats, float(self.validation_fraction), SPLIT_SALT,
+                                          chunk_fn, parts, split_every=int(self.split_every), with_row_keys=True)
+                first = next(iter(variants))
+                n_rows = sum(v.n for k, v in stats.items() if k[1] == first)
+            else:
+                stats, dropped = run_pass(source, chunk_fn, draw, *args, split_every=int(self.split_every))
+                n_rows = stats.n
+            info.update(rows=n_rows, dropped=dropped)
+        if dropped:
+            logger.warning("%s: dropped %d rows with missing or non-finite values", source.description, dropped)
+        self.last_rows_dropped_ = dropped
+        if n_rows == 0:
+            raise ValueError(f"{source.description}: no rows left to fit (all {dropped} rows were dropped)")
+        return stats
+
     def _map_rows(self, X: Any, fn: Any, per_row_dims: bool) -> Any:
         """``fn`` over the rows of X: (n,) or (n, d) results; lazy for lazy X."""
         if is_lazy(X):
             source = self._source(X, None, reset=False)
-            if source.n_columns != self.n_features_in_:
-                raise ValueError(f"X has {source.n_columns} features, but {type(self).__name__} is expecting "
-                                 f"{self.n_features_in_} features as input")
+            self._check_width(source)
             ev = dask.delayed(fn, pure=True)
             parts = []
             for block, size in zip(source.blocks(), source.sizes, strict=True):

@@ -18,7 +18,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["validation_mask", "StatsBundle", "split_chunk_stats"]
+__all__ = ["validation_mask", "StatsBundle", "split_chunk_stats", "SPLIT_SALT"]
+
+#: Salt of the hashed train/validation split, shared by every estimator (fixed: the same rows
+#: are held out on every refit, and by every model of a pipeline).
+SPLIT_SALT = 0x7467_7066_6C6F_77  # "tgpflow"
 
 _M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
 
