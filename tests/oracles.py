@@ -95,6 +95,24 @@ def gauss_cf(x, y, s):
     return 2.0 / s * (np.eye(len(x)) - 2.0 / s * np.outer(r, r)) * gauss_k(x, y, s)
 
 
+def _score_matching_sum(f, X, grad_log_q0, h):
+    """Σ_x [Δf + ½‖∇f‖² + ∇f·∇log q0](x) with ∇f, Δf by central differences of the black-box f."""
+    d = X.shape[1]
+    total = 0.0
+    for x in X:
+        g = np.zeros(d)
+        lap = 0.0
+        f0 = f(x)
+        for j in range(d):
+            e = np.zeros(d)
+            e[j] = h
+            fp, fm = f(x + e), f(x - e)
+            g[j] = (fp - fm) / (2 * h)
+            lap += (fp - 2 * f0 + fm) / h**2
+        total += lap + 0.5 * g @ g + (0.0 if grad_log_q0 is None else g @ grad_log_q0(x))
+    return total
+
+
 def nkef_objective(beta, X, Y, s, lam, eps, grad_log_q0=None, h=1e-4):
     """Ĵ(f) + (λ/2)‖f‖²_H + (ε/2)‖β‖² with the cross term (seed 001 eq 2 + B1), f = Σ_a ∂_y k(Y_a,·)ᵀβ_a.
     ∇f and Δf by central differences of the black-box f; ‖f‖²_H from textbook kernel derivatives."""
@@ -104,38 +122,17 @@ def nkef_objective(beta, X, Y, s, lam, eps, grad_log_q0=None, h=1e-4):
     def f(x):
         return sum(gauss_dy(x, Y[a], s) @ B[a] for a in range(m))
 
-    total = 0.0
-    for x in X:
-        g = np.zeros(d)
-        lap = 0.0
-        for j in range(d):
-            e = np.zeros(d)
-            e[j] = h
-            fp, fm, f0 = f(x + e), f(x - e), f(x)
-            g[j] = (fp - fm) / (2 * h)
-            lap += (fp - 2 * f0 + fm) / h**2
-        total += lap + 0.5 * g @ g + (0.0 if grad_log_q0 is None else g @ grad_log_q0(x))
+    total = _score_matching_sum(f, X, grad_log_q0, h)
     G = np.block([[gauss_cf(Y[a], Y[b], s) for b in range(m)] for a in range(m)])
     return total / X.shape[0] + 0.5 * lam * beta @ G @ beta + 0.5 * eps * beta @ beta
 
 
 def lite_objective(alpha, X, Y, s, lam, grad_log_q0=None, h=1e-4):
     """Ĵ(f) + (λ/2)(‖f‖²_H + ‖α‖²) for f = Σ_a α_a k(Y_a, ·) (MATH.md §6 lite; B3 scaling); FD derivatives."""
-    d = X.shape[1]
 
     def f(x):
         return sum(alpha[a] * gauss_k(Y[a], x, s) for a in range(len(Y)))
 
-    total = 0.0
-    for x in X:
-        g = np.zeros(d)
-        lap = 0.0
-        for j in range(d):
-            e = np.zeros(d)
-            e[j] = h
-            fp, fm, f0 = f(x + e), f(x - e), f(x)
-            g[j] = (fp - fm) / (2 * h)
-            lap += (fp - 2 * f0 + fm) / h**2
-        total += lap + 0.5 * g @ g + (0.0 if grad_log_q0 is None else g @ grad_log_q0(x))
+    total = _score_matching_sum(f, X, grad_log_q0, h)
     K = np.array([[gauss_k(a, b, s) for b in Y] for a in Y])
     return total / X.shape[0] + 0.5 * lam * (alpha @ K @ alpha + alpha @ alpha)

@@ -217,6 +217,9 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
     partitions = {f: old_parts[f] for f in old_parts if f not in removed}
     partitions.update(new_parts)
     versions = {}
+    # the rows the anomaly thresholds are learned on: one bounded pilot read per run, for every model
+    threshold_rows = (pilot_sample(_union_source(spec, files, columns, None), rows=20_000, random_state=seed).rows
+                      if spec.outputs.scores else None)
     for m in spec.models:
         name, est = m.name, ests[m.name]
         if rebuild:
@@ -232,7 +235,7 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
                 total = total - store.load(old_parts[f]["stats"][name]).scaled(decay ** (run - old_parts[f]["run"]))
         models[name]["total"] = store.save(total, f"totals/{name}-{run:06d}.zarr")
         est.fit_from_stats(total)
-        threshold = _threshold(spec, est, files, columns, pre, seed)
+        threshold = _threshold(spec, est, threshold_rows, columns, pre)
         run_info = {"run": run, "date": date, "rows": float(total.n), "partitions": sorted(partitions),
                     "preprocess": pre, "columns": columns, "anomaly_threshold": threshold, "policy": policy,
                     "threshold_quantile": spec.outputs.scores.threshold_quantile if spec.outputs.scores else None}
@@ -290,11 +293,10 @@ def _raw_log_density(est: Any, x: np.ndarray, pre: dict[str, Any] | None) -> np.
     return est.log_density((x - np.asarray(pre["center"])) / scale) - float(np.log(scale).sum())
 
 
-def _threshold(spec: PipelineSpec, est: Any, files: list[str], columns: list[str], pre: dict[str, Any] | None,
-               seed: int) -> float | None:
-    if not spec.outputs.scores or not hasattr(est, "log_density"):
+def _threshold(spec: PipelineSpec, est: Any, rows: np.ndarray | None, columns: list[str],
+               pre: dict[str, Any] | None) -> float | None:
+    if rows is None or not hasattr(est, "log_density"):
         return None
-    rows = pilot_sample(_union_source(spec, files, columns, None), rows=20_000, random_state=seed).rows
     import pandas as pd
 
     values = _raw_log_density(est, pd.DataFrame(rows, columns=columns), pre)

@@ -186,8 +186,7 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
     S, d = features.n_features, features.n_dims
     gram = np.zeros((S, S))
     gram_cos = np.zeros((S, S)) if cos_gram else None
-    low = np.float32 if mixed else np.float64
-    prod = np.empty((S, S), dtype=low)
+    prod = np.empty((S, S), dtype=np.float32 if mixed else np.float64)
     low_buf = np.empty(S * rows, dtype=np.float32) if mixed else None
     u = np.zeros(S)
     U = np.zeros((S, d))
@@ -220,8 +219,9 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
             if acc is None:
                 continue
             if low_buf is not None:  # mixed: a float32 product, accumulated in float64 per block
-                src = low_buf[: S * nb].reshape(S, nb)
-                src[...] = sin if acc is gram else cos
+                rounded = low_buf[: S * nb].reshape(S, nb)
+                rounded[...] = src
+                src = rounded
             np.matmul(src, src.T, out=prod)
             acc += prod
         u += sin.sum(axis=1)
