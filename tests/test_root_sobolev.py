@@ -82,6 +82,38 @@ def test_iteration_statistics_are_chunking_invariant(fitted):
     assert parts.n == whole.n and parts.sum_log_f2 == pytest.approx(whole.sum_log_f2, rel=1e-12)
 
 
+def test_fused_iteration_kernel_equals_the_blocked_numpy_path_and_direct_sums():
+    rng = np.random.default_rng(3)
+    d, T = 5, 257  # odd T: the tile and vector loops have remainders
+    feats = draw_sdo_features(T, d, m_s=3, a=0.7, random_state=1)
+    X = rng.normal(size=(301, d)) * 2
+    w = rng.normal(size=T)
+    fused = rsr_chunk_stats(X, feats, w)
+    numpy_path = rsr_chunk_stats(X, feats, w, fused=False)
+    phi, _ = phi_raw(X, feats.Z, feats.c, feats.gamma)
+    f = phi @ w
+    lap = phi @ (-w * np.sum((feats.Z / feats.gamma) ** 2, axis=1))
+    for st in (fused, numpy_path):  # both against the sums written out with NumPy's cos
+        np.testing.assert_allclose(st.g, phi.T @ (1 / f), rtol=1e-9, atol=1e-9)
+        assert st.sum_log_f2 == pytest.approx(np.sum(np.log(f**2)), rel=1e-11)
+        assert st.sum_hyvarinen == pytest.approx(np.sum(2 * lap / f), rel=1e-9)
+        assert st.n_nonpositive == np.count_nonzero(f <= 0) and st.n == len(X)
+    far = X[:20] * 1e6  # angles beyond the kernel's exact reduction: the NumPy path is taken instead
+    np.testing.assert_allclose(rsr_chunk_stats(far, feats, w).g, rsr_chunk_stats(far, feats, w, fused=False).g,
+                               rtol=1e-12)
+
+
+def test_kernel_cosine_is_float64_accurate_over_its_range():
+    from tgpflow.features.sincos import MAX_ANGLE
+    from tgpflow.stats.rsr_kernel import cos_shifted
+
+    rng = np.random.default_rng(0)
+    for scale in (1.0, 100.0, MAX_ANGLE):
+        x = rng.uniform(-scale, scale, 200_000)
+        x[:4] = [0.0, np.pi / 2, -np.pi, 3 * np.pi / 2]  # reduction boundaries
+        assert np.max(np.abs(cos_shifted(x) - np.cos(x))) < 1e-15
+
+
 def test_anomaly_threshold_kde_sdo_and_round_trip(fitted, tmp_path):
     X, est = fitted
     assert 0.0 <= np.mean(est.is_anomaly(X)) < 0.03  # ~1% of the training rows (pilot = all rows here)

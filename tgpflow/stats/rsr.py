@@ -2,7 +2,12 @@
 
 For the current w, per chunk: ``g = Σ_i φ(x_i)/f(x_i)`` (T), ``N``, ``Σ log f(x_i)²`` and the count
 of rows with ``f(x_i) ≤ 0`` (sign changes of the RFF SDO model, reported). Also the held-out
-Hyvärinen sums ``Σ 2Δf/f`` (MATH.md D6). A value: ``+``. float64.
+Hyvärinen sums ``Σ 2Δf/f`` (MATH.md D6). A value: ``+``. float64 everywhere: the sums of
+log f² and 1/f over millions of rows, with f near 0 at the edges, leave no room for float32.
+
+NumPy chunks go through the fused compiled row loop of :mod:`tgpflow.stats.rsr_kernel` (no
+T × rows intermediate); chunks whose angles could leave the kernel's exact range reduction use
+the blocked NumPy path below, which is also the reference the tests compare against.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.features.sincos import MAX_ANGLE
+from tgpflow.stats.rsr_kernel import rsr_rows
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
 
 __all__ = ["RSRIterStats", "rsr_chunk_stats"]
@@ -39,20 +46,28 @@ class RSRIterStats:
 
 
 def rsr_chunk_stats(x: np.ndarray, features: RandomFourierFeatures, w: np.ndarray,
-                    block_bytes: int = DEFAULT_BLOCK_BYTES) -> RSRIterStats:
-    """The iteration sums of one chunk (in row blocks): two GEMVs per block after the features."""
+                    block_bytes: int = DEFAULT_BLOCK_BYTES, fused: bool = True) -> RSRIterStats:
+    """The iteration sums of one chunk: the fused row loop, or (``fused=False`` or angles out of
+    the kernel's range) row blocks of features followed by two GEMVs."""
     x = np.asarray(x, dtype=np.float64)
     T = features.n_features
+    lap_w = -w * np.einsum("td,td->t", features.Z, features.Z) / features.gamma**2  # Δφ_t = −‖Z_t/γ‖² φ_t
+    xs_all = np.ascontiguousarray(x - features.shift)
+    bound = float((np.abs(features.frequencies) @ np.abs(xs_all).max(axis=0, initial=0.0)).max()) + 2 * np.pi
+    scale = np.sqrt(2.0 / T)
+    if fused and bound < MAX_ANGLE:
+        g = np.zeros(T)
+        sums = np.zeros(3)
+        rsr_rows(xs_all, np.ascontiguousarray(features.frequencies.T), np.asarray(features.phase, dtype=np.float64),
+                 scale * w, scale * lap_w, g, sums)
+        return RSRIterStats(scale * g, int(x.shape[0]), float(sums[0]), int(sums[1]), float(sums[2]))
     g = np.zeros(T)
     sum_log = 0.0
     nonpos = 0
     hyv = 0.0
-    lap_w = -w * np.einsum("td,td->t", features.Z, features.Z) / features.gamma**2  # Δφ_t = −‖Z_t/γ‖² φ_t
     # blocks of ~4 MiB of cos: the three O(T) passes over a block then stay in cache
     rows = max(1, min(block_rows_for(T, features.n_dims, block_bytes), 2**22 // (8 * T)))
-    scale = np.sqrt(2.0 / T)
     both = np.stack([scale * w, scale * lap_w])  # f and Δf in one GEMM
-    xs_all = x - features.shift
     for start in range(0, x.shape[0], rows):
         _, cos = features.sincos(xs_all[start:start + rows])  # (T, rows); φ = scale·cos
         f, lap = both @ cos
