@@ -1,5 +1,30 @@
-"""Samplers over fitted models."""
+"""Samplers over fitted models and score functions (DESIGN.md: sample/).
 
+* :func:`resample` — importance resampling from a GP-tilted density's base (MATH.md §5);
+* :func:`langevin`, :func:`mala` — unadjusted / Metropolis-adjusted Langevin chains on a score;
+* :func:`kernel_hmc` — gradient-free HMC with a learned score (seed 001 §5.2);
+* :func:`svgd` — vanilla and graphical SVGD (MATH.md §9, seed 002 Algorithm 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tgpflow.sample.kernel_hmc import KernelHMCResult, kernel_hmc, leapfrog, trajectory_acceptance
+from tgpflow.sample.langevin import ChainResult, langevin, mala
 from tgpflow.sample.resample import importance_resample
+from tgpflow.sample.svgd import SVGDResult, grid_graph, svgd, svgd_direction
+from tgpflow.sample.target import Target, as_target
 
-__all__ = ["importance_resample"]
+__all__ = ["resample", "importance_resample", "langevin", "mala", "ChainResult", "kernel_hmc", "KernelHMCResult",
+           "leapfrog", "trajectory_acceptance", "svgd", "svgd_direction", "SVGDResult", "grid_graph", "Target",
+           "as_target"]
+
+
+def resample(model: Any, n_samples: int, random_state: int | None = 0, **kwargs: Any) -> np.ndarray:
+    """``n_samples`` rows by the model's importance resampler (GPTiltedDensity, ExactKDE: ``model.sample``)."""
+    if not hasattr(model, "sample"):
+        raise TypeError(f"{type(model).__name__} has no resampler: use langevin/mala/svgd on its score")
+    return model.sample(n_samples, random_state=random_state, **kwargs)

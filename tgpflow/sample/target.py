@@ -1,0 +1,58 @@
+"""What a sampler needs from a distribution: its score, and its log density up to a constant.
+
+Every fitted tgpflow model is a target (``grad_log_density``; ``log_density`` where the model
+has one). Plain callables are wrapped with :class:`Target`. Both functions take (n, d) float64
+rows and return (n,) / (n, d) float64 NumPy arrays; lazy (Dask) results are computed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["Target", "as_target"]
+
+Rows = Callable[[np.ndarray], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A distribution given by its score ``∇ log p`` and, optionally, ``log p`` up to a constant."""
+
+    grad_log_density: Rows
+    log_density: Rows | None = None
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        return _numpy(self.grad_log_density(x), x.shape)
+
+    def logp(self, x: np.ndarray) -> np.ndarray:
+        if self.log_density is None:
+            raise ValueError("this target has no log density: the Metropolis step (MALA, HMC) needs one; "
+                             "use the unadjusted Langevin sampler or SVGD instead")
+        return _numpy(self.log_density(x), x.shape[:1])
+
+    @property
+    def has_log_density(self) -> bool:
+        return self.log_density is not None
+
+
+def _numpy(value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    if hasattr(value, "compute"):
+        value = value.compute()
+    out = np.asarray(value, dtype=np.float64)
+    if out.shape != shape:
+        raise ValueError(f"the target returned shape {out.shape}, expected {shape}")
+    return out
+
+
+def as_target(obj: Any) -> Target:
+    """A :class:`Target` from a fitted model, a ``Target``, or a score callable."""
+    if isinstance(obj, Target):
+        return obj
+    if hasattr(obj, "grad_log_density"):
+        return Target(obj.grad_log_density, getattr(obj, "log_density", None))
+    if callable(obj):
+        return Target(obj)
+    raise TypeError(f"cannot sample from {type(obj).__name__}: it has no grad_log_density")
