@@ -35,6 +35,7 @@ bench: venv
 	$(PY) benchmarks/refit_speedup.py
 	$(PY) benchmarks/precision_modes.py
 	$(PY) benchmarks/rsr_iteration.py
+	$(PY) benchmarks/svgd_gmrf.py
 	$(PY) -m pip install -q pyod && $(PY) benchmarks/adbench.py
 
 clean:

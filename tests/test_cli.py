@@ -158,3 +158,38 @@ def test_rsr_fit_and_anomaly_scores_for_any_source(tmp_path, rng):
         assert r.exit_code == 0 and json.loads(r.stdout)["method"] == method
     r = runner.invoke(main, ["report", str(tmp_path / "rsr.zarr"), src, "--out", str(tmp_path / "rep")])
     assert r.exit_code == 1 and "reports are implemented for GP-tilted densities" in r.output
+
+
+def test_sample_methods_on_the_model_score(tmp_path, rng):
+    src, X = _data(tmp_path, rng)  # N(0, I) rows
+    runner = CliRunner()
+    fd, kef, sc = (str(tmp_path / f"{m}.zarr") for m in ("fd", "kef", "sc"))
+    for model, out, extra in (("fd", fd, ["--n-features", "64"]), ("nkef", kef, ["--n-basis", "60", "--base", "gaussian"]),
+                              ("score", sc, ["--n-basis", "60"])):
+        r = runner.invoke(main, ["fit", src, "--model", model, "--out", out, "--progress", "none", *extra])
+        assert r.exit_code == 0, r.output
+    for model, method, extra in ((fd, "mala", []), (fd, "svgd", ["--steps", "300"]), (kef, "langevin", []),
+                                 (sc, "langevin", ["--init", src])):
+        out = tmp_path / f"{method}-{len(extra)}.parquet"
+        r = runner.invoke(main, ["sample", model, "-n", "500", "--out", str(out), "--method", method,
+                                 "--warmup", "200", "--steps", "200", *extra])
+        assert r.exit_code == 0, r.output
+        rows = pd.read_parquet(out)
+        assert list(rows.columns) == ["u", "v"] and rows.shape == (500, 2)
+        assert np.all(np.isfinite(rows.to_numpy()))
+        if model != sc:  # proper densities ≈ N(0, I): moments within a few standard errors + model bias
+            assert np.all(np.abs(rows.mean().to_numpy()) < 0.2), (method, rows.mean())
+            assert np.all(np.abs(rows.var().to_numpy() - 1) < 0.3), (method, rows.var())
+        info = json.loads(r.stdout.strip().splitlines()[-1])
+        if method == "mala":
+            assert 0.4 < info["acceptance_rate"] < 0.8
+    r = runner.invoke(main, ["sample", sc, "-n", "10", "--out", str(tmp_path / "x.parquet"), "--method", "mala"])
+    assert r.exit_code == 1 and "no log density" in r.output and not (tmp_path / "x.parquet").exists()
+    rsr = str(tmp_path / "rsr.zarr")
+    assert runner.invoke(main, ["fit", src, "--model", "rsr", "--out", rsr, "--n-features", "50",
+                                "--progress", "none"]).exit_code == 0
+    r = runner.invoke(main, ["sample", rsr, "-n", "10", "--out", str(tmp_path / "x.parquet"), "--method", "mala"])
+    assert r.exit_code == 1 and "--init SOURCE" in r.output  # no resampler and no basis to start from
+    r = runner.invoke(main, ["sample", rsr, "-n", "200", "--out", str(tmp_path / "x.parquet"), "--method", "mala",
+                             "--init", src, "--warmup", "100", "--steps", "100"])
+    assert r.exit_code == 0, r.output

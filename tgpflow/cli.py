@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 
 logger = logging.getLogger("tgpflow")
 
@@ -295,9 +296,24 @@ def score(model: str, source: str, out: str, columns: str | None, scheduler: str
 @click.argument("model")
 @click.option("-n", "n_samples", required=True, type=click.IntRange(min=1))
 @click.option("--out", required=True, help="Output Parquet file, written atomically.")
+@click.option("--method", default="resample", show_default=True,
+              type=click.Choice(["resample", "langevin", "mala", "svgd"]),
+              help="resample: importance resampling from the model's base; langevin/mala: N chains on the "
+                   "model's score, one draw per chain; svgd: N particles moved by SVGD.")
+@click.option("--steps", default=500, show_default=True, type=click.IntRange(min=1),
+              help="Steps after warm-up (langevin/mala) or SVGD iterations.")
+@click.option("--warmup", default=500, show_default=True, type=click.IntRange(min=0),
+              help="Warm-up steps with step-size adaptation (langevin/mala).")
+@click.option("--step-size", default=0.1, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--init", "init_source", default=None, metavar="SOURCE",
+              help="Start points drawn from SOURCE (e.g. the training data); default: the model's own "
+                   "resampler, or its Nyström basis points.")
+@_columns
 @click.option("--seed", default=0, show_default=True, type=int)
-def sample(model: str, n_samples: int, out: str, seed: int) -> None:
-    """Draw N rows from MODEL (importance resampling from its base) into a Parquet file."""
+@_scheduler
+def sample(model: str, n_samples: int, out: str, method: str, steps: int, warmup: int, step_size: float,
+           init_source: str | None, columns: str | None, seed: int, scheduler: str | None) -> None:
+    """Draw N rows from MODEL into a Parquet file, by resampling or on the model's score."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -305,15 +321,68 @@ def sample(model: str, n_samples: int, out: str, seed: int) -> None:
 
     with _runtime_errors():
         est = _load(model)
-        if not hasattr(est, "sample"):
-            raise click.ClickException(f"{model}: sampling a {type(est).__name__} needs a score-based sampler "
-                                       f"(Langevin/SVGD), which this release does not have yet")
-        rows = est.sample(n_samples, random_state=seed)
+        info: dict[str, Any] = {"samples": out, "rows": n_samples, "method": method}
+        if method == "resample":
+            if not hasattr(est, "sample"):
+                raise click.ClickException(f"{model}: a {type(est).__name__} has no resampler; use "
+                                           f"--method langevin, mala or svgd (they use its score)")
+            rows = est.sample(n_samples, random_state=seed)
+            info["ess"] = round(est.last_sample_ess_, 1) if hasattr(est, "last_sample_ess_") else None
+        else:
+            rows, extra = _score_sampler(est, model, n_samples, method, steps, warmup, step_size, init_source,
+                                         _split(columns), seed, scheduler)
+            info.update(extra)
         names = getattr(est, "feature_names_in_", None)
         names = [str(c) for c in names] if names is not None else [f"x{j}" for j in range(rows.shape[1])]
         with atomic_path(out) as tmp:
             pq.write_table(pa.table({n: rows[:, j] for j, n in enumerate(names)}), tmp)
-        click.echo(json.dumps({"samples": out, "rows": n_samples, "ess": round(est.last_sample_ess_, 1)}))
+        click.echo(json.dumps(info))
+
+
+def _start_points(est: Any, model: str, n: int, init_source: str | None, columns: list[str] | None,
+                  rng: np.random.Generator) -> np.ndarray:
+    """N start points: from --init, else the model's resampler, else its Nyström basis (jittered)."""
+    if init_source is not None:
+        from tgpflow.io.pilot import pilot_sample
+        from tgpflow.io.sources import as_source
+
+        names = getattr(est, "feature_names_in_", None)
+        cols = columns or ([str(c) for c in names] if names is not None else None)
+        rows = pilot_sample(as_source(init_source, columns=cols), rows=max(n, 10_000),
+                            random_state=int(rng.integers(2**31))).rows
+        return rows[rng.choice(len(rows), n, replace=len(rows) < n)]
+    if hasattr(est, "sample"):
+        return est.sample(n, random_state=int(rng.integers(2**31)))
+    basis = getattr(est, "basis_", None)
+    if basis is not None:
+        Y = np.asarray(basis.Y)
+        return Y[rng.choice(len(Y), n)] + np.sqrt(basis.bandwidth / 2) * 0.1 * rng.standard_normal((n, Y.shape[1]))
+    raise click.ClickException(f"{model}: a {type(est).__name__} has no resampler to start chains from; "
+                               f"pass --init SOURCE (e.g. the training data)")
+
+
+def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, warmup: int, step_size: float,
+                   init_source: str | None, columns: list[str] | None, seed: int,
+                   scheduler: str | None) -> tuple[np.ndarray, dict[str, Any]]:
+    from tgpflow.sample import langevin, svgd
+
+    rng = np.random.default_rng(seed)
+    if method == "mala" and not hasattr(est, "log_density"):
+        raise click.ClickException(f"{model}: a {type(est).__name__} has no log density for MALA's "
+                                   f"Metropolis step; use --method langevin or svgd")
+    x0 = _start_points(est, model, n, init_source, columns, rng)
+    if method == "svgd":
+        if scheduler:
+            from tgpflow.cluster import dask_client
+
+            with dask_client(scheduler) as client:
+                res = svgd(est, x0, steps, step_size=step_size, client=client, random_state=rng)
+        else:
+            res = svgd(est, x0, steps, step_size=step_size, random_state=rng)
+        return res.particles, {"iterations": res.n_iter, "direction_rms": res.direction_norm}
+    chains = langevin(est, x0, steps, step_size=step_size, n_warmup=warmup, metropolis=method == "mala",
+                      random_state=rng)
+    return chains.last, {k: v for k, v in chains.summary().items() if k != "method"}
 
 
 @main.command()

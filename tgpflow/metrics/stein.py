@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.sample.svgd import closed_neighbourhoods, median_bandwidths
+from tgpflow.sample.svgd import _prepared, median_bandwidths
 from tgpflow.sample.target import as_target
 
 __all__ = ["ksd", "mmd"]
@@ -51,7 +51,7 @@ def ksd(x: np.ndarray, target: Any, *, graph: Any = None, bandwidth: Any = "medi
     if n < 2:
         raise ValueError("KSD needs at least 2 rows")
     s = as_target(target).score(x)
-    closed = None if graph is None else closed_neighbourhoods(graph, d)
+    closed = _prepared(graph, d)
     if isinstance(bandwidth, str):
         h = median_bandwidths(x, closed, 1000, np.random.default_rng(random_state))
     else:

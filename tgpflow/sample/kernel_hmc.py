@@ -22,7 +22,6 @@ over the trajectory.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Callable
 
 import numpy as np
@@ -40,6 +39,11 @@ class KernelHMCResult:
     trajectory_acceptance: float  # the paper's per-trajectory average of hypothetical acceptances
     surrogate: Any
     n_history: int
+
+    @property
+    def last(self) -> np.ndarray:
+        """The final state of every chain, (n_chains, d)."""
+        return self.samples[-1]
 
     def flat(self) -> np.ndarray:
         return self.samples.reshape(-1, self.samples.shape[-1])

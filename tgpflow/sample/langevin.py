@@ -10,8 +10,12 @@ exp(−‖y − x − ε s(x)‖²/4ε). During warm-up ε is adapted by the dua
 Gelman (2014, Alg. 5) towards a target acceptance (0.574, the optimal MALA rate of Roberts &
 Rosenthal 1998), using the mean acceptance probability over chains; after warm-up it is fixed
 at the averaged value, so the kept draws come from a fixed Markov kernel. ULA adapts the same way
-on the *hypothetical* MALA acceptance when the target has a log density (that bounds its
-O(ε) bias); without one its step is left as given. All arithmetic is float64; every draw comes
+on the *hypothetical* MALA acceptance when the target has a log density, towards 0.95 by
+default: ULA's stationary law is off by O(ε) (on N(0, σ²) its variance is σ²/(1 − ε/2σ²)), and
+the MALA-optimal 0.574 would allow steps with a bias of several hundred per cent. Without a log
+density ULA's step is left as given. A step that adapts beyond 10⁴ × the initial one means
+acceptance stayed near 1 far out — an improper target (e.g. a kernel model with
+``base="flat"``) — and raises instead of returning runaway chains. All arithmetic is float64; every draw comes
 from the one ``numpy.random.Generator`` seeded by ``random_state``.
 """
 
@@ -28,6 +32,8 @@ __all__ = ["ChainResult", "langevin", "mala", "DualAveraging"]
 
 #: Optimal asymptotic MALA acceptance (Roberts & Rosenthal 1998).
 MALA_TARGET_ACCEPT = 0.574
+#: ULA's default target (hypothetical MALA acceptance): keeps its O(ε) bias small.
+ULA_TARGET_ACCEPT = 0.95
 
 
 @dataclasses.dataclass
@@ -89,7 +95,7 @@ def _log_q(to: np.ndarray, frm: np.ndarray, score_frm: np.ndarray, eps: float) -
 
 
 def langevin(target, x0: np.ndarray, n_steps: int, *, step_size: float = 0.1, n_warmup: int = 500,
-             adapt: bool = True, metropolis: bool = False, target_accept: float = MALA_TARGET_ACCEPT,
+             adapt: bool = True, metropolis: bool = False, target_accept: float | None = None,
              thin: int = 1, random_state: int | np.random.Generator | None = 0) -> ChainResult:
     """Run ``len(x0)`` Langevin chains for ``n_warmup`` + ``n_steps`` steps; keep every ``thin``-th draw.
 
@@ -107,6 +113,8 @@ def langevin(target, x0: np.ndarray, n_steps: int, *, step_size: float = 0.1, n_
     use_logp = tgt.has_log_density
     if metropolis and not use_logp:
         tgt.logp(x)  # raises the explanatory error
+    if target_accept is None:
+        target_accept = MALA_TARGET_ACCEPT if metropolis else ULA_TARGET_ACCEPT
     adapter = DualAveraging(step_size, target_accept) if adapt and n_warmup and use_logp else None
     eps = float(step_size)
     score = tgt.score(x)
@@ -136,6 +144,11 @@ def langevin(target, x0: np.ndarray, n_steps: int, *, step_size: float = 0.1, n_
                 eps = adapter.update(float(prob.mean()))
                 if it == n_warmup - 1:
                     eps = adapter.final
+                if eps > 1e4 * step_size:
+                    raise FloatingPointError(
+                        f"the step size adapted to {eps:.3g} (from {step_size:g}): acceptance stays near 1 "
+                        f"far from the start, so the target looks improper (a kernel model with base='flat' "
+                        f"has no finite mass); fit with base='gaussian' or pass adapt=False")
             continue
         if use_logp:
             acc_sum += prob

@@ -7,7 +7,10 @@ rows and return (n,) / (n, d) float64 NumPy arrays; lazy (Dask) results are comp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import warnings
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import numpy as np
@@ -25,17 +28,28 @@ class Target:
     log_density: Rows | None = None
 
     def score(self, x: np.ndarray) -> np.ndarray:
-        return _numpy(self.grad_log_density(x), x.shape)
+        with _plain_rows():
+            return _numpy(self.grad_log_density(x), x.shape)
 
     def logp(self, x: np.ndarray) -> np.ndarray:
         if self.log_density is None:
             raise ValueError("this target has no log density: the Metropolis step (MALA, HMC) needs one; "
                              "use the unadjusted Langevin sampler or SVGD instead")
-        return _numpy(self.log_density(x), x.shape[:1])
+        with _plain_rows():
+            return _numpy(self.log_density(x), x.shape[:1])
 
     @property
     def has_log_density(self) -> bool:
         return self.log_density is not None
+
+
+@contextlib.contextmanager
+def _plain_rows() -> Iterator[None]:
+    """Samplers pass plain (n, d) arrays in the model's column order, thousands of times: scikit-learn's
+    "X does not have valid feature names" warning would repeat at every step and means nothing here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="X does not have valid feature names")
+        yield
 
 
 def _numpy(value: Any, shape: tuple[int, ...]) -> np.ndarray:
