@@ -381,7 +381,7 @@ def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, warmup
             res = svgd(est, x0, steps, step_size=step_size, random_state=rng)
         return res.particles, {"iterations": res.n_iter, "direction_rms": res.direction_norm}
     chains = langevin(est, x0, steps, step_size=step_size, n_warmup=warmup, metropolis=method == "mala",
-                      random_state=rng)
+                      thin=steps, random_state=rng)  # keep only the last state: memory O(N d), not O(steps N d)
     return chains.last, {k: v for k, v in chains.summary().items() if k != "method"}
 
 

@@ -109,8 +109,9 @@ def kernel_hmc(log_density: LogDensity, x0: np.ndarray, n_samples: int, *, surro
     rng = np.random.default_rng(random_state)
     x = np.array(x0, dtype=np.float64, ndmin=2, copy=True)
     n_chains, d = x.shape
-    if n_warmup < 10 or n_samples < 1 or n_leapfrog < 1 or step_size <= 0 or not 0 <= step_jitter < 1:
-        raise ValueError("need n_warmup >= 10, n_samples >= 1, n_leapfrog >= 1, step_size > 0, 0 <= step_jitter < 1")
+    if n_warmup < 10 or n_leapfrog < 1 or step_size <= 0 or not 0 <= step_jitter < 1 or not 1 <= thin <= n_samples:
+        raise ValueError("need n_warmup >= 10, n_leapfrog >= 1, step_size > 0, 0 <= step_jitter < 1 and "
+                         "1 <= thin <= n_samples")
     logp = np.asarray(log_density(x), dtype=np.float64)
     if not np.all(np.isfinite(logp)):
         raise ValueError("log_density is not finite at every starting point")

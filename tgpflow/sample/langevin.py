@@ -106,8 +106,8 @@ def langevin(target, x0: np.ndarray, n_steps: int, *, step_size: float = 0.1, n_
     x = np.array(x0, dtype=np.float64, ndmin=2, copy=True)
     if not np.all(np.isfinite(x)):
         raise ValueError("x0 has non-finite values")
-    if step_size <= 0 or n_steps < 1 or n_warmup < 0 or thin < 1:
-        raise ValueError(f"need step_size > 0, n_steps >= 1, n_warmup >= 0, thin >= 1; got {step_size}, "
+    if step_size <= 0 or n_steps < 1 or n_warmup < 0 or not 1 <= thin <= n_steps:
+        raise ValueError(f"need step_size > 0, n_steps >= 1, n_warmup >= 0, 1 <= thin <= n_steps; got {step_size}, "
                          f"{n_steps}, {n_warmup}, {thin}")
     rng = np.random.default_rng(random_state)
     use_logp = tgt.has_log_density
