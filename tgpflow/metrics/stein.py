@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.sample.svgd import _prepared, median_bandwidths
+from tgpflow.sample.svgd import local_kernels, median_bandwidths, neighbourhood_matrix
 from tgpflow.sample.target import as_target
 
 __all__ = ["ksd", "mmd"]
@@ -30,10 +30,7 @@ __all__ = ["ksd", "mmd"]
 def _ksd_block(x: np.ndarray, s: np.ndarray, xl: np.ndarray, sl: np.ndarray, h: np.ndarray, closed: Any,
                offset: int, u_stat: bool) -> float:
     diff = x[:, None, :] - xl[None, :, :]  # Δ (n, B, d): x_j − x_l
-    if closed is None:
-        k = np.exp(-np.sum(diff * diff, axis=-1) / h[0])[:, :, None]  # (n, B, 1) shared kernel
-    else:
-        k = np.exp(-np.asarray((diff * diff).reshape(-1, diff.shape[-1]) @ closed).reshape(diff.shape) / h)
+    k = local_kernels(diff * diff, h, closed)
     u = k * (s[:, None, :] * sl[None, :, :] + (2.0 / h) * diff * (s[:, None, :] - sl[None, :, :])
              + 2.0 / h - 4.0 * diff * diff / h**2)
     total = u.sum(axis=-1)  # (n, B): Σ_i u_i
@@ -51,7 +48,7 @@ def ksd(x: np.ndarray, target: Any, *, graph: Any = None, bandwidth: Any = "medi
     if n < 2:
         raise ValueError("KSD needs at least 2 rows")
     s = as_target(target).score(x)
-    closed = _prepared(graph, d)
+    closed = neighbourhood_matrix(graph, d)
     if isinstance(bandwidth, str):
         h = median_bandwidths(x, closed, 1000, np.random.default_rng(random_state))
     else:

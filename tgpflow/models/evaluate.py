@@ -23,6 +23,7 @@ import numpy as np
 import scipy.linalg
 
 from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.models.blocked_score import BlockedScore
 from tgpflow.solve.tgp import Base
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
 
@@ -30,7 +31,7 @@ __all__ = ["TGPEvaluator"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TGPEvaluator:
+class TGPEvaluator(BlockedScore):
     """log q(x), ∇ log q(x) and the Hyvärinen terms of one fitted tilt (see module docstring)."""
 
     features: RandomFourierFeatures
@@ -82,15 +83,8 @@ class TGPEvaluator:
             out[start:start + xb.shape[0]] = tilt - self._quad(xb)[0]
         return out
 
-    def grad_log_density(self, x: np.ndarray) -> np.ndarray:
-        """Score ∇ log q(x) (MATH.md §2, §4; KDE-RFF: ∇f/f)."""
-        out = np.empty(x.shape)
-        for start, xb in self._blocks(x):
-            out[start:start + xb.shape[0]] = self._score_block(xb)[0]
-        return out
-
-    def _score_block(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(score, divergence of the score) for one block."""
+    def _score_block(self, xb: np.ndarray, with_div: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        """(score, divergence of the score or None) for one block: ∇ log q (MATH.md §2, §4; KDE-RFF: ∇f/f)."""
         Z, g = self.features.Z, self.features.gamma
         phi, dphi = self.features.transform(xb)
         if self.kde_weights is not None:
@@ -99,20 +93,14 @@ class TGPEvaluator:
             lap_f = -(phi * self.kde_weights) @ self._sq_norms / g**2
             with np.errstate(divide="ignore", invalid="ignore"):
                 score = grad_f / f[:, None]
-                div = lap_f / f - np.einsum("nd,nd->n", score, score)
+                div = lap_f / f - np.einsum("nd,nd->n", score, score) if with_div else None
             return score, div
         _, w = self._tilt(phi)
         _, Pr = self._quad(xb)
         score = (dphi * w) @ Z / g - Pr
+        if not with_div:
+            return score, None
         div = -np.einsum("ns,ns,s->n", phi, w, self._sq_norms) / g**2 - np.trace(self.base.precision)
         if self.theta is None:  # FVPD: w depends on x through M⁻¹φ
             div += np.einsum("ns,ns->n", dphi @ self._minv_zz, dphi) / g**2
         return score, div
-
-    def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
-        """½‖s(x)‖² + div s(x) per row (the summand of the Hyvärinen loss, MATH.md §0, §10)."""
-        out = np.empty(x.shape[0])
-        for start, xb in self._blocks(x):
-            score, div = self._score_block(xb)
-            out[start:start + xb.shape[0]] = 0.5 * np.einsum("nd,nd->n", score, score) + div
-        return out

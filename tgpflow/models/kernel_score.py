@@ -31,6 +31,7 @@ from tgpflow.io.artifact import write_artifact
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
+from tgpflow.models.blocked_score import BlockedScore
 from tgpflow.models.streaming import StreamingMixin, is_grid, is_positive
 from tgpflow.solve.kef import REGULARIZERS, diag_h, kef_h, kernel_heldout_loss, lite_r, spectral_solve, tikhonov_direct
 from tgpflow.solve.tgp import Base, base_from_moments
@@ -49,7 +50,7 @@ PRESETS = {"stein": ("diagonal", "tikhonov"), "ssge": ("diagonal", "cutoff"), "n
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class KernelEvaluator:
+class KernelEvaluator(BlockedScore):
     """Score, divergence and (curl-free) log density of ``Σ_a K(·, Y_a)c_a + log q0``."""
 
     basis: NystromBasis
@@ -84,40 +85,27 @@ class KernelEvaluator:
             out[start:start + xb.shape[0]] = f + self._base_terms(xb)[0]
         return out
 
-    def _score_block(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _score_block(self, xb: np.ndarray, with_div: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         k = self.basis.kernel
         _, g, div_g = self._base_terms(xb)
         if self.kind == "curl_free":
             r, alpha, kappa, omega = k.curl_free_parts(xb, self.basis.Y)
             rc = np.einsum("nmd,md->nm", r, self.coef)
             score = alpha @ self.coef + np.einsum("nm,nmd->nd", kappa * rc, r)
-            div = np.einsum("nm,nm->n", omega, rc)
+            div = np.einsum("nm,nm->n", omega, rc) if with_div else None
         elif self.kind == "lite":
             r = xb[:, None, :] - self.basis.Y[None, :, :]
             u = np.einsum("nmd,nmd->nm", r, r)
             _, d1, d2, _ = k.profile(u)
             score = np.einsum("nm,nmd->nd", 2.0 * d1 * self.coef, r)
-            div = (4.0 * d2 * u + 2.0 * xb.shape[1] * d1) @ self.coef
+            div = (4.0 * d2 * u + 2.0 * xb.shape[1] * d1) @ self.coef if with_div else None
         else:
             r = xb[:, None, :] - self.basis.Y[None, :, :]
             kv, d1, _, _ = k.profile(np.einsum("nmd,nmd->nm", r, r))
             score = kv @ self.coef
-            div = np.einsum("nm,nmd,md->n", 2.0 * d1, r, self.coef)
-        return score + g, div + div_g
+            div = np.einsum("nm,nmd,md->n", 2.0 * d1, r, self.coef) if with_div else None
+        return score + g, None if div is None else div + div_g
 
-    def grad_log_density(self, x: np.ndarray) -> np.ndarray:
-        out = np.empty(x.shape)
-        for start, xb in self._blocks(x):
-            out[start:start + xb.shape[0]] = self._score_block(xb)[0]
-        return out
-
-    def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
-        """½‖s(x)‖² + div s(x) per row (MATH.md §10)."""
-        out = np.empty(x.shape[0])
-        for start, xb in self._blocks(x):
-            s, div = self._score_block(xb)
-            out[start:start + xb.shape[0]] = 0.5 * np.einsum("nd,nd->n", s, s) + div
-        return out
 
 
 class ScoreEstimator(StreamingMixin, BaseEstimator):

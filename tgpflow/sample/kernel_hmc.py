@@ -26,27 +26,21 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tgpflow.sample.chains import Draws, mh_probability
+
 __all__ = ["KernelHMCResult", "kernel_hmc", "leapfrog", "trajectory_acceptance"]
 
 LogDensity = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclasses.dataclass
-class KernelHMCResult:
-    samples: np.ndarray  # (n_draws, n_chains, d)
+class KernelHMCResult(Draws):
     acceptance_rate: float
     warmup_acceptance: float
     trajectory_acceptance: float  # the paper's per-trajectory average of hypothetical acceptances
     surrogate: Any
     n_history: int
 
-    @property
-    def last(self) -> np.ndarray:
-        """The final state of every chain, (n_chains, d)."""
-        return self.samples[-1]
-
-    def flat(self) -> np.ndarray:
-        return self.samples.reshape(-1, self.samples.shape[-1])
 
 
 def leapfrog(score: Callable[[np.ndarray], np.ndarray], x: np.ndarray, p: np.ndarray, step: float, n_steps: int,
@@ -70,9 +64,9 @@ def leapfrog(score: Callable[[np.ndarray], np.ndarray], x: np.ndarray, p: np.nda
 
 
 def _acceptance(logp0: np.ndarray, p0: np.ndarray, logp1: np.ndarray, p1: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", over="ignore"):
-        log_a = logp1 - logp0 - 0.5 * np.einsum("nd,nd->n", p1, p1) + 0.5 * np.einsum("nd,nd->n", p0, p0)
-        return np.where(np.isfinite(log_a), np.exp(np.minimum(log_a, 0.0)), 0.0)
+    """The Metropolis probability of the move (x0, p0) → (x1, p1) under H = −log π + ½‖p‖²."""
+    with np.errstate(invalid="ignore"):
+        return mh_probability(logp1 - logp0 - 0.5 * np.einsum("nd,nd->n", p1, p1) + 0.5 * np.einsum("nd,nd->n", p0, p0))
 
 
 def trajectory_acceptance(log_density: LogDensity, score: Callable[[np.ndarray], np.ndarray], x0: np.ndarray,
@@ -125,8 +119,8 @@ def kernel_hmc(log_density: LogDensity, x0: np.ndarray, n_samples: int, *, surro
             cov += 1e-6 * np.eye(d)
         y = x + rng.standard_normal(x.shape) @ np.linalg.cholesky(cov).T
         logp_y = np.asarray(log_density(y), dtype=np.float64)
-        with np.errstate(invalid="ignore", over="ignore"):
-            move = np.log(rng.random(n_chains)) < np.where(np.isfinite(logp_y), logp_y - logp, -np.inf)
+        with np.errstate(invalid="ignore"):
+            move = rng.random(n_chains) < mh_probability(logp_y - logp)
         x[move], logp[move] = y[move], logp_y[move]
         accepted += move.mean()
         history[t] = x

@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from tgpflow.sample.chains import Draws, mh_probability
 from tgpflow.sample.target import as_target
 
 __all__ = ["ChainResult", "langevin", "mala", "DualAveraging"]
@@ -37,25 +38,15 @@ ULA_TARGET_ACCEPT = 0.95
 
 
 @dataclasses.dataclass
-class ChainResult:
-    """Draws of ``n_chains`` parallel chains after warm-up: ``samples`` (n_draws, n_chains, d)."""
+class ChainResult(Draws):
+    """Langevin draws (see :class:`~tgpflow.sample.chains.Draws`) with the step and acceptance."""
 
-    samples: np.ndarray
     step_size: float
     acceptance_rate: float | None  # mean over kept steps and chains (None: ULA without a log density)
     acceptance_per_chain: np.ndarray | None
     warmup_acceptance: float | None
     n_warmup: int
     method: str
-
-    @property
-    def last(self) -> np.ndarray:
-        """The final state of every chain, (n_chains, d)."""
-        return self.samples[-1]
-
-    def flat(self) -> np.ndarray:
-        """All kept draws as rows, (n_draws · n_chains, d)."""
-        return self.samples.reshape(-1, self.samples.shape[-1])
 
     def summary(self) -> dict[str, object]:
         return {"method": self.method, "step_size": self.step_size, "acceptance_rate": self.acceptance_rate,
@@ -126,10 +117,8 @@ def langevin(target, x0: np.ndarray, n_steps: int, *, step_size: float = 0.1, n_
         score_y = tgt.score(y)
         if use_logp:
             logp_y = tgt.logp(y)
-            with np.errstate(invalid="ignore", over="ignore"):
-                log_ratio = logp_y - logp + _log_q(x, y, score_y, eps) - _log_q(y, x, score, eps)
-                prob = np.where(np.isfinite(log_ratio), np.exp(np.minimum(log_ratio, 0.0)), 0.0)
-            prob[np.isnan(logp_y)] = 0.0
+            with np.errstate(invalid="ignore"):
+                prob = mh_probability(logp_y - logp + _log_q(x, y, score_y, eps) - _log_q(y, x, score, eps))
         if metropolis:
             move = rng.random(x.shape[0]) < prob
             x[move], score[move], logp[move] = y[move], score_y[move], logp_y[move]

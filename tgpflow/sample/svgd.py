@@ -31,7 +31,8 @@ import scipy.sparse as sps
 
 from tgpflow.sample.target import as_target
 
-__all__ = ["SVGDResult", "svgd", "svgd_direction", "closed_neighbourhoods", "median_bandwidths", "grid_graph"]
+__all__ = ["SVGDResult", "svgd", "svgd_direction", "closed_neighbourhoods", "median_bandwidths", "grid_graph",
+           "neighbourhood_matrix", "local_kernels"]
 
 
 @dataclasses.dataclass
@@ -68,7 +69,7 @@ def closed_neighbourhoods(graph: Any, d: int) -> sps.csr_matrix:
     return adj.tocsr()
 
 
-def _prepared(graph: Any, d: int) -> np.ndarray | sps.csr_matrix | None:
+def neighbourhood_matrix(graph: Any, d: int) -> np.ndarray | sps.csr_matrix | None:
     """The closed-neighbourhood matrix in the faster form: dense BLAS for d ≤ 256, sparse beyond."""
     if graph is None:
         return None
@@ -76,10 +77,12 @@ def _prepared(graph: Any, d: int) -> np.ndarray | sps.csr_matrix | None:
     return closed.toarray() if d <= 256 else closed
 
 
-def _pair_sq_diffs(xa: np.ndarray, xb: np.ndarray) -> np.ndarray:
-    """(n_a, n_b, d) squared coordinate differences."""
-    diff = xa[:, None, :] - xb[None, :, :]
-    return diff * diff
+def local_kernels(sq: np.ndarray, h: np.ndarray, closed: np.ndarray | sps.csr_matrix | None) -> np.ndarray:
+    """k_i(x_j, x_l) = exp(−‖x_{j,C_i} − x_{l,C_i}‖²/h_i) from squared coordinate differences ``sq``
+    (n, B, d): shape (n, B, d), or (n, B, 1) for the one kernel of vanilla SVGD (``closed=None``)."""
+    if closed is None:
+        return np.exp(-sq.sum(axis=-1, keepdims=True) / h[0])
+    return np.exp(-np.asarray(sq.reshape(-1, sq.shape[-1]) @ closed).reshape(sq.shape) / h)
 
 
 def median_bandwidths(x: np.ndarray, closed: np.ndarray | sps.csr_matrix | None, max_rows: int = 1000,
@@ -111,9 +114,8 @@ def _direction_block(x: np.ndarray, s: np.ndarray, xl: np.ndarray, h: np.ndarray
         sq = np.sum(xl**2, 1)[None, :] + np.sum(x**2, 1)[:, None] - 2.0 * x @ xl.T
         k = np.exp(-np.maximum(sq, 0.0) / hh)  # (n, B)
         return (k.T @ s + (2.0 / hh) * (xl * k.sum(0)[:, None] - k.T @ x)) / n
-    sq = _pair_sq_diffs(x, xl)  # (n, B, d)
-    dist = np.asarray(sq.reshape(-1, sq.shape[-1]) @ closed).reshape(sq.shape)  # ‖·‖² on every C_i
-    k = np.exp(-dist / h)  # (n, B, d): k_i(x_j, x_l)
+    diff = x[:, None, :] - xl[None, :, :]
+    k = local_kernels(diff * diff, h, closed)  # (n, B, d)
     ks = np.einsum("jli,ji->li", k, s)
     kx = np.einsum("jli,ji->li", k, x)
     return (ks + (2.0 / h) * (xl * k.sum(0) - kx)) / n
@@ -128,8 +130,8 @@ def svgd_direction(x: np.ndarray, scores: np.ndarray, *, graph: Any = None, band
     "median" or a positive number (vanilla) / length-d array (graphical).
     """
     x = np.asarray(x, dtype=np.float64)
-    return _direction(x, np.asarray(scores, dtype=np.float64), _prepared(graph, x.shape[1]), bandwidth, block, client,
-                      median_rows, rng)
+    closed = neighbourhood_matrix(graph, x.shape[1])
+    return _direction(x, np.asarray(scores, dtype=np.float64), closed, bandwidth, block, client, median_rows, rng)
 
 
 def _direction(x: np.ndarray, s: np.ndarray, closed: np.ndarray | sps.csr_matrix | None, bandwidth: Any,
@@ -175,9 +177,7 @@ def svgd(target, x0: np.ndarray, n_iter: int = 1000, *, step_size: float = 0.1, 
         raise ValueError("SVGD needs at least 2 particles with finite coordinates")
     rng = np.random.default_rng(random_state)
     hist = None
-    phi = np.zeros_like(x)
-    h = np.ones(x.shape[1])
-    closed = _prepared(graph, x.shape[1])
+    closed = neighbourhood_matrix(graph, x.shape[1])
     for _ in range(n_iter):
         phi, h = _direction(x, tgt.score(x), closed, bandwidth, block, client, median_rows, rng)
         if optimizer == "sgd":
