@@ -54,11 +54,17 @@ def write_parquet(path: Path, X: np.ndarray, names=None, row_group_size: int | N
 
 
 @pytest.fixture
-def magic() -> np.ndarray:
+def magic_frame():
+    """MAGIC's 10 float columns as a pandas DataFrame, as shipped."""
     path = SHARED_DATA / "magic_gamma.parquet"
     if not path.exists():
         pytest.fail(f"the shared dataset {path} is missing (it ships beside the checkout)")
     import pandas as pd
 
-    X = pd.read_parquet(path).drop(columns="class").to_numpy()
+    return pd.read_parquet(path).drop(columns="class")
+
+
+@pytest.fixture
+def magic(magic_frame) -> np.ndarray:
+    X = magic_frame.to_numpy()
     return X - X.mean(axis=0)

@@ -1,6 +1,7 @@
 import json
 
 import numpy as np
+import pytest
 import pandas as pd
 from click.testing import CliRunner
 
@@ -160,6 +161,8 @@ def test_rsr_fit_and_anomaly_scores_for_any_source(tmp_path, rng):
     assert r.exit_code == 1 and "reports are implemented for GP-tilted densities" in r.output
 
 
+# the CLI logs diagnostic warnings (e.g. R̂ of the kernel model's chains); the figures are asserted below
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
 def test_sample_methods_on_the_model_score(tmp_path, rng):
     src, X = _data(tmp_path, rng)  # N(0, I) rows
     runner = CliRunner()
@@ -168,11 +171,13 @@ def test_sample_methods_on_the_model_score(tmp_path, rng):
                               ("score", sc, ["--n-basis", "60"])):
         r = runner.invoke(main, ["fit", src, "--model", model, "--out", out, "--progress", "none", *extra])
         assert r.exit_code == 0, r.output
-    for model, method, extra in ((fd, "mala", []), (fd, "svgd", ["--steps", "300"]), (kef, "langevin", []),
-                                 (sc, "langevin", ["--init", src])):
+    # MCMC: 10 chains of 50 kept draws, every 40th of 2000 steps (enough for R̂ ≤ 1.01 and ESS ≥ 400)
+    for model, method, extra in ((fd, "mala", ["--steps", "2000"]), (fd, "svgd", ["--steps", "300"]),
+                                 (kef, "langevin", ["--steps", "2000"]),
+                                 (sc, "langevin", ["--init", src, "--steps", "2000"])):
         out = tmp_path / f"{method}-{len(extra)}.parquet"
         r = runner.invoke(main, ["sample", model, "-n", "500", "--out", str(out), "--method", method,
-                                 "--warmup", "200", "--steps", "200", *extra])
+                                 "--warmup", "200", *extra])
         assert r.exit_code == 0, r.output
         rows = pd.read_parquet(out)
         assert list(rows.columns) == ["u", "v"] and rows.shape == (500, 2)
@@ -183,6 +188,7 @@ def test_sample_methods_on_the_model_score(tmp_path, rng):
         info = json.loads(r.stdout.strip().splitlines()[-1])
         if method == "mala":
             assert 0.4 < info["acceptance_rate"] < 0.8
+            assert info["init"] == "base" and info["rhat_max"] <= 1.01 and info["ess_bulk_min"] >= 400
     r = runner.invoke(main, ["sample", sc, "-n", "10", "--out", str(tmp_path / "x.parquet"), "--method", "mala"])
     assert r.exit_code == 1 and "no log density" in r.output and not (tmp_path / "x.parquet").exists()
     rsr = str(tmp_path / "rsr.zarr")

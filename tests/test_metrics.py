@@ -64,6 +64,8 @@ def test_hyvarinen_loss_of_the_gaussian_is_the_closed_form(gauss, tmp_path):
         assert hyvarinen_loss(est, source) == pytest.approx(expected, rel=1e-6)
 
 
+# 600 rows and S = 60: the default fits may spill a little mass (the diagnostics warn; not what this checks)
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
 @pytest.mark.parametrize("method,sigma", [("fd", None), ("fvpd", None), ("ncfd", 0.4), ("map", None), ("kde_rff", None)])
 def test_closed_form_divergence_matches_finite_differences(gaussian_mix, method, sigma):
     est = GPTiltedDensity(method=method, n_features=60, map_draws=5_000).fit(gaussian_mix)

@@ -10,6 +10,7 @@ import zarr
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import tgpflow
+from tgpflow.errors import DiagnosticWarning
 from tgpflow import GPTiltedDensity, RandomFourierFeatures
 from tgpflow.errors import ModelFileError
 from tests.conftest import write_parquet
@@ -41,7 +42,7 @@ def same_rows(tmp_path, rng):
 
 def test_every_input_kind_gives_the_same_theta(same_rows):
     X, names, tmp = same_rows
-    ref = GPTiltedDensity(n_features=48).fit(X)
+    ref = GPTiltedDensity(n_features=48, lam=0.1).fit(X)  # a fixed λ: the held-out split's keys depend on the input kind
     f = ref.features_
     inputs = {
         "dask array": da.from_array(X, chunks=(250, 3)),
@@ -52,7 +53,7 @@ def test_every_input_kind_gives_the_same_theta(same_rows):
         "zarr": str(tmp / "x.zarr"),
     }
     for kind, data in inputs.items():
-        est = GPTiltedDensity(n_features=48).fit(data, features=f, **({"columns": names} if kind == "parquet directory" else {}))
+        est = GPTiltedDensity(n_features=48, lam=0.1).fit(data, features=f, **({"columns": names} if kind == "parquet directory" else {}))
         np.testing.assert_allclose(est.theta_, ref.theta_, rtol=1e-9, atol=1e-9 * np.abs(ref.theta_).max(), err_msg=kind)
         assert est.n_samples_seen_ == 3000
 
@@ -109,30 +110,53 @@ def test_dask_input_gives_lazy_outputs(gaussian_mix):
     np.testing.assert_allclose(glazy.compute(), est.grad_log_density(gaussian_mix), rtol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")  # λ = 0.1 on 600 rows spills: not checked here
 def test_accumulate_fit_from_stats_and_partial_fit(gaussian_mix):
-    full = GPTiltedDensity(n_features=32).fit(gaussian_mix)
-    est = GPTiltedDensity(n_features=32)
+    full = GPTiltedDensity(n_features=32, lam=0.1).fit(gaussian_mix)
+    est = GPTiltedDensity(n_features=32, lam=0.1)
     est.fit(gaussian_mix[:250], features=full.features_)
     est.partial_fit(gaussian_mix[250:])
     np.testing.assert_allclose(est.theta_, full.theta_, rtol=1e-10, atol=1e-10)
     assert est.n_samples_seen_ == len(gaussian_mix)
-    other = GPTiltedDensity(n_features=32)
+    other = GPTiltedDensity(n_features=32, lam=0.1)
     stats = other.accumulate(gaussian_mix[:300], features=full.features_) + other.accumulate(gaussian_mix[300:])
     other.fit_from_stats(stats)
     np.testing.assert_allclose(other.theta_, full.theta_, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("method", ["fd", "fvpd"])
-def test_magic_gamma_fit_and_sample(magic, method):
-    est = GPTiltedDensity(method=method, n_features=128).fit(magic)
-    assert np.all(np.isfinite(est.log_density(magic)))
+def test_magic_gamma_fit_and_sample(magic_frame, method):
+    """Standardised MAGIC (the paper's kernel Σ_z = dΣ/trΣ is not scale-invariant) with the columns the pilot
+    finds bounded at 0 declared so (and the known upper bounds): no diagnostic warning, samples that match the data's moments, and a
+    fraction of the unbounded model's mass outside the data's box."""
+    import warnings as _warnings
+
+    from tgpflow.features.bounds import suggest_bounds
+
+    raw, names = magic_frame.to_numpy(), list(magic_frame.columns)
+    suggested = suggest_bounds(raw, names, None)
+    assert set(suggested) == {"fLength", "fWidth", "fConc", "fConc1", "fAlpha"}  # never negative, skewed to 0
+    mean, sd = raw.mean(0), raw.std(0)
+    X = (raw - mean) / sd
+    upper = {"fConc": 1.0, "fConc1": 1.0, "fAlpha": 90.0}  # what the data cannot reveal: ratios ≤ 1, angles ≤ 90°
+    bounds = [((0 - mean[j]) / sd[j], (upper[c] - mean[j]) / sd[j] if c in upper else None) if c in suggested
+              else (None, None) for j, c in enumerate(names)]
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore", DiagnosticWarning)  # the unbounded fit rightly warns (tested below)
+        free = GPTiltedDensity(method=method, n_features=128).fit(X)
+    est = GPTiltedDensity(method=method, n_features=128, bounds=bounds, on_bad_rows="drop").fit(X)
+    assert est.fit_diagnostics_["warnings"] == [] and free.fit_diagnostics_["warnings"]
+    assert est.normalizer_.mass_outside < free.normalizer_.mass_outside / 3
+    inside = est.bounds_.inside(X)  # rows on a bound (fWidth = 0, fAlpha = 0) have density 0
+    assert inside.sum() == est.n_samples_seen_ and np.all(np.isfinite(est.log_density(X[inside])))
     samples = est.sample(4000, random_state=1)
     assert samples.shape == (4000, 10)
-    std = magic.std(0)
-    assert np.all(np.abs(samples.mean(0) - magic.mean(0)) < 0.15 * std)
-    corr_s, corr_d = np.corrcoef(samples.T), np.corrcoef(magic.T)
-    assert np.abs(corr_s - corr_d).max() < 0.15
-    ratio = samples.std(0) / std
+    assert np.all(np.abs(samples.mean(0) - X.mean(0)) < 0.15)
+    # Pearson correlations of the heavy-tailed, weakly correlated pairs are the least stable figure
+    # (fWidth–fM3Long: −0.18 in the data); 0.2 bounds them
+    corr_s, corr_d = np.corrcoef(samples.T), np.corrcoef(X.T)
+    assert np.abs(corr_s - corr_d).max() < 0.2
+    ratio = samples.std(0)
     assert np.all((ratio > 0.75) & (ratio < 1.25))
 
 
@@ -188,6 +212,8 @@ def test_a_pickle_is_never_loaded(tmp_path, gaussian_mix, monkeypatch):
     assert calls == []
 
 
+# scikit-learn's checks fit a few rows of noise: the fit diagnostics rightly warn there (not what these check)
+@pytest.mark.filterwarnings("ignore::tgpflow.models.diagnostics.DiagnosticWarning")
 @parametrize_with_checks([GPTiltedDensity(n_features=16), GPTiltedDensity(method="fvpd", n_features=16)])
 def test_sklearn_compatible(estimator, check):
     check(estimator)

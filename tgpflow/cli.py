@@ -21,6 +21,9 @@ import numpy as np
 
 logger = logging.getLogger("tgpflow")
 
+#: Draws each MCMC chain keeps at least (split-R̂ halves every chain).
+MIN_DRAWS_PER_CHAIN = 50
+
 _RUNTIME_ERRORS = (ValueError, OSError, FloatingPointError, MemoryError, NotImplementedError, ImportError, RuntimeError)
 
 
@@ -38,6 +41,11 @@ def _setup_logging(level: str) -> None:
     root = logging.getLogger("tgpflow")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # a model's diagnostic warnings (mass without data, tiny ESS) reach cron logs as log lines
+    logging.captureWarnings(True)
+    py_warnings = logging.getLogger("py.warnings")
+    py_warnings.handlers[:] = [handler]
+    py_warnings.propagate = False
 
 
 @contextlib.contextmanager
@@ -153,11 +161,12 @@ def _split(columns: str | None) -> list[str] | None:
 @_scheduler
 @click.option("--n-features", default=1000, show_default=True, type=click.IntRange(min=1))
 @click.option("--lam", default=None, help="A positive number, or 'auto' (held-out selection). Default: the model's "
-              "(0.1 for GP-tilted, 1e-3 for kernel models).")
-@click.option("--bandwidth", default=None, help="'scott' (GP-tilted default), 'median' (kernel default), a positive "
-              "number, or a comma list of them (a held-out grid).")
+              "('auto' for GP-tilted, 1e-3 for kernel models). The paper's settings: --lam 0.1 --bandwidth scott.")
+@click.option("--bandwidth", default=None, help="'auto' (GP-tilted default: selected on the pilot sample), 'scott', "
+              "'median' (kernel default), a positive number, or a comma list of them (a held-out grid).")
 @click.option("--noise-levels", default=10, show_default=True, type=click.IntRange(min=1), help="NCFD levels H.")
-@click.option("--sigma-max", default="auto", show_default=True, help="NCFD σ_max: 'auto' (√trΣ/d) or a number.")
+@click.option("--sigma-max", default="auto", show_default=True,
+              help="NCFD σ_max: 'auto' (the kernel width γ), 'paper' (√trΣ/d) or a number.")
 @click.option("--base", default=None, type=click.Choice(["empirical", "learn", "flat", "gaussian"]),
               help="GP-tilted: empirical (default) or learn; kernel models: flat (default) or gaussian.")
 @click.option("--n-basis", default=100, show_default=True, type=click.IntRange(min=1), help="Kernel models: basis points m.")
@@ -172,6 +181,12 @@ def _split(columns: str | None) -> list[str] | None:
               help="GP-tilted: mixed = float32 S×S products accumulated in float64 (measured: benchmarks/precision_modes.py).")
 @click.option("--validation-fraction", default=0.1, show_default=True, type=click.FloatRange(0, 1, min_open=True,
               max_open=True), help="Rows held out (by a hash of their position) when selecting.")
+@click.option("--criterion", default="sliced", show_default=True, type=click.Choice(["sliced", "loglik", "hyvarinen"]),
+              help="GP-tilted: what the held-out selection of λ and γ optimises: the sliced KS distance to the "
+                   "held-out rows, their normalised log-likelihood, or the Hyvärinen loss.")
+@click.option("--bounds", "bounds_text", default=None, metavar="COL:LO:HI,...",
+              help="GP-tilted: hard column bounds, fitted after a log/logit transform, e.g. "
+                   "'length:0:,angle:0:90' (an empty side is open). A fit logs the columns that look bounded at 0.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @_bad_rows
 @click.option("--local", default="auto", show_default=True, type=click.Choice(["auto", "cluster", "threads"]),
@@ -180,7 +195,7 @@ def _split(columns: str | None) -> list[str] | None:
 def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
         lam: str | None, bandwidth: str | None, noise_levels: int, sigma_max: str, base: str | None, n_basis: int,
         smoothness: str, kernel: str, regularizer: str, device: str, precision: str, validation_fraction: float,
-        seed: int, on_bad_rows: str, local: str, progress_mode: str) -> None:
+        criterion: str, bounds_text: str | None, seed: int, on_bad_rows: str, local: str, progress_mode: str) -> None:
     """Fit a model to SOURCE and write it to --out: a GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF
     baseline), a Nyström kernel exponential family (nkef) or a kernel score estimator (score)."""
     from tgpflow import GPTiltedDensity, NystromKEF, RootSobolevDensity, ScoreEstimator
@@ -203,13 +218,16 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
                                "seconds": round(time.perf_counter() - t0, 2)}, default=str))
         return
     kernel_model = method in ("nkef", "score")
-    bandwidth = bandwidth or ("median" if kernel_model else "scott")
-    bw: Any = bandwidth if bandwidth in ("scott", "median") else _numbers(bandwidth, "--bandwidth")
+    bandwidth = bandwidth or ("median" if kernel_model else "auto")
+    bw: Any = bandwidth if bandwidth in ("scott", "median", "auto") else _numbers(bandwidth, "--bandwidth")
     if isinstance(bw, list) and len(bw) == 1:
         bw = bw[0]
-    lam = lam or ("1e-3" if kernel_model else "0.1")
+    lam = lam or ("1e-3" if kernel_model else "auto")
     lam_value: Any = "auto" if lam == "auto" else _numbers(lam, "--lam", single=True)
-    smax: Any = "auto" if sigma_max == "auto" else _numbers(sigma_max, "--sigma-max", single=True)
+    bounds = _bounds(bounds_text)
+    if bounds is not None and kernel_model:
+        raise click.BadParameter("bounds apply to GP-tilted models", param_hint="--bounds")
+    smax: Any = sigma_max if sigma_max in ("auto", "paper") else _numbers(sigma_max, "--sigma-max", single=True)
     base = base or ("flat" if kernel_model else "empirical")
     if kernel_model != (base in ("flat", "gaussian")):
         raise click.BadParameter(f"{base!r} is not a base of --model {method}", param_hint="--base")
@@ -226,7 +244,7 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
             est = GPTiltedDensity(method=method, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
                                   noise_levels=noise_levels, sigma_max=smax, base=base, device=device,
                                   precision=precision, validation_fraction=validation_fraction,
-                                  on_bad_rows=on_bad_rows)
+                                  criterion=criterion, bounds=bounds, on_bad_rows=on_bad_rows)
         t0 = time.perf_counter()
         with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client):
             est.fit(src)
@@ -237,7 +255,35 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
             "lam": est.lam_ if math.isfinite(est.lam_) else None, "n_rows_dropped": getattr(est, "last_rows_dropped_", 0),
             "selected": getattr(est, "selection_", {}).get("chosen"),
             "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
+            "diagnostics": _diagnostics_summary(est),
+            "suggested_bounds": getattr(est, "pilot_", {}).get("suggested_bounds") or None,
             "seconds": round(time.perf_counter() - t0, 2)}, default=str))
+
+
+def _diagnostics_summary(est: Any) -> dict[str, Any] | None:
+    """The figures that say whether a fitted density is wrong (ESS, mass outside the data's box, warnings)."""
+    d = getattr(est, "fit_diagnostics_", None)
+    if not d:
+        return None
+    keys = ("log_normalizer", "log_normalizer_se", "ess_fraction", "mass_outside", "data_outside",
+            "mass_outside_limit", "theta_norm", "map_converged", "map_ess_fraction", "warnings")
+    return {k: d[k] for k in keys if k in d}
+
+
+def _bounds(text: str | None) -> dict[str, list[float | None]] | None:
+    """``COL:LO:HI,...`` → {col: [lo, hi]} (an empty side is open)."""
+    if not text:
+        return None
+    out: dict[str, list[float | None]] = {}
+    for item in text.split(","):
+        parts = item.strip().rsplit(":", 2)
+        if len(parts) != 3 or not parts[0]:
+            raise click.BadParameter(f"expected COL:LO:HI (an empty side is open); got {item!r}", param_hint="--bounds")
+        try:
+            out[parts[0]] = [float(v) if v.strip() else None for v in parts[1:]]
+        except ValueError as exc:
+            raise click.BadParameter(f"bounds must be numbers; got {item!r}", param_hint="--bounds") from exc
+    return out
 
 
 def _numbers(text: str, hint: str, single: bool = False) -> Any:
@@ -298,21 +344,26 @@ def score(model: str, source: str, out: str, columns: str | None, scheduler: str
 @click.option("--out", required=True, help="Output Parquet file, written atomically.")
 @click.option("--method", default="resample", show_default=True,
               type=click.Choice(["resample", "langevin", "mala", "svgd"]),
-              help="resample: importance resampling from the model's base; langevin/mala: N chains on the "
-                   "model's score, one draw per chain; svgd: N particles moved by SVGD.")
+              help="resample: importance resampling from the model's base (its ESS is reported); langevin/mala: "
+                   "--chains chains on the model's score, started at the model's base, with R-hat and ESS across "
+                   "chains; svgd: N particles moved by SVGD.")
 @click.option("--steps", default=500, show_default=True, type=click.IntRange(min=1),
-              help="Steps after warm-up (langevin/mala) or SVGD iterations.")
+              help="Steps per chain after warm-up (langevin/mala; the N draws are spread evenly over them) or "
+                   "SVGD iterations.")
+@click.option("--chains", default=64, show_default=True, type=click.IntRange(min=2),
+              help="langevin/mala: parallel chains (at most N/50: every chain keeps at least 50 draws).")
 @click.option("--warmup", default=500, show_default=True, type=click.IntRange(min=0),
               help="Warm-up steps with step-size adaptation (langevin/mala).")
 @click.option("--step-size", default=0.1, show_default=True, type=click.FloatRange(min=0, min_open=True))
-@click.option("--init", "init_source", default=None, metavar="SOURCE",
-              help="Start points drawn from SOURCE (e.g. the training data); default: the model's own "
-                   "resampler, or its Nyström basis points.")
+@click.option("--init", "init_source", default=None, metavar="SOURCE|base",
+              help="Start points: 'base' (the model's Gaussian base, the default where it has one: over-dispersed, "
+                   "so R-hat can see chains that disagree), or rows drawn from SOURCE (e.g. the training data); "
+                   "otherwise the model's resampler or its Nyström basis points.")
 @_columns
 @click.option("--seed", default=0, show_default=True, type=int)
 @_scheduler
-def sample(model: str, n_samples: int, out: str, method: str, steps: int, warmup: int, step_size: float,
-           init_source: str | None, columns: str | None, seed: int, scheduler: str | None) -> None:
+def sample(model: str, n_samples: int, out: str, method: str, steps: int, chains: int, warmup: int,
+           step_size: float, init_source: str | None, columns: str | None, seed: int, scheduler: str | None) -> None:
     """Draw N rows from MODEL into a Parquet file, by resampling or on the model's score."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -327,9 +378,9 @@ def sample(model: str, n_samples: int, out: str, method: str, steps: int, warmup
                 raise click.ClickException(f"{model}: a {type(est).__name__} has no resampler; use "
                                            f"--method langevin, mala or svgd (they use its score)")
             rows = est.sample(n_samples, random_state=seed)
-            info["ess"] = round(est.last_sample_ess_, 1) if hasattr(est, "last_sample_ess_") else None
+            info.update(getattr(est, "last_sample_info_", {}))
         else:
-            rows, extra = _score_sampler(est, model, n_samples, method, steps, warmup, step_size, init_source,
+            rows, extra = _score_sampler(est, model, n_samples, method, steps, chains, warmup, step_size, init_source,
                                          _split(columns), seed, scheduler)
             info.update(extra)
         names = getattr(est, "feature_names_in_", None)
@@ -341,7 +392,12 @@ def sample(model: str, n_samples: int, out: str, method: str, steps: int, warmup
 
 def _start_points(est: Any, model: str, n: int, init_source: str | None, columns: list[str] | None,
                   rng: np.random.Generator) -> np.ndarray:
-    """N start points: from --init, else the model's resampler, else its Nyström basis (jittered)."""
+    """N start points: the model's base (--init base), rows of --init SOURCE, else the model's base, its
+    resampler or its Nyström basis (jittered)."""
+    if init_source == "base" or (init_source is None and hasattr(est, "base_draws")):
+        if not hasattr(est, "base_draws"):
+            raise click.ClickException(f"{model}: a {type(est).__name__} has no Gaussian base; pass --init SOURCE")
+        return est.base_draws(n, random_state=int(rng.integers(2**31)))
     if init_source is not None:
         from tgpflow.io.pilot import pilot_sample
         from tgpflow.io.sources import as_source
@@ -361,28 +417,34 @@ def _start_points(est: Any, model: str, n: int, init_source: str | None, columns
                                f"pass --init SOURCE (e.g. the training data)")
 
 
-def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, warmup: int, step_size: float,
-                   init_source: str | None, columns: list[str] | None, seed: int,
+def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, chains: int, warmup: int,
+                   step_size: float, init_source: str | None, columns: list[str] | None, seed: int,
                    scheduler: str | None) -> tuple[np.ndarray, dict[str, Any]]:
-    from tgpflow.sample import langevin, svgd
+    from tgpflow.sample import mcmc_sample, svgd
 
     rng = np.random.default_rng(seed)
     if method == "mala" and not hasattr(est, "log_density"):
         raise click.ClickException(f"{model}: a {type(est).__name__} has no log density for MALA's "
                                    f"Metropolis step; use --method langevin or svgd")
+    if method != "svgd":
+        n_chains = max(2, min(chains, n // MIN_DRAWS_PER_CHAIN))  # R̂ needs draws in every chain, not only chains
+        per_chain = -(-n // n_chains)
+        x0 = _start_points(est, model, n_chains, init_source, columns, rng)
+        mc = mcmc_sample(est, n, method="mala" if method == "mala" else "ula", n_chains=n_chains,
+                         thin=max(1, steps // per_chain), n_warmup=warmup, step_size=step_size, init=x0,
+                         random_state=rng)
+        summary = {key: v for key, v in mc.summary().items() if key != "method"}
+        summary["init"] = init_source or ("base" if hasattr(est, "base_draws") else "model")
+        return mc.draws, summary
     x0 = _start_points(est, model, n, init_source, columns, rng)
-    if method == "svgd":
-        if scheduler:
-            from tgpflow.cluster import dask_client
+    if scheduler:
+        from tgpflow.cluster import dask_client
 
-            with dask_client(scheduler) as client:
-                res = svgd(est, x0, steps, step_size=step_size, client=client, random_state=rng)
-        else:
-            res = svgd(est, x0, steps, step_size=step_size, random_state=rng)
-        return res.particles, {"iterations": res.n_iter, "direction_rms": res.direction_norm}
-    chains = langevin(est, x0, steps, step_size=step_size, n_warmup=warmup, metropolis=method == "mala",
-                      thin=steps, random_state=rng)  # keep only the last state: memory O(N d), not O(steps N d)
-    return chains.last, {k: v for k, v in chains.summary().items() if k != "method"}
+        with dask_client(scheduler) as client:
+            res = svgd(est, x0, steps, step_size=step_size, client=client, random_state=rng)
+    else:
+        res = svgd(est, x0, steps, step_size=step_size, random_state=rng)
+    return res.particles, {"iterations": res.n_iter, "direction_rms": res.direction_norm}
 
 
 @main.command()
@@ -521,6 +583,8 @@ def info(model: str) -> None:
             "smoothness": getattr(est, "smoothness_", None),
             "fingerprint": draw.fingerprint, "columns": meta.get("feature_names_in"),
             "params": meta.get("params"), "solver": meta.get("solver_info"), "pilot": meta.get("pilot"),
+            "selection": (meta.get("selection") or {}).get("chosen"), "diagnostics": _diagnostics_summary(est),
+            "bounds": (meta.get("bounds") or {}).get("bounds"),
             "created": meta.get("created"), "tgpflow_version": meta.get("tgpflow_version"),
             "arrays": {k: list(v.shape) for k, v in arrays.items()}}, indent=2, default=str))
 

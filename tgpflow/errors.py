@@ -24,3 +24,8 @@ class ModelFileError(TgpflowError, ValueError):
 
 class TgpflowWarning(UserWarning):
     """A documented numerical fallback was taken (jitter, CG) or data were dropped."""
+
+
+class DiagnosticWarning(TgpflowWarning):
+    """A fitted model or a sample failed a quality check (mass without data, too few effective draws,
+    chains that disagree); the message says what to change."""

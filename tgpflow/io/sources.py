@@ -100,6 +100,15 @@ class Source:
         return dataclasses.replace(self, description=description or self.description,
                                    _validated=tuple(apply(v, fn) for v in self._validated))
 
+    def map_validated(self, fn: Any, description: str | None = None) -> Source:
+        """The same chunks with ``fn((rows, dropped, kept), label) -> (rows, dropped, kept)`` applied to each
+        validated chunk: a row filter or transform that keeps the bad-row counts and the row keys
+        (``kept`` holds the positions of the rows that remain, None when all do)."""
+        apply = dask.delayed(fn, pure=True)
+        return dataclasses.replace(self, description=description or self.description,
+                                   _validated=tuple(apply(v, label) for v, label in zip(self._validated, self.labels,
+                                                                                        strict=True)))
+
     def to_dask_array(self) -> da.Array:
         """The validated rows as one dask array (row chunks; NaN sizes when rows may be dropped)."""
         d = self.n_columns

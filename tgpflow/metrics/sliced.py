@@ -51,6 +51,8 @@ def model_reference_sample(model: Any, n_samples: int = 250_000, random_state: i
     Weights ∝ exp(log q(ζ) − log N(ζ|μ, Σ)); non-finite log densities (e.g. KDE-RFF where the
     estimate is ≤ 0) get weight 0.
     """
+    if hasattr(model, "reference_sample"):  # the model knows its own space (bounded columns)
+        return model.reference_sample(n_samples, random_state, sigma)
     ev = model._evaluator_at(sigma)
     mean, cov = ev.base.mean, ev.base.cov
     rng = np.random.default_rng(random_state)

@@ -9,8 +9,10 @@ model), ``partial_fit`` (add statistics of new rows, re-solve).
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import numbers
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from tgpflow.backend import resolve_device
+from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
 from tgpflow.features.noise import level_bandwidth, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
 from tgpflow.io.artifact import write_artifact
@@ -27,24 +30,35 @@ from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
 from tgpflow.models.anomaly import AnomalyMixin
-from tgpflow.models.evaluate import TGPEvaluator
+from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning, fit_diagnostics
+from tgpflow.models.evaluate import BoundedEvaluator, TGPEvaluator
 from tgpflow.models.streaming import StreamingMixin, is_grid, is_positive
 from tgpflow.sample.resample import importance_resample
 from tgpflow.solve.base_learning import learn_base
 from tgpflow.solve.map import base_draws, solve_map
 from tgpflow.solve.ncfd import level_base, ncfd_system, solve_ncfd
-from tgpflow.solve.select import DEFAULT_LAM_GRID, GridScorer, heldout_loss
-from tgpflow.solve.tgp import Base, base_from_moments, fd_system, solve_fd, solve_fvpd
+from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
+from tgpflow.solve.select import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_ROWS, DEFAULT_LAM_GRID, DEFAULT_LOGLIK_LAM_GRID,
+                                  MIN_SELECT_ESS_FRACTION, GridScorer, TooFewRowsError, choose, heldout_loss,
+                                  pilot_bandwidth, score_fvpd, score_tilts)
+from tgpflow.solve.tgp import (Base, base_from_moments, fd_system, feature_moments_under_base, fvpd_predictive,
+                               solve_fd, solve_fvpd)
 from tgpflow.stats.moments import Moments
 from tgpflow.stats.ncfd import NCFDStats, ncfd_chunk_stats
 from tgpflow.stats.reduce import accumulate as run_pass
-from tgpflow.stats.split import StatsBundle
+from tgpflow.stats.projections import ProjectionGrid
+from tgpflow.stats.split import SPLIT_SALT, HeldOut, StatsBundle, split_chunk_stats, validation_mask
+from tgpflow.stats.support import SupportBox
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, PRECISIONS, TGPStats, tgp_chunk_stats
 
 __all__ = ["GPTiltedDensity", "METHODS"]
 
 #: Inference methods: FD (Alg 2), NCFD (Alg 3), FVPD (Alg 4), MAP (Alg 1) and the KDE-RFF baseline.
 METHODS = ("fd", "ncfd", "fvpd", "map", "kde_rff")
+#: Held-out selection criteria (see ``criterion``).
+CRITERIA = ("loglik", "sliced", "hyvarinen")
+#: λ when ``lam="auto"`` has no validation rows to select on (a few rows): a smooth fit.
+FALLBACK_LAM = 1.0
 
 
 
@@ -62,24 +76,47 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     ----------
     method : {"fd", "ncfd", "fvpd", "map", "kde_rff"}
     n_features : int, S — number of random Fourier features (paper default 1000).
-    lam : float or "auto" — ridge λ on θ, with the objective a SUM over rows (paper default
-        0.1). "auto" selects λ from ``lam_grid`` on held-out rows (no extra pass, see below).
-    bandwidth : "scott", float, or a list of floats — γ; Scott's rule by default. A list is a
-        grid selected on held-out rows; every γ is accumulated in the same pass (G× its cost).
+    lam : float or "auto" — ridge λ on θ, with the objective a SUM over rows. "auto" (the
+        default) selects λ from ``lam_grid`` on held-out rows (no extra pass, see below). A fixed
+        λ means less and less as N grows (the penalty stands beside a sum over rows): the paper's
+        0.1 put 12 % of the demo mixture's mass outside the data at 200k rows.
+    bandwidth : "auto", "scott", float, or a list of floats — γ. "auto" (the default) selects γ
+        from multiples of Scott's rule by the held-out log-likelihood of FD fits on the pilot
+        sample (no extra read; see :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FACTORS`).
+        "scott" is the paper's rule, which shrinks γ as N grows while S stays fixed (2M rows of
+        the demo mixture: held-out log-likelihood 0.11 nats/row below the selected γ). A list is
+        a grid selected on held-out rows of the full pass, every γ accumulated in it (G× its cost).
+        For the paper's settings: ``lam=0.1, bandwidth="scott", sigma_max="paper"``.
     noise_levels : int, H — NCFD noise levels σ_h = (h−1)σ_max/H (paper default 10).
-    sigma_max : "auto" or float — "auto" is the paper's √(tr Σ)/d (MATH.md §11 A5).
+    sigma_max : "auto", "paper" or float — the largest NCFD noise level. "auto" is the kernel
+        width γ (for a γ grid, its smallest value): noise up to the length-scale the kernel
+        resolves. "paper" is seed 003's √(tr Σ)/d (MATH.md §11 A5), which on the demo mixture
+        (σ_max = 0.67 against γ = 0.45) smoothed the data-level density to a sample KS of 0.045,
+        where σ_max = γ gave 0.028 and a 0.03 nats/row better held-out log-likelihood.
     eta : "auto", float or a list of floats — FVPD temperature η; "auto" is 1/γ². A list is
         selected on held-out rows.
     base : {"empirical", "learn"} — the base N(μ, Σ): the exact data moments, or learnt by
         coordinate descent from the statistics (eqs 12–16; FD and FVPD only, no extra pass).
-    lam_grid : sequence of floats, optional — the λ values of ``lam="auto"`` (default 19
-        values, 10⁻⁴ … 10²).
+    lam_grid : sequence of floats, optional — the λ values of ``lam="auto"`` (default: 22 values,
+        10⁻³ … 10⁴, with ``criterion="loglik"``; 19 values, 10⁻⁴ … 10², with "hyvarinen").
+    criterion : {"loglik", "hyvarinen"} — what a selection maximises/minimises on the held-out
+        rows: the normalised log-likelihood (log Z by importance sampling from the base, the
+        same seeded draws for every candidate; candidates whose normaliser rests on < 1 % of
+        the draws are skipped), or the Hyvärinen score-matching loss. Score matching cannot
+        see mass where there are no data, so only "loglik" guards against it.
+    normalizer_draws : int — base draws of the normaliser estimated after every fit
+        (``normalizer_``, ``fit_diagnostics_``); a selection uses a quarter of them per γ.
     validation_fraction : float — share of rows held out when selecting, by a fixed hash of
         each row's position (the same rows on every refit). The final model is solved on all
         rows with the chosen values.
     map_draws : int, S₂ — base draws of the MAP expectation (paper: 100 000).
     map_max_iter : int — Newton iterations of MAP at most.
     kernel_cov : {"paper", "identity"} — Σ_z = dΣ/tr Σ (seed 003 §IV) or I.
+    bounds : dict or list, optional — hard bounds of columns, ``{"col": (lower, upper)}`` or one
+        pair per column, None for an open side (e.g. ``{"length": (0, None), "angle": (0, 90)}``).
+        Bounded columns are fitted after a log/logit transform and every output (densities,
+        scores, samples) is in the data's units with the Jacobian (:mod:`tgpflow.features.bounds`).
+        A fit suggests bounds for columns that look bounded at 0 (``pilot_["suggested_bounds"]``).
     pilot : {"sample", "exact"} — a bounded pilot sample, or a full moments pass first.
     pilot_rows : int — rows in the pilot sample (default 100 000).
     on_bad_rows : {"raise", "drop"} — rows with missing/non-finite values.
@@ -92,11 +129,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     threshold_quantile : float — share of (pilot) training rows flagged by ``is_anomaly``.
     """
 
-    def __init__(self, *, method: str = "fd", n_features: int = 1000, lam: float | str = 0.1,
-                 bandwidth: str | float | list[float] = "scott", noise_levels: int = 10,
+    def __init__(self, *, method: str = "fd", n_features: int = 1000, lam: float | str = "auto",
+                 bandwidth: str | float | list[float] = "auto", noise_levels: int = 10,
                  sigma_max: str | float = "auto", eta: str | float | list[float] = "auto", base: str = "empirical",
-                 lam_grid: list[float] | None = None, validation_fraction: float = 0.1, map_draws: int = 100_000,
-                 map_max_iter: int = 100, kernel_cov: str = "paper", pilot: str = "sample",
+                 lam_grid: list[float] | None = None, criterion: str = "sliced",
+                 normalizer_draws: int = DEFAULT_NORMALIZER_DRAWS, validation_fraction: float = 0.1,
+                 map_draws: int = 100_000,
+                 map_max_iter: int = 100, kernel_cov: str = "paper", bounds: BoundsSpec = None,
+                 pilot: str = "sample",
                  pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
                  device: str = "auto", precision: str = "float64", threshold_quantile: float = 0.01):
@@ -111,10 +151,13 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.eta = eta
         self.base = base
         self.lam_grid = lam_grid
+        self.criterion = criterion
+        self.normalizer_draws = normalizer_draws
         self.validation_fraction = validation_fraction
         self.map_draws = map_draws
         self.map_max_iter = map_max_iter
         self.kernel_cov = kernel_cov
+        self.bounds = bounds
         self.pilot = pilot
         self.pilot_rows = pilot_rows
         self.on_bad_rows = on_bad_rows
@@ -137,12 +180,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         if is_grid(self.bandwidth):
             if not (len(self.bandwidth) > 0 and all(is_positive(v) for v in self.bandwidth)):
                 raise ValueError(f"a bandwidth grid must be a non-empty list of positive numbers; got {self.bandwidth!r}")
-        elif not (self.bandwidth == "scott" or is_positive(self.bandwidth)):
-            raise ValueError(f"bandwidth must be 'scott', a positive number or a list of them; got {self.bandwidth!r}")
+        elif not (self.bandwidth in ("auto", "scott") or is_positive(self.bandwidth)):
+            raise ValueError(f"bandwidth must be 'auto', 'scott', a positive number or a list of them; "
+                             f"got {self.bandwidth!r}")
         if not isinstance(self.noise_levels, numbers.Integral) or self.noise_levels < 1:
             raise ValueError(f"noise_levels must be a positive integer; got {self.noise_levels!r}")
-        if not (self.sigma_max == "auto" or (isinstance(self.sigma_max, numbers.Real) and self.sigma_max >= 0)):
-            raise ValueError(f"sigma_max must be 'auto' or a number >= 0; got {self.sigma_max!r}")
+        if not (self.sigma_max in ("auto", "paper") or (isinstance(self.sigma_max, numbers.Real)
+                                                        and not isinstance(self.sigma_max, bool) and self.sigma_max >= 0)):
+            raise ValueError(f"sigma_max must be 'auto', 'paper' or a number >= 0; got {self.sigma_max!r}")
         if is_grid(self.eta):
             if not (len(self.eta) > 0 and all(is_positive(v) for v in self.eta)):
                 raise ValueError(f"an eta grid must be a non-empty list of positive numbers; got {self.eta!r}")
@@ -152,8 +197,12 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise ValueError(f"base must be 'empirical' or 'learn'; got {self.base!r}")
         if self.base == "learn" and self.method not in ("fd", "fvpd"):
             raise ValueError(f"base='learn' is defined for method 'fd' and 'fvpd' (eqs 12–16); got {self.method!r}")
-        if self.method == "kde_rff" and self._selecting:
-            raise ValueError("kde_rff has no λ or η to select; give lam and bandwidth as numbers")
+        if self.method == "kde_rff" and (is_grid(self.bandwidth) or is_grid(self.eta)):
+            raise ValueError("kde_rff has no λ or η to select; give the bandwidth as a number, 'scott' or 'auto'")
+        if self.criterion not in CRITERIA:
+            raise ValueError(f"criterion must be one of {CRITERIA}; got {self.criterion!r}")
+        if not isinstance(self.normalizer_draws, numbers.Integral) or self.normalizer_draws < 1000:
+            raise ValueError(f"normalizer_draws must be an integer >= 1000; got {self.normalizer_draws!r}")
         if not (isinstance(self.validation_fraction, numbers.Real) and 0 < self.validation_fraction < 1):
             raise ValueError(f"validation_fraction must be in (0, 1); got {self.validation_fraction!r}")
         for name in ("map_draws", "map_max_iter"):
@@ -162,6 +211,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                 raise ValueError(f"{name} must be a positive integer; got {value!r}")
         if self.kernel_cov not in ("paper", "identity"):
             raise ValueError(f"kernel_cov must be 'paper' or 'identity'; got {self.kernel_cov!r}")
+        if not (self.bounds is None or isinstance(self.bounds, (dict, list, tuple))):
+            raise ValueError(f"bounds must be None, a dict {{column: (lower, upper)}} or a list of (lower, upper) "
+                             f"pairs; got {self.bounds!r}")
         if self.pilot not in ("sample", "exact"):
             raise ValueError(f"pilot must be 'sample' or 'exact'; got {self.pilot!r}")
         if not isinstance(self.pilot_rows, numbers.Integral) or self.pilot_rows < 2:
@@ -175,11 +227,12 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
 
     @property
     def _selecting(self) -> bool:
-        """Whether a held-out selection is asked for (λ = "auto", or a γ or η grid)."""
-        return self.lam == "auto" or is_grid(self.bandwidth) or is_grid(self.eta)
+        """Whether a held-out selection is asked for (λ = "auto", or a γ or η grid; KDE-RFF has none)."""
+        return self.method != "kde_rff" and (self.lam == "auto" or is_grid(self.bandwidth) or is_grid(self.eta))
 
     def _seeds(self) -> tuple[np.random.SeedSequence, ...]:
-        return tuple(np.random.SeedSequence(self.random_state).spawn(3))  # pilot, features, MAP draws
+        # pilot, features, MAP draws, normaliser draws, held-out projection directions
+        return tuple(np.random.SeedSequence(self.random_state).spawn(5))
 
     # -- data entry -------------------------------------------------------------------
     def _pilot_moments(self, source: Source) -> tuple[int, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -204,11 +257,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                 raise ValueError(f"{source.description}: needs at least 2 rows; got {n_total} sample(s)")
         return n_total, mean, cov, dict(info)
 
-    def _draw_features(self, n_total: int, mean: np.ndarray, cov: np.ndarray) -> RandomFourierFeatures:
+    def _draw_features(self, n_total: int, mean: np.ndarray, cov: np.ndarray,
+                       source: Source | None = None) -> RandomFourierFeatures:
         if is_grid(self.bandwidth):
             gamma = float(self.bandwidth[0])  # the grid shares Z and c; each γ is applied in the pass
+        elif self.bandwidth in ("scott", "auto"):
+            gamma = scott_bandwidth(n_total, cov)
         else:
-            gamma = scott_bandwidth(n_total, cov) if self.bandwidth == "scott" else float(self.bandwidth)
+            gamma = float(self.bandwidth)
         kernel_cov = paper_kernel_cov(cov) if self.kernel_cov == "paper" else None
         features = RandomFourierFeatures.draw(
             int(self.n_features), bandwidth=gamma, kernel_cov=kernel_cov, n_dims=mean.shape[0],
@@ -216,13 +272,54 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         if isinstance(self.random_state, numbers.Integral):
             features = RandomFourierFeatures(features.Z, features.c, features.gamma, features.shift,
                                              seed=int(self.random_state))
+        if self.bandwidth == "auto" and self.method != "kde_rff":  # the KDE baseline keeps Scott's rule
+            features = features.with_bandwidth(self._auto_bandwidth(features, source))
         return features
 
-    def _levels(self, cov: np.ndarray | None) -> np.ndarray:
-        """The NCFD noise levels (needs the pilot covariance when sigma_max is "auto")."""
+    def _auto_bandwidth(self, features: RandomFourierFeatures, source: Source | None) -> float:
+        """``bandwidth="auto"``: γ by held-out log-likelihood of FD fits on the pilot sample.
+
+        The grid is :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FACTORS` × Scott's γ for the pilot's
+        size; the pilot is split by the row hash, every γ shares the draw (Z, c) and the normaliser's
+        base draws, and λ runs over the λ grid. Only the pilot rows already in memory are used (no
+        extra read); the full pass then selects λ at this γ. The curve is kept in ``bandwidth_selection_``.
+        """
+        if getattr(self, "_pilot_rows", None) is None:
+            if source is None:
+                raise ValueError("bandwidth='auto' selects γ on a pilot sample of the data: fit from data, or give "
+                                 "a bandwidth")
+            self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0]).rows
+        rows = self._pilot_rows
+        if rows.shape[0] > AUTO_BANDWIDTH_ROWS:  # a uniform subsample of the (uniform) pilot
+            keep = np.random.default_rng(self._seeds()[4]).choice(rows.shape[0], AUTO_BANDWIDTH_ROWS, replace=False)
+            rows = rows[np.sort(keep)]
+        cov = np.atleast_2d(np.cov(rows, rowvar=False, bias=True))
+        base_gamma = scott_bandwidth(rows.shape[0], cov)
+        gammas = [base_gamma * f for f in AUTO_BANDWIDTH_FACTORS]
+        n_draws, seed = self._selection_draws()
+        held = validation_mask(np.arange(rows.shape[0], dtype=np.int64), max(float(self.validation_fraction), 0.2),
+                               SPLIT_SALT)
+        grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4])
+        with phase("bandwidth", rows=rows.shape[0], candidates=len(gammas)) as info:
+            try:
+                gamma, curve = pilot_bandwidth(rows[~held], rows[held], features, gammas, self._lam_grid(),
+                                               criterion=self.criterion, n_draws=n_draws, random_state=seed,
+                                               grid=grid, block_bytes=int(self.block_bytes))
+            except TooFewRowsError as exc:
+                warnings.warn(f"{exc}; bandwidth='auto' fell back to Scott's rule", DiagnosticWarning, stacklevel=4)
+                return features.gamma
+            info.update(chosen=round(gamma, 6), scott=round(base_gamma, 6))
+        self.bandwidth_selection_ = {"criterion": f"held-out {self.criterion} of FD fits on the pilot sample",
+                                     "scott_pilot": base_gamma, "curve": curve, "chosen": gamma}
+        return gamma
+
+    def _levels(self, cov: np.ndarray | None, features: RandomFourierFeatures) -> np.ndarray:
+        """The NCFD noise levels (sigma_max="paper" needs the pilot covariance)."""
         if self.sigma_max == "auto":
+            smax = min(float(g) for g in self.bandwidth) if is_grid(self.bandwidth) else features.gamma
+        elif self.sigma_max == "paper":
             if cov is None:
-                raise ValueError("sigma_max='auto' needs the data covariance: fit from data, or give sigma_max")
+                raise ValueError("sigma_max='paper' needs the data covariance: fit from data, or give sigma_max")
             smax = paper_sigma_max(cov)
         else:
             smax = float(self.sigma_max)
@@ -234,19 +331,42 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             return ncfd_chunk_stats, (self.noise_levels_, int(self.block_bytes), self.precision)
         return tgp_chunk_stats, (int(self.block_bytes), self.precision)
 
+    def _val_args(self) -> tuple[Any, ...] | None:
+        """Arguments of the chunk function for held-out rows, where they need more sums (FVPD's Σφφᵀ)."""
+        if self.method == "fvpd":
+            return (int(self.block_bytes), self.precision, True)
+        return None
+
     def _prepare(self, source: Source) -> None:
         """Draw the features from a pilot of ``source`` without a pass (pipelines: per-partition passes)."""
         self._check_params()
+        self._pilot_rows = None
+        self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
+        source = self._bounded(source)
         n_total, mean, cov, self.pilot_ = self._pilot_moments(source)
-        self.features_ = self._draw_features(n_total, mean, cov)
+        self.features_ = self._draw_features(n_total, mean, cov, source)
+        if self._selecting:
+            self._make_heldout_grid(source)
+        if self._pilot_rows is not None:
+            self.support_ = SupportBox.from_rows(self._to_data(self._pilot_rows))
+        self._pilot_rows = None
         self.n_features_in_ = source.n_columns
         if self.method == "ncfd":
-            self.noise_levels_ = self._levels(cov)
+            self.noise_levels_ = self._levels(cov, self.features_)
 
-    def _pass_spec(self) -> tuple[Any, tuple[Any, ...]]:
-        """(chunk statistics function, its arguments after the rows) for the fitted draw."""
+    def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
+        """(chunk statistics function, its arguments after the rows, whether it takes row keys) for
+        the fitted draw; with a selection pending (``lam="auto"``, a γ or η grid), the hashed
+        train/validation split of :func:`~tgpflow.stats.split.split_chunk_stats`."""
         fn, args = self._chunk_fn()
-        return fn, (self.features_, *args)
+        if not self._selecting:
+            return fn, (self.features_, *args), False
+        grid = [float(g) for g in self.bandwidth] if is_grid(self.bandwidth) else [self.features_.gamma]
+        parts = {g: (self.features_.with_bandwidth(g), *args) for g in grid}
+        val_args = self._val_args()
+        val_parts = None if val_args is None else {g: (v[0], *val_args) for g, v in parts.items()}
+        return split_chunk_stats, (float(self.validation_fraction), SPLIT_SALT, fn, parts, val_parts,
+                                   self.heldout_grid_), True
 
     # -- the public pieces --------------------------------------------------------------
     def accumulate(self, X: Any, *, columns: list[str] | None = None,
@@ -264,19 +384,25 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         source = self._source(X, columns, reset=not fitted)
         if fitted:
             self._check_width(source)
+        else:
+            self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
+        return self._accumulate_source(self._bounded(source), features)
+
+    def _accumulate_source(self, source: Source, features: RandomFourierFeatures | None) -> Any:
+        fitted = hasattr(self, "features_")
         cov = None
         if features is None and fitted:
             features = self.features_
-        elif features is None or (self.method == "ncfd" and self.sigma_max == "auto" and not fitted):
+        elif features is None or (self.method == "ncfd" and self.sigma_max == "paper" and not fitted):
             n_total, mean, cov, self.pilot_ = self._pilot_moments(source)
             if features is None:
-                features = self._draw_features(n_total, mean, cov)
+                features = self._draw_features(n_total, mean, cov, source)
         if features.n_dims != source.n_columns:
             raise ValueError(f"the features were drawn for d={features.n_dims} but the data have {source.n_columns} columns")
         if is_grid(self.bandwidth) and not fitted and features.gamma not in [float(g) for g in self.bandwidth]:
             raise ValueError("a bandwidth grid cannot be combined with given features of another γ")
         if self.method == "ncfd" and not (fitted and hasattr(self, "noise_levels_")):
-            self.noise_levels_ = self._levels(cov)
+            self.noise_levels_ = self._levels(cov, features)
         self.features_ = features
         fn, args = self._chunk_fn()
         variants = None
@@ -284,35 +410,108 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             grid = [float(g) for g in self.bandwidth] if is_grid(self.bandwidth) else [features.gamma]
             variants = {g: features.with_bandwidth(g) for g in grid}
             self.split_key_ = "global row position" if source.n_rows is not None else "chunk and row in chunk"
-        return self._stream_pass(source, fn, features, args, variants, n_features=features.n_features)
+            self._make_heldout_grid(source)
+        return self._stream_pass(source, fn, features, args, variants, self._val_args() if variants else None,
+                                 getattr(self, "heldout_grid_", None) if variants else None,
+                                 n_features=features.n_features)
+
+    def _make_heldout_grid(self, source: Source) -> None:
+        """The projection grid on which the held-out rows' sliced CDFs are counted in the pass
+        (:mod:`tgpflow.stats.projections`), from the pilot rows of the fitting space."""
+        if getattr(self, "_pilot_rows", None) is None:
+            self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0]).rows
+        self.heldout_grid_ = ProjectionGrid.from_rows(self._pilot_rows, random_state=self._seeds()[4])
 
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
             features: RandomFourierFeatures | None = None) -> GPTiltedDensity:
         """Fit from any source: NumPy/pandas, dask array/DataFrame, Parquet path/glob, Zarr path."""
         self._check_params()
-        for attr in ("features_", "stats_", "selection_", "noise_levels_", "pilot_"):
+        for attr in ("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_"):
             if hasattr(self, attr):
                 delattr(self, attr)
         self.pilot_ = {"mode": "given"} if features is not None else {}
         self._pilot_rows = None
-        stats = self.accumulate(X, columns=columns, features=features)
+        source = self._source(X, columns, reset=True)
+        self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
+        source = self._bounded(source)
+        stats = self._accumulate_source(source, features)
         self.n_rows_dropped_ = self.last_rows_dropped_
+        if self._pilot_rows is None:  # pilot="exact" or given features: a bounded sample for the checks
+            self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0]).rows
+        rows = self._to_data(self._pilot_rows)  # the pilot in the data's units
+        self.support_ = SupportBox.from_rows(rows)
+        self.pilot_["suggested_bounds"] = suggest_bounds(rows, self._column_names(source), self.bounds_)
+        if self.pilot_["suggested_bounds"]:
+            logger.info("columns that look bounded at 0 (every pilot value ≥ 0, a Gaussian would put > 1%% below): "
+                        "%s; declare them with bounds=", self.pilot_["suggested_bounds"])
         self.fit_from_stats(stats)
-        if getattr(self, "_pilot_rows", None) is not None:
-            self._set_threshold(self._pilot_rows)
+        self._set_threshold(rows)
         self._pilot_rows = None
         return self
 
+    def _column_names(self, source: Source) -> list[str]:
+        """The data's column names: those of a DataFrame given in memory, else the source's."""
+        names = getattr(self, "feature_names_in_", None)
+        return [str(c) for c in names] if names is not None else [str(c) for c in source.columns]
+
+    def _bounded(self, source: Source) -> Source:
+        """``source`` in the fitting space: bounded columns transformed (rows beyond a bound are bad rows)."""
+        bounds = getattr(self, "bounds_", None)
+        if bounds is None:
+            return source
+        return source.map_validated(functools.partial(bounded_chunk, bounds=bounds, on_bad_rows=source.on_bad_rows))
+
+    def _to_data(self, rows: np.ndarray) -> np.ndarray:
+        """Rows of the fitting space in the data's units (the identity without bounds)."""
+        bounds = getattr(self, "bounds_", None)
+        return rows if bounds is None else bounds.inverse(rows)
+
     def _raw_log_density(self, rows: np.ndarray) -> np.ndarray:
-        return self._evaluator.log_density(rows)
+        return self._evaluator_at(None).log_density(rows)
 
     def fit_from_stats(self, stats: TGPStats | NCFDStats | StatsBundle,
                        features: RandomFourierFeatures | None = None) -> GPTiltedDensity:
         """Solve from statistics (no data access); ``features`` default to ``features_``.
 
         A :class:`StatsBundle` (from a selecting ``accumulate``) first selects λ, η and γ on
-        its validation parts, then solves on all rows with the chosen values.
+        its validation parts, then solves on all rows with the chosen values. The solved model's
+        normaliser and diagnostics follow (``normalizer_``, ``fit_diagnostics_``); a failed check
+        warns with the fix (:class:`~tgpflow.models.diagnostics.DiagnosticWarning`).
+
+        When λ was selected by a normalised criterion ("sliced", "loglik") and the all-rows fit's normaliser rests on
+        fewer than 1 % of its base draws (a small λ can be stable on the training part and not on
+        all rows: its θ is dominated by directions the data barely determine), λ is raised along
+        the grid until it does not; ``selection_["raised"]`` records each step.
         """
+        self._solve(stats, features)
+        self._diagnose(warn=False)
+        raised = []
+        while self._raise_lam():
+            self._diagnose(warn=False)
+            raised.append({"lam": self.lam_, "ess_fraction": self.normalizer_.ess_fraction})
+        if raised:
+            self.selection_["raised"] = raised
+            logger.info("raised λ to %g: the all-rows fit's normaliser had ESS %s", self.lam_,
+                        [round(r["ess_fraction"], 5) for r in raised])
+        for message in self.fit_diagnostics_["warnings"]:
+            warnings.warn(message, DiagnosticWarning, stacklevel=2)
+        return self
+
+    def _raise_lam(self) -> bool:
+        """One step up the λ grid when a selected fit's normaliser is unreliable (see fit_from_stats)."""
+        if (self.lam != "auto" or self.criterion == "hyvarinen" or self.normalizer_ is None
+                or self.normalizer_.ess_fraction >= MIN_SELECT_ESS_FRACTION):
+            return False
+        larger = [v for v in self._lam_grid() if v > self.lam_]
+        if not larger:
+            return False
+        self.selection_["chosen"] = dict(self.selection_["chosen"], lam=min(larger))
+        lam, eta = self._chosen_lam_eta(self.features_)
+        base = base_from_moments(self.stats_.moments, tuple(getattr(self, "feature_names_in_", ())) or None)
+        self._set_solution(self.stats_, self.features_, base, lam, eta)
+        return True
+
+    def _solve(self, stats: TGPStats | NCFDStats | StatsBundle, features: RandomFourierFeatures | None) -> None:
         self._check_params()
         features = features if features is not None else getattr(self, "features_", None)
         if features is None:
@@ -335,7 +534,6 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             base = base_from_moments(stats.moments, columns)
             self._set_solution(stats, features, base, lam, eta)
             info.update(solver=self.solver_info_.get("method"))
-        return self
 
     def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None) -> GPTiltedDensity:
         """Add the statistics of new rows to ``stats_`` and re-solve (fits if not yet fitted).
@@ -349,10 +547,12 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return self.fit_from_stats(self.stats_ + stats)
 
     # -- selection ----------------------------------------------------------------------
+    def _lam_grid(self) -> list[float]:
+        default = DEFAULT_LAM_GRID if self.criterion == "hyvarinen" else DEFAULT_LOGLIK_LAM_GRID
+        return [float(v) for v in (self.lam_grid if self.lam_grid is not None else default)]
+
     def _lam_values(self) -> list[float]:
-        if self.lam != "auto":
-            return [float(self.lam)]
-        return [float(v) for v in (self.lam_grid if self.lam_grid is not None else DEFAULT_LAM_GRID)]
+        return self._lam_grid() if self.lam == "auto" else [float(self.lam)]
 
     def _eta_values(self, gamma: float) -> list[float]:
         if is_grid(self.eta):
@@ -377,20 +577,32 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     def _select(self, bundle: StatsBundle, features: RandomFourierFeatures) -> tuple[Any, RandomFourierFeatures]:
         """Score the (γ, λ, η) grid on the validation parts; return all-row stats of the chosen γ."""
         grid = sorted({k[1] for k in bundle})
+        n_val = min(bundle[("val", g)].n for g in grid)
+        if n_val < 1:
+            return self._no_selection(bundle, features, grid)
         rows: list[dict[str, float]] = []
-        with phase("select", method=self.method, bandwidths=len(grid)) as info:
+        with phase("select", method=self.method, bandwidths=len(grid), criterion=self.criterion) as info:
             for gamma in grid:
                 feats = features.with_bandwidth(gamma)
                 train, val = bundle[("train", gamma)], bundle[("val", gamma)]
                 base = base_from_moments(train.moments)
                 rows.extend(self._score_grid(train, val, feats, base))
-            best = min(range(len(rows)), key=lambda i: (rows[i]["loss"], i))
+            best = choose(rows, self.criterion)
+            if self.criterion != "hyvarinen" and rows[best]["ess_fraction"] < MIN_SELECT_ESS_FRACTION:
+                warnings.warn(f"no (γ, λ) on the grid gives a normaliser with ESS >= {MIN_SELECT_ESS_FRACTION:.0%} "
+                              f"of the base draws; chose the one with the largest ESS "
+                              f"({rows[best]['ess_fraction']:.3%}): extend lam_grid upwards",
+                              DiagnosticWarning, stacklevel=3)
             chosen = dict(rows[best])
             info.update(chosen={k: round(v, 6) for k, v in chosen.items()})
         g = chosen["bandwidth"]
+        guard = f"; candidates whose normaliser has ESS < {MIN_SELECT_ESS_FRACTION:.0%} of the base draws skipped"
+        criterion = {"loglik": "held-out log-likelihood (log Z by importance sampling from the base" + guard + ")",
+                     "sliced": "held-out sliced KS (median over the projection grid's directions" + guard + ")",
+                     "hyvarinen": ("posterior-expected held-out Hyvärinen loss" if self.method == "fvpd"
+                                   else "held-out Hyvärinen loss (data level)")}[self.criterion]
         self.selection_ = {
-            "criterion": ("posterior-expected held-out Hyvärinen loss" if self.method == "fvpd"
-                          else "held-out Hyvärinen loss (data level)"),
+            "criterion": criterion,
             "validation_fraction": float(self.validation_fraction),
             "split_key": getattr(self, "split_key_", "global row position"),
             "n_train": int(bundle[("train", g)].n),
@@ -398,29 +610,74 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             "curve": rows,
             "chosen": chosen,
         }
-        return bundle[("train", g)] + bundle[("val", g)], features.with_bandwidth(g)
+        return self._all_rows(bundle, g), features.with_bandwidth(g)
 
-    def _score_grid(self, train: Any, val: Any, feats: RandomFourierFeatures, base: Base) -> list[dict[str, float]]:
+    @staticmethod
+    def _all_rows(bundle: StatsBundle, g: float) -> TGPStats | NCFDStats:
+        """The statistics of every row of a split pass at γ (train + validation, without held-out extras)."""
+        val = bundle[("val", g)]
+        total = bundle[("train", g)] + (val.stats if isinstance(val, HeldOut) else val)
+        return total.without_phi_gram() if isinstance(total, TGPStats) else total
+
+    def _no_selection(self, bundle: StatsBundle, features: RandomFourierFeatures,
+                      grid: list[float]) -> tuple[Any, RandomFourierFeatures]:
+        """Too few rows to hold any out: the first γ and :data:`FALLBACK_LAM`, with a warning."""
+        g = grid[0]
+        n = int(bundle[("train", g)].n)
+        warnings.warn(f"{n} rows leave no validation rows at validation_fraction={self.validation_fraction}: "
+                      f"nothing to select on; fell back to lam={FALLBACK_LAM:g} and γ={g:.4g} (give lam and "
+                      f"bandwidth, or more rows)", DiagnosticWarning, stacklevel=4)
+        chosen = {"bandwidth": g, "lam": FALLBACK_LAM}
+        if self.method == "fvpd":
+            chosen["eta"] = self._eta_values(g)[0]
+        self.selection_ = {"criterion": "none: no validation rows", "curve": [], "chosen": chosen,
+                           "n_train": n, "n_validation": 0}
+        return self._all_rows(bundle, g), features.with_bandwidth(g)
+
+    def _selection_draws(self) -> tuple[int, np.random.SeedSequence]:
+        """Base draws of the held-out normalisers: a quarter of ``normalizer_draws``, the same for every candidate."""
+        return max(int(self.normalizer_draws) // 4, 1000), self._seeds()[3]
+
+    def _score_grid(self, train: Any, heldout: Any, feats: RandomFourierFeatures, base: Base) -> list[dict[str, float]]:
+        """Every λ (and η) at one γ, scored on the held-out part: the Hyvärinen loss (``loss``), the
+        normalised log-likelihood (``loglik``) with its normaliser's ESS, and the sliced KS between
+        the held-out rows and the model (``sliced_ks``), whatever the criterion (all are cheap)."""
         lams, g2 = self._lam_values(), feats.gamma**2
-        out = []
+        val = heldout.stats if isinstance(heldout, HeldOut) else heldout
+        val_fd = val.fd if isinstance(val, NCFDStats) else val
+        n_draws, seed = self._selection_draws()
+        extra = dict(n_draws=n_draws, random_state=seed, grid=getattr(self, "heldout_grid_", None),
+                     projections=heldout.projections if isinstance(heldout, HeldOut) else None)
+
+        def with_scores(rows: list[dict[str, float]], thetas: np.ndarray) -> list[dict[str, float]]:
+            scores = score_tilts(val_fd, feats, base, np.asarray(thetas), **extra)
+            return [dict(row, **sc) for row, sc in zip(rows, scores, strict=True)]
+
         if self.method == "map":
             points = base_draws(base, int(self.map_draws), self._seeds()[2])
-            for lam in lams:
-                theta, _, _ = solve_map(train.psi, train.n, feats, points, lam, max_iter=int(self.map_max_iter))
-                out.append({"bandwidth": feats.gamma, "lam": lam, "loss": heldout_loss(val, feats, base, theta)})
-            return out
+            rows, thetas, theta = [], [], None
+            for lam in sorted(lams, reverse=True):  # a warm-started path from the smoothest fit
+                theta, _, _ = solve_map(train.psi, train.n, feats, points, lam, max_iter=int(self.map_max_iter),
+                                        theta0=theta, block_bytes=int(self.block_bytes))
+                thetas.append(theta)
+                rows.append({"bandwidth": feats.gamma, "lam": lam, "loss": heldout_loss(val, feats, base, theta)})
+            return with_scores(rows, thetas)
         if self.method == "ncfd":
             A0, b = ncfd_system(train, feats, base, 0.0)
-            scorer = GridScorer(A0, b, val.fd, feats, base)
-            return [{"bandwidth": feats.gamma, "lam": lam, "loss": scorer.loss(lam * train.n_levels)} for lam in lams]
+            scorer = GridScorer(A0, b, val_fd, feats, base)
+            rows = [{"bandwidth": feats.gamma, "lam": lam, "loss": scorer.loss(lam * train.n_levels)} for lam in lams]
+            return with_scores(rows, [scorer.theta(lam * train.n_levels) for lam in lams])
         A0, b = fd_system(train, feats, base, 0.0)
         scorer = GridScorer(A0, b, val, feats, base)
         if self.method == "fd":
-            return [{"bandwidth": feats.gamma, "lam": lam, "loss": scorer.loss(lam * g2)} for lam in lams]
+            rows = [{"bandwidth": feats.gamma, "lam": lam, "loss": scorer.loss(lam * g2)} for lam in lams]
+            return with_scores(rows, [scorer.theta(lam * g2) for lam in lams])
+        out: list[dict[str, float]] = []
         for eta in self._eta_values(feats.gamma):
-            for lam in lams:
-                out.append({"bandwidth": feats.gamma, "lam": lam, "eta": eta,
-                            "loss": scorer.expected_loss(lam * g2 * eta, eta)})
+            scores = score_fvpd(val, feats, base, A0, b, eta, lams, **extra)
+            out.extend(dict({"bandwidth": feats.gamma, "lam": lam, "eta": eta,
+                             "loss": scorer.expected_loss(lam * g2 * eta, eta)}, **sc)
+                       for lam, sc in zip(lams, scores, strict=True))
         return out
 
     # -- solutions ----------------------------------------------------------------------
@@ -447,9 +704,6 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             points = base_draws(base, int(self.map_draws), self._seeds()[2])
             self.theta_, self.objective_, self.solver_info_ = solve_map(
                 stats.psi, stats.n, features, points, lam, max_iter=int(self.map_max_iter), block_bytes=bb)
-            if not self.solver_info_["converged"]:
-                logger.warning("MAP did not converge in %d Newton iterations (decrement %.3g)",
-                               self.map_max_iter, self.solver_info_["decrement"])
             self._evaluator = TGPEvaluator(features, base, theta=self.theta_, block_bytes=bb)
         elif self.method == "kde_rff":
             self.solver_info_ = {"method": "none"}
@@ -471,8 +725,65 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.covariance_ = base.cov
         self.precision_ = base.precision
 
+    # -- diagnostics ------------------------------------------------------------------------
+    def _diagnose(self, warn: bool = True) -> None:
+        """``normalizer_`` and ``fit_diagnostics_`` of the solved model (:mod:`tgpflow.models.diagnostics`)."""
+        if self.method == "kde_rff":  # the RFF kernel sum does not decay: no normaliser on ℝ^d
+            self.normalizer_ = None
+            self.fit_diagnostics_ = {"warnings": [], "note": "KDE-RFF is not integrable on R^d: no normaliser"}
+            return
+        box = getattr(self, "support_", None)
+        with phase("diagnose", draws=int(self.normalizer_draws)) as info:
+            est = self.log_normalizer()
+            info.update(ess_fraction=round(est.ess_fraction, 4), mass_outside=est.mass_outside)
+        theta = self.posterior_mean_ if self.method == "fvpd" else self.theta_
+        extra: dict[str, Any] = {"theta_norm": float(np.linalg.norm(theta)), "lam": self.lam_, "warnings": []}
+        if self.method == "map":
+            n_fixed = int(self.solver_info_["n_draws"])
+            extra.update(map_converged=bool(self.solver_info_["converged"]),
+                         map_ess_fraction=float(self.solver_info_["ess"]) / n_fixed)
+            if not self.solver_info_["converged"]:
+                extra["warnings"].append(f"MAP did not converge in {self.map_max_iter} Newton iterations (decrement "
+                                         f"{self.solver_info_['decrement']:.3g}); raise map_max_iter or lam")
+            if extra["map_ess_fraction"] < 0.01:
+                extra["warnings"].append(
+                    f"MAP's expectation rests on {self.solver_info_['ess']:.0f} of its {n_fixed} fixed base draws: "
+                    f"the fit overfits those draws; raise map_draws or lam")
+        fix = ("extend lam_grid to larger values, or declare bounded columns (bounds=)" if self.lam == "auto"
+               else f"raise lam (now {self.lam_:g}) or use lam='auto' (held-out log-likelihood)")
+        self.normalizer_ = est
+        self.fit_diagnostics_ = fit_diagnostics(est, box, what=f"the {self.method.upper()} fit", fix=fix,
+                                                extra=extra, warn=warn)
+
+    def log_normalizer(self, *, sigma: float | None = None, n_draws: int | None = None,
+                       random_state: Any = None) -> NormalizerEstimate:
+        """log Z of the fitted (unnormalised) density by importance sampling from its base (MATH.md §5).
+
+        Returns a :class:`~tgpflow.solve.normalizer.NormalizerEstimate`: ``log_z``, its standard
+        error, the ESS of the base draws, the model's mean and spread and (when the fit recorded
+        the data's support box) its mass outside that box. Defaults: ``normalizer_draws`` draws
+        from the estimator's seed — the value stored in ``normalizer_`` after a fit. ``sigma``:
+        the NCFD level.
+        """
+        ev = self._model_evaluator(sigma)
+        if ev.kde_weights is not None:
+            raise ValueError("the KDE-RFF estimate φ(x)ᵀψ/N does not decay away from the data: it has no "
+                             "normaliser on R^d")
+        box = getattr(self, "support_", None)
+        return estimate_log_normalizer(
+            ev.log_density, ev.base, n_draws=int(n_draws or self.normalizer_draws),
+            random_state=self._seeds()[3] if random_state is None else random_state,
+            outside=None if box is None else box.outside, data_units=self._to_data)
+
     # -- evaluation -------------------------------------------------------------------
-    def _evaluator_at(self, sigma: float | None) -> TGPEvaluator:
+    def _evaluator_at(self, sigma: float | None) -> TGPEvaluator | BoundedEvaluator:
+        """The fitted model at level σ, evaluated on rows in the data's units."""
+        ev = self._model_evaluator(sigma)
+        bounds = getattr(self, "bounds_", None)
+        return ev if bounds is None else BoundedEvaluator(ev, bounds)
+
+    def _model_evaluator(self, sigma: float | None) -> TGPEvaluator:
+        """The fitted model at level σ in the fitting space (bounded columns transformed)."""
         check_is_fitted(self, "stats_")
         if sigma is None or sigma == 0:
             return self._evaluator
@@ -487,13 +798,23 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     def _evaluate(self, X: Any, which: str, sigma: float | None = None) -> Any:
         return self._map_rows(X, getattr(self._evaluator_at(sigma), which), per_row_dims=which == "grad_log_density")
 
-    def log_density(self, X: Any, sigma: float | None = None) -> Any:
-        """Unnormalised log density, shape (n,); lazy for dask/Parquet/Zarr input.
+    def log_density(self, X: Any, sigma: float | None = None, *, normalized: bool = False) -> Any:
+        """Log density, shape (n,); lazy for dask/Parquet/Zarr input.
 
+        Unnormalised by default (the papers' closed forms). ``normalized=True`` subtracts the
+        importance-sampling estimate of log Z (``normalizer_``; see :meth:`log_normalizer` for
+        its standard error): a log-likelihood comparable across models and with other libraries.
         ``sigma`` (NCFD only): the noise-conditional density at level σ ≥ 0 (MATH.md §3);
         σ = 0 (the default) is the data-level density.
         """
-        return self._evaluate(X, "log_density", sigma)
+        values = self._evaluate(X, "log_density", sigma)
+        if not normalized:
+            return values
+        if sigma not in (None, 0):
+            return values - self.log_normalizer(sigma=sigma).log_z
+        if getattr(self, "normalizer_", None) is None:
+            raise ValueError(f"method {self.method!r} has no normaliser (the KDE-RFF estimate is not integrable)")
+        return values - self.normalizer_.log_z
 
     def score_samples(self, X: Any) -> Any:
         """scikit-learn's name for :meth:`log_density`."""
@@ -519,13 +840,43 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         ``n_proposals`` defaults to max(20·n_samples, 10 000); the effective sample size of
         the weights is kept in ``last_sample_ess_``. ``sigma``: NCFD level to sample from.
         """
-        ev = self._evaluator_at(sigma)
+        ev = self._model_evaluator(sigma)
         seed = self.random_state if random_state is None else random_state
         rng = np.random.default_rng(seed)
         n_prop = n_proposals if n_proposals is not None else max(20 * int(n_samples), 10_000)
         rows, ess = importance_resample(ev.log_density, ev.base.mean, ev.base.cov, int(n_samples), int(n_prop), rng)
         self.last_sample_ess_ = ess
-        return rows
+        self.last_sample_info_ = {"method": "importance resampling from the base", "ess": ess,
+                                  "n_proposals": int(n_prop), "ess_fraction": ess / int(n_prop)}
+        if ess / int(n_prop) < MIN_ESS_FRACTION:
+            warnings.warn(f"sample(): only {ess:.0f} effective draws among {n_prop} base proposals "
+                          f"({100 * ess / n_prop:.3g}% < {100 * MIN_ESS_FRACTION:g}%): the rows repeat a few proposals "
+                          f"and do not represent the model; raise lam (or lam='auto'), or sample by MCMC from the "
+                          f"base (tgpflow.sample.mcmc_sample)", DiagnosticWarning, stacklevel=2)
+        return self._to_data(rows)
+
+    def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
+        """``n_samples`` draws of the model's Gaussian base N(μ, Σ), in the data's units (e.g. MCMC starts)."""
+        base = self._model_evaluator(None).base
+        rng = np.random.default_rng(self.random_state if random_state is None else random_state)
+        z = rng.standard_normal((int(n_samples), base.mean.shape[0]))
+        return self._to_data(base.mean + z @ np.linalg.cholesky(base.cov).T)
+
+    def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0,
+                         sigma: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Base draws (in the data's units) and their normalised importance weights ∝ q̃(ζ)/N(ζ|μ,Σ):
+        the weighted reference sample of the sliced metrics (seed 003 §IV; MATH.md §5)."""
+        ev = self._model_evaluator(sigma)
+        rng = np.random.default_rng(random_state)
+        chol = np.linalg.cholesky(ev.base.cov)
+        z = rng.standard_normal((int(n_samples), ev.base.mean.shape[0]))
+        points = ev.base.mean + z @ chol.T
+        log_w = ev.log_density(points) + 0.5 * np.einsum("nd,nd->n", z, z)
+        finite = np.isfinite(log_w)
+        if not finite.any():
+            raise FloatingPointError("the model's log density is not finite at any reference draw")
+        w = np.exp(np.where(finite, log_w, -np.inf) - log_w[finite].max())
+        return self._to_data(points), w / w.sum()
 
     # -- persistence ------------------------------------------------------------------
     _FITTED = {"fd": ["theta_"], "ncfd": ["theta_", "noise_levels_"], "map": ["theta_"], "kde_rff": [],
@@ -543,6 +894,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         for key in ("bandwidth", "eta", "lam_grid"):  # JSON has no tuples/arrays
             if is_grid(params[key]):
                 params[key] = [float(v) for v in params[key]]
+        if isinstance(params["bounds"], dict):
+            params["bounds"] = {str(k): list(v) for k, v in params["bounds"].items()}
+        elif params["bounds"] is not None:
+            params["bounds"] = [list(v) for v in params["bounds"]]
         meta = {
             "params": params,
             "fingerprint": self.features_.fingerprint,
@@ -557,6 +912,11 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             "anomaly_threshold": getattr(self, "anomaly_threshold_", None),
             "selection": getattr(self, "selection_", None),
             "solver_info": self.solver_info_,
+            "normalizer": None if getattr(self, "normalizer_", None) is None else self.normalizer_.to_dict(),
+            "fit_diagnostics": getattr(self, "fit_diagnostics_", None),
+            "support": None if getattr(self, "support_", None) is None else self.support_.to_dict(),
+            "bounds": None if getattr(self, "bounds_", None) is None else {"columns": list(self.bounds_.columns),
+                                                                            "bounds": self.bounds_.to_dict()},
             "pilot": getattr(self, "pilot_", {}),
             "tgpflow_version": _version(),
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -592,11 +952,21 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             base = base_from_moments(stats.moments)
             est._restore_map(stats, features, base, stored["theta_"], meta)
         else:
-            est.fit_from_stats(stats, features)
+            est._solve(stats, features)
+        est._restore_diagnostics(meta)
         for name, value in stored.items():  # the re-solve must reproduce what was saved
             if not np.allclose(getattr(est, name), value, rtol=1e-8, atol=1e-12):
                 raise ModelFileError(f"{path}: the stored {name} does not match the solve of the stored statistics")
         return est
+
+    def _restore_diagnostics(self, meta: dict[str, Any]) -> None:
+        """The normaliser, diagnostics and support box as stored (a load re-estimates nothing)."""
+        if meta.get("support"):
+            self.support_ = SupportBox.from_dict(meta["support"])
+        stored = meta.get("bounds")
+        self.bounds_ = None if not stored else ColumnBounds.from_param(stored["bounds"], stored["columns"])
+        self.normalizer_ = NormalizerEstimate.from_dict(meta["normalizer"]) if meta.get("normalizer") else None
+        self.fit_diagnostics_ = meta.get("fit_diagnostics") or {"warnings": []}
 
     def _restore_map(self, stats: TGPStats, features: RandomFourierFeatures, base: Base, theta: np.ndarray,
                      meta: dict[str, Any]) -> None:

@@ -245,9 +245,9 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         self.basis_ = self._make_basis(source, None)
         self.n_features_in_ = source.n_columns
 
-    def _pass_spec(self) -> tuple[Any, tuple[Any, ...]]:
-        """(chunk statistics function, its arguments after the rows) for the fitted basis."""
-        return self._chunk_fn(), (self.basis_, int(self.block_bytes))
+    def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
+        """(chunk statistics function, its arguments after the rows, whether it takes row keys) for the fitted basis."""
+        return self._chunk_fn(), (self.basis_, int(self.block_bytes)), False
 
     # -- the public pieces --------------------------------------------------------------
     def accumulate(self, X: Any, *, columns: list[str] | None = None, basis: Any = None) -> KEFStats | DiagStats:

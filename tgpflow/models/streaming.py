@@ -81,20 +81,25 @@ class StreamingMixin:
                              f"{self.n_features_in_} features as input")
 
     def _stream_pass(self, source: Source, chunk_fn: Any, draw: Any, args: tuple[Any, ...],
-                     variants: dict[float, Any] | None, **facts: Any) -> Any:
+                     variants: dict[float, Any] | None, val_args: tuple[Any, ...] | None = None,
+                     grid: Any = None, **facts: Any) -> Any:
         """The one pass of ``chunk_fn(rows, draw, *args)`` over ``source``.
 
         With ``variants`` (name → draw, e.g. one per bandwidth of a grid) the rows are split into
         train/validation by the row hash (``validation_fraction``) and the result is a
-        :class:`~tgpflow.stats.split.StatsBundle` with both parts of every variant. Dropped rows
+        :class:`~tgpflow.stats.split.StatsBundle` with both parts of every variant (``val_args``,
+        when given, replace ``args`` for the validation rows; with a projection ``grid`` the
+        validation parts also count the rows' projections). Dropped rows
         are logged and counted in ``last_rows_dropped_``; a pass that kept no row raises.
         """
         split = variants is not None
         with phase("pass", chunks=source.n_chunks, split=split, **facts) as info:
             if split:
                 parts = {name: (v, *args) for name, v in variants.items()}
+                val_parts = None if val_args is None else {name: (v, *val_args) for name, v in variants.items()}
                 stats, dropped = run_pass(source, split_chunk_stats, float(self.validation_fraction), SPLIT_SALT,
-                                          chunk_fn, parts, split_every=int(self.split_every), with_row_keys=True)
+                                          chunk_fn, parts, val_parts, grid, split_every=int(self.split_every),
+                                          with_row_keys=True)
                 first = next(iter(variants))
                 n_rows = sum(v.n for k, v in stats.items() if k[1] == first)
             else:
@@ -102,7 +107,8 @@ class StreamingMixin:
                 n_rows = stats.n
             info.update(rows=n_rows, dropped=dropped)
         if dropped:
-            logger.warning("%s: dropped %d rows with missing or non-finite values", source.description, dropped)
+            logger.warning("%s: dropped %d rows with missing or non-finite values (or on or beyond declared bounds)",
+                           source.description, dropped)
         self.last_rows_dropped_ = dropped
         if n_rows == 0:
             raise ValueError(f"{source.description}: no rows left to fit (all {dropped} rows were dropped)")

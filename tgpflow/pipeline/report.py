@@ -3,7 +3,9 @@
 Writes, into one directory that appears whole or not at all (``atomic_path``):
 
 * ``metrics.json`` — sliced KS/WD summaries (seed 003 §IV) and the per-direction values'
-  quantiles, the Hyvärinen loss over the source (MATH.md §10), model facts;
+  quantiles, the Hyvärinen loss and the normalised log-likelihood over the source (MATH.md §10),
+  the fit's diagnostics, the sample check against the source's rows
+  (:func:`tgpflow.metrics.sample_check`), model facts;
 * ``density.png`` (d = 2) — density contours over the data (Figs 2/5);
 * ``projected_cdfs.png`` (d > 2) — a grid of projected CDFs, data vs model (Fig 4);
 * ``ncfd_levels.png`` (NCFD, d = 2) — contours across σ (Fig 3).
@@ -23,7 +25,8 @@ import numpy as np
 from tgpflow.io.atomic import atomic_path
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import as_source
-from tgpflow.metrics.hyvarinen import hyvarinen_loss
+from tgpflow.metrics.hyvarinen import heldout_loglik, hyvarinen_loss
+from tgpflow.metrics.sample_check import sample_check
 from tgpflow.metrics.sliced import model_reference_sample, random_directions, sliced_distances
 
 __all__ = ["write_report"]
@@ -71,7 +74,10 @@ def write_report(model: Any, X: Any, out: str | Path, *, n_directions: int = 500
         "bandwidth": model.bandwidth_, "sliced": sliced.summary(),
         "sliced_quantiles": {k: np.quantile(v, [0.1, 0.5, 0.9]).tolist() for k, v in (("ks", sliced.ks), ("wd", sliced.wd))},
         "hyvarinen_loss": hyvarinen_loss(model, source),
+        "loglik": heldout_loglik(model, source) if getattr(model, "normalizer_", None) is not None else None,
         "selection": getattr(model, "selection_", None),
+        "fit_diagnostics": getattr(model, "fit_diagnostics_", None),
+        "sample_check": sample_check(model, source, random_state=random_state).to_dict(),
         "figures": [],
     }
     rows = pilot_sample(source, rows=n_plot_rows, random_state=random_state).rows

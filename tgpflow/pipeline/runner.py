@@ -33,6 +33,7 @@ import dask
 import numpy as np
 
 from tgpflow.errors import TgpflowError
+from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.parquet import list_parquet_files
@@ -43,6 +44,8 @@ from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore, partition_fingerprint
 from tgpflow.pipeline.versions import ModelVersions
 from tgpflow.stats.reduce import compute, tree_reduce
+from tgpflow.stats.projections import ProjectionGrid
+from tgpflow.stats.support import SupportBox
 
 __all__ = ["run_pipeline", "RunResult"]
 
@@ -71,6 +74,8 @@ def _draw_arrays(est: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         arrays = dict(est.features_.to_arrays())
         if hasattr(est, "noise_levels_"):
             arrays["noise_levels"] = np.asarray(est.noise_levels_)
+        if getattr(est, "heldout_grid_", None) is not None:  # a held-out selection's projection grid
+            arrays.update({f"heldout.{k}": v for k, v in est.heldout_grid_.to_arrays().items()})
         return arrays, {"type": "rff", "seed": est.features_.seed, "fingerprint": est.features_.fingerprint}
     return dict(est.basis_.to_arrays()), {"type": "nystrom", "kernel": est.basis_.kernel_name,
                                           "fingerprint": est.basis_.fingerprint}
@@ -81,6 +86,11 @@ def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], column
         est.features_ = RandomFourierFeatures.from_arrays(arrays, seed=meta.get("seed"))
         if "noise_levels" in arrays:
             est.noise_levels_ = np.asarray(arrays["noise_levels"], dtype=np.float64)
+        grid = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("heldout.")}
+        if grid:
+            est.heldout_grid_ = ProjectionGrid.from_arrays(grid)
+        if hasattr(est, "bounds"):
+            est.bounds_ = ColumnBounds.from_param(est.bounds, columns)
     else:
         est.basis_ = NystromBasis.from_arrays(arrays, meta["kernel"])
     est.n_features_in_ = len(columns)
@@ -196,10 +206,14 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
         for f in added:
             src = _partition_source(spec, f, columns, pre)
             for est in ests.values():
-                fn, args = est._pass_spec()
+                fn, args, with_keys = est._pass_spec()  # with keys: the hashed split of a held-out selection
                 task = dask.delayed(fn, pure=True)
                 shared = [dask.delayed(a, pure=True) for a in args]
-                roots.append(tree_reduce([task(b, *shared) for b in src.blocks()], 8))
+                model_src = est._bounded(src) if hasattr(est, "_bounded") else src  # bounded columns transformed
+                keyed = zip(model_src.blocks(), model_src.row_keys(), strict=True)
+                parts = ([task(b, k, *shared) for b, k in keyed] if with_keys
+                         else [task(b, *shared) for b in model_src.blocks()])
+                roots.append(tree_reduce(parts, 8))
             dropped.append(dask.delayed(sum, pure=True)(src.dropped_counts()))
         results = compute(*roots, *dropped) if added else ()
         facts.update(rows_dropped=int(sum(results[len(roots):])))
@@ -217,9 +231,12 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
     partitions = {f: old_parts[f] for f in old_parts if f not in removed}
     partitions.update(new_parts)
     versions = {}
-    # the rows the anomaly thresholds are learned on: one bounded pilot read per run, for every model
-    threshold_rows = (pilot_sample(_union_source(spec, files, columns, None), rows=20_000, random_state=seed).rows
-                      if spec.outputs.scores else None)
+    # one bounded pilot read per run, for every model: the rows the anomaly thresholds are learned
+    # on, and (preprocessed) the support box the fit diagnostics compare the model's mass with
+    pilot_rows = pilot_sample(_union_source(spec, files, columns, None), rows=20_000, random_state=seed).rows
+    threshold_rows = pilot_rows if spec.outputs.scores else None
+    prep = _preprocessor(pre)
+    box = SupportBox.from_rows(prep(pilot_rows) if prep is not None else pilot_rows) if len(pilot_rows) > 1 else None
     for m in spec.models:
         name, est = m.name, ests[m.name]
         if rebuild:
@@ -234,6 +251,8 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
             for f in removed:  # at the weight it has now
                 total = total - store.load(old_parts[f]["stats"][name]).scaled(decay ** (run - old_parts[f]["run"]))
         models[name]["total"] = store.save(total, f"totals/{name}-{run:06d}.zarr")
+        if box is not None and hasattr(est, "features_"):
+            est.support_ = box
         est.fit_from_stats(total)
         threshold = _threshold(spec, est, threshold_rows, columns, pre)
         run_info = {"run": run, "date": date, "rows": float(total.n), "partitions": sorted(partitions),

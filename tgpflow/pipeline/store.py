@@ -34,6 +34,7 @@ from tgpflow.errors import ModelFileError, TgpflowError
 from tgpflow.io.artifact import read_artifact, write_artifact
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 from tgpflow.stats.ncfd import NCFDStats
+from tgpflow.stats.split import StatsBundle
 from tgpflow.stats.tgp import TGPStats
 
 __all__ = ["StatsStore", "StoreBusyError", "STATS_KINDS", "load_stats", "partition_fingerprint", "MANIFEST_SCHEMA"]
@@ -47,8 +48,10 @@ class StoreBusyError(TgpflowError, RuntimeError):
 
 
 def load_stats(path: str | Path) -> Any:
-    """Any statistics artifact (kind from its metadata; checksums verified)."""
-    kind, arrays, meta = read_artifact(path, expected_kinds=tuple(STATS_KINDS))
+    """Any statistics artifact, or a bundle of them (kind from its metadata; checksums verified)."""
+    kind, arrays, meta = read_artifact(path, expected_kinds=(*STATS_KINDS, "StatsBundle"))
+    if kind == "StatsBundle":
+        return StatsBundle.from_arrays(meta, arrays, STATS_KINDS)
     return STATS_KINDS[kind].from_arrays(meta["fingerprint"], arrays)
 
 
@@ -129,7 +132,8 @@ class StatsStore:
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, stats: Any, rel: str) -> str:
-        write_artifact(self.root / rel, type(stats).__name__, stats.to_arrays(), {"fingerprint": stats.fingerprint})
+        meta = {"fingerprint": stats.fingerprint, **(stats.artifact_meta() if isinstance(stats, StatsBundle) else {})}
+        write_artifact(self.root / rel, type(stats).__name__, stats.to_arrays(), meta)
         return rel
 
     def load(self, rel: str) -> Any:

@@ -2,6 +2,7 @@
 
 * :func:`resample` — importance resampling from a GP-tilted density's base (MATH.md §5);
 * :func:`langevin`, :func:`mala` — unadjusted / Metropolis-adjusted Langevin chains on a score;
+* :func:`mcmc_sample` — MALA chains started at the model's base, with R̂ and ESS across chains;
 * :func:`kernel_hmc` — gradient-free HMC with a learned score (seed 001 §5.2);
 * :func:`svgd` — vanilla and graphical SVGD (MATH.md §9, seed 002 Algorithm 1).
 """
@@ -14,13 +15,14 @@ import numpy as np
 
 from tgpflow.sample.kernel_hmc import KernelHMCResult, kernel_hmc, leapfrog, trajectory_acceptance
 from tgpflow.sample.langevin import ChainResult, langevin, mala
+from tgpflow.sample.mcmc import MCMCResult, chain_diagnostics, mcmc_sample
 from tgpflow.sample.resample import importance_resample
 from tgpflow.sample.svgd import SVGDResult, grid_graph, svgd, svgd_direction
 from tgpflow.sample.target import Target, as_target
 
 __all__ = ["resample", "importance_resample", "langevin", "mala", "ChainResult", "kernel_hmc", "KernelHMCResult",
            "leapfrog", "trajectory_acceptance", "svgd", "svgd_direction", "SVGDResult", "grid_graph", "Target",
-           "as_target"]
+           "as_target", "mcmc_sample", "MCMCResult", "chain_diagnostics"]
 
 
 def resample(model: Any, n_samples: int, random_state: int | None = 0, **kwargs: Any) -> np.ndarray:

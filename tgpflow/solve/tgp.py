@@ -14,12 +14,12 @@ import numpy as np
 import scipy.linalg
 
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.solve.linalg import spd_factor, spd_solve
+from tgpflow.solve.linalg import SPDFactor, spd_factor, spd_solve
 from tgpflow.stats.moments import Moments
 from tgpflow.stats.tgp import TGPStats
 
 __all__ = ["Base", "base_from_moments", "psi_prime", "fd_system", "solve_fd", "FVPDSolution", "solve_fvpd",
-           "feature_moments_under_base"]
+           "feature_moments_under_base", "fvpd_predictive"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,13 +111,30 @@ def solve_fvpd(stats: TGPStats, features: RandomFourierFeatures, base: Base, lam
     post_precision = A_eta / (features.gamma**2 * eta)  # Σ̂⁻¹ = λI + ZZᵀ⊙Φ'/(γ²η)
     mu_phi, cov_phi = feature_moments_under_base(features, base)
     m = mu_phi - post_precision @ post_mean
-    M = cov_phi + post_precision
-    factor = spd_factor(M, what="FVPD predictive M")
-    if factor is None:
-        raise FloatingPointError("the FVPD predictive matrix M = Σ_φ + Σ̂⁻¹ is not positive definite; increase lam")
+    factor = _predictive_factor(cov_phi + post_precision)
     v = factor.solve(m)
     info = dict(info, M_jitter=factor.jitter)
     return FVPDSolution(post_mean, post_precision, m, factor.chol, v, info)
+
+
+def _predictive_factor(M: np.ndarray) -> SPDFactor:
+    factor = spd_factor(M, what="FVPD predictive M")
+    if factor is None:
+        raise FloatingPointError("the FVPD predictive matrix M = Σ_φ + Σ̂⁻¹ is not positive definite; increase lam")
+    return factor
+
+
+def fvpd_predictive(A0: np.ndarray, b: np.ndarray, mu_phi: np.ndarray, cov_phi: np.ndarray, lam: float, eta: float,
+                    g2: float) -> tuple[np.ndarray, np.ndarray]:
+    """(Cholesky factor of M, v = M⁻¹m) of FVPD at (λ, η) from ``A0 = ZZᵀ⊙Φ'`` and ``b`` (MATH.md §4).
+
+    ``Σ̂⁻¹ = λI + A0/(γ²η)`` and, since ``(λγ²η I + A0) μ̂ = b``, ``Σ̂⁻¹μ̂ = b/(γ²η)``: so
+    ``M = Σ_φ + λI + A0/(γ²η)`` and ``m = μ_φ − b/(γ²η)`` need no solve for μ̂ (a selection grid).
+    """
+    M = cov_phi + A0 / (g2 * eta)
+    M[np.diag_indices_from(M)] += lam
+    factor = _predictive_factor(M)
+    return factor.chol, factor.solve(mu_phi - b / (g2 * eta))
 
 
 def eta_default(features: RandomFourierFeatures) -> float:

@@ -13,12 +13,16 @@ split pass over a grid of G bandwidths is still one tree reduction (at G× the p
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = ["validation_mask", "StatsBundle", "split_chunk_stats", "SPLIT_SALT"]
+from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, projection_counts
+
+__all__ = ["validation_mask", "StatsBundle", "HeldOut", "split_chunk_stats", "SPLIT_SALT"]
 
 #: Salt of the hashed train/validation split, shared by every estimator (fixed: the same rows
 #: are held out on every refit, and by every model of a pipeline).
@@ -81,18 +85,126 @@ class StatsBundle(Mapping):
         self._check(other)
         return StatsBundle({k: v - other[k] for k, v in self._parts.items()})
 
+    def scaled(self, factor: float) -> StatsBundle:
+        """Every part's row weights times ``factor`` (forgetting)."""
+        return StatsBundle({k: v.scaled(factor) for k, v in self._parts.items()})
+
+    @property
+    def n(self) -> int | float:
+        """Rows in the bundle: the train and validation parts of one variant."""
+        first = next(iter(self._parts))[1]
+        return sum(v.n for k, v in self._parts.items() if k[1] == first)
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the parts' keys and feature fingerprints."""
+        h = hashlib.sha256(b"tgpflow.StatsBundle.v1")
+        for key in sorted(self._parts, key=repr):
+            h.update(f"{key!r}|{self._parts[key].fingerprint}".encode())
+        return h.hexdigest()
+
+    # -- storage (tgpflow.pipeline.store) -----------------------------------------------
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Part ``i`` (in :meth:`artifact_meta` order) as arrays named ``p<i>.<name>``."""
+        return {f"p{i}.{name}": a for i, key in enumerate(self._order())
+                for name, a in self._parts[key].to_arrays().items()}
+
+    def artifact_meta(self) -> dict[str, Any]:
+        """JSON metadata naming each part's key, statistics kind and feature fingerprint."""
+        parts = []
+        for key in self._order():
+            part = self._parts[key]
+            entry = {"key": list(key), "kind": type(part).__name__, "fingerprint": part.fingerprint}
+            if isinstance(part, HeldOut):
+                entry.update(stats_kind=type(part.stats).__name__, grid=part.projections.fingerprint)
+            parts.append(entry)
+        return {"parts": parts}
+
+    @classmethod
+    def from_arrays(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray], kinds: Mapping[str, Any]) -> StatsBundle:
+        parts = {}
+        for i, part in enumerate(meta["parts"]):
+            prefix = f"p{i}."
+            own = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+            if part["kind"] == "HeldOut":
+                value = HeldOut.from_arrays(part["fingerprint"], own, kinds[part["stats_kind"]], part["grid"])
+            else:
+                value = kinds[part["kind"]].from_arrays(part["fingerprint"], own)
+            parts[tuple(part["key"])] = value
+        return cls(parts)
+
+    def _order(self) -> list[Any]:
+        return sorted(self._parts, key=repr)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HeldOut:
+    """The validation part of a split pass: the model's statistics of the held-out rows and their
+    projection counts (the data side of a held-out sliced KS distance, :mod:`tgpflow.stats.projections`)."""
+
+    stats: Any
+    projections: ProjectionCounts
+
+    @property
+    def n(self) -> int | float:
+        return self.stats.n
+
+    @property
+    def fingerprint(self) -> str:
+        return self.stats.fingerprint
+
+    def __add__(self, other: Any) -> HeldOut:
+        if not isinstance(other, HeldOut):
+            return NotImplemented
+        return HeldOut(self.stats + other.stats, self.projections + other.projections)
+
+    def __radd__(self, other: Any) -> HeldOut:
+        if isinstance(other, int) and other == 0:
+            return self
+        return NotImplemented
+
+    def __sub__(self, other: Any) -> HeldOut:
+        if not isinstance(other, HeldOut):
+            return NotImplemented
+        return HeldOut(self.stats - other.stats, self.projections - other.projections)
+
+    def scaled(self, factor: float) -> HeldOut:
+        return HeldOut(self.stats.scaled(factor), self.projections.scaled(factor))
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        arrays = {f"stats.{k}": v for k, v in self.stats.to_arrays().items()}
+        arrays.update({f"projections.{k}": v for k, v in self.projections.to_arrays().items()})
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray], stats_kind: Any,
+                    grid_fingerprint: str) -> HeldOut:
+        def part(prefix: str) -> dict[str, np.ndarray]:
+            return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+        return cls(stats_kind.from_arrays(fingerprint, part("stats.")),
+                   ProjectionCounts.from_arrays(grid_fingerprint, part("projections.")))
+
 
 def split_chunk_stats(block: np.ndarray, keys: np.ndarray, fraction: float, salt: int,
-                      chunk_fn: Callable[..., Any], variants: Mapping[Any, tuple[Any, ...]]) -> StatsBundle:
+                      chunk_fn: Callable[..., Any], variants: Mapping[Any, tuple[Any, ...]],
+                      val_variants: Mapping[Any, tuple[Any, ...]] | None = None,
+                      grid: ProjectionGrid | None = None) -> StatsBundle:
     """``chunk_fn(rows, *args)`` on the train and validation rows of a chunk, for each variant.
 
     ``variants`` maps a name (e.g. a bandwidth index) to the extra arguments of ``chunk_fn``;
-    the result holds ``("train", name)`` and ``("val", name)``.
+    ``val_variants`` (optional) gives other arguments for the validation rows (e.g. to also
+    accumulate a sum only held-out scoring needs). With a projection ``grid`` each validation
+    part is a :class:`HeldOut` that also counts the rows' projections. The result holds
+    ``("train", name)`` and ``("val", name)``.
     """
     held = validation_mask(keys, fraction, salt)
     train, val = block[~held], block[held]
+    val_variants = variants if val_variants is None else val_variants
+    counts = None if grid is None else projection_counts(val, grid)
     out = {}
     for name, args in variants.items():
         out[("train", name)] = chunk_fn(train, *args)
-        out[("val", name)] = chunk_fn(val, *args)
+        val_stats = chunk_fn(val, *val_variants[name])
+        out[("val", name)] = val_stats if counts is None else HeldOut(val_stats, counts)
     return StatsBundle(out)

@@ -5,7 +5,9 @@ One pass accumulates, as sums over rows:
 * the moments ``N, mean, m2`` (:class:`~tgpflow.stats.moments.Moments`);
 * ``gram = Φ' = Σ φ'(x) φ'(x)ᵀ`` (S×S), ``u = Σ φ'(x)``, ``psi = ψ = Σ φ(x)``;
 * ``U = Σ φ'(x) (x − x₀)ᵀ`` (S×d) about the pilot shift x₀ of the features (MATH.md §1),
-  so that ``U − u μᵀ`` is formed as ``U − u (μ − x₀)ᵀ`` without cancellation.
+  so that ``U − u μᵀ`` is formed as ``U − u (μ − x₀)ᵀ`` without cancellation;
+* optionally ``phi_gram = Σ φ(x) φ(x)ᵀ`` (S×S): only for held-out rows of an FVPD selection,
+  whose log-likelihood needs the mean of ``φᵀM⁻¹φ`` (MATH.md §4).
 
 μ and Σ of the base are not needed during the pass: they are combined afterwards
 (``tgpflow.solve.tgp``). Per chunk, rows are processed in blocks sized from a byte budget;
@@ -67,6 +69,7 @@ class TGPStats:
     u: np.ndarray
     U: np.ndarray
     psi: np.ndarray
+    phi_gram: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -92,7 +95,8 @@ class TGPStats:
         if other.fingerprint != self.fingerprint:
             raise _mismatch(self.fingerprint, other.fingerprint, "statistics")
         return TGPStats(self.fingerprint, self.moments + other.moments, self.gram + other.gram,
-                        self.u + other.u, self.U + other.U, self.psi + other.psi)
+                        self.u + other.u, self.U + other.U, self.psi + other.psi,
+                        _optional(self.phi_gram, other.phi_gram, 1.0))
 
     def __radd__(self, other: Any) -> TGPStats:
         if isinstance(other, int) and other == 0:
@@ -105,25 +109,32 @@ class TGPStats:
         if other.fingerprint != self.fingerprint:
             raise _mismatch(self.fingerprint, other.fingerprint, "statistics")
         return TGPStats(self.fingerprint, self.moments - other.moments, self.gram - other.gram,
-                        self.u - other.u, self.U - other.U, self.psi - other.psi)
+                        self.u - other.u, self.U - other.U, self.psi - other.psi,
+                        _optional(self.phi_gram, other.phi_gram, -1.0))
 
     def scaled(self, factor: float) -> TGPStats:
         """Every row's weight times ``factor`` (forgetting; all sums are linear in the weights)."""
         if factor == 1.0:
             return self
         return TGPStats(self.fingerprint, self.moments.scaled(factor), self.gram * factor, self.u * factor,
-                        self.U * factor, self.psi * factor)
+                        self.U * factor, self.psi * factor, None if self.phi_gram is None else self.phi_gram * factor)
+
+    def without_phi_gram(self) -> TGPStats:
+        """The same statistics without the optional held-out Σφφᵀ."""
+        return self if self.phi_gram is None else dataclasses.replace(self, phi_gram=None)
 
     # -- storage ----------------------------------------------------------------------
     def to_arrays(self) -> dict[str, np.ndarray]:
         arrays = {f"moments.{k}": v for k, v in self.moments.to_arrays().items()}
         arrays.update(gram=self.gram, u=self.u, U=self.U, psi=self.psi)
+        if self.phi_gram is not None:
+            arrays["phi_gram"] = self.phi_gram
         return arrays
 
     @classmethod
     def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray]) -> TGPStats:
         moments = Moments.from_arrays({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("moments.")})
-        return cls(fingerprint, moments, arrays["gram"], arrays["u"], arrays["U"], arrays["psi"])
+        return cls(fingerprint, moments, arrays["gram"], arrays["u"], arrays["U"], arrays["psi"], arrays.get("phi_gram"))
 
     def save(self, path: str | Path) -> Path:
         """Write atomically to a Zarr group or, for a ``.npz`` path, a NumPy archive (no pickle)."""
@@ -135,11 +146,16 @@ class TGPStats:
         return cls.from_arrays(meta["fingerprint"], arrays)
 
 
+def _optional(a: np.ndarray | None, b: np.ndarray | None, sign: float) -> np.ndarray | None:
+    """a ± b of an optional sum; kept only when both parts carry it."""
+    return None if a is None or b is None else a + sign * b
+
+
 PRECISIONS = ("float64", "mixed")
 
 
 def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                    precision: str = "float64") -> TGPStats:
+                    precision: str = "float64", with_phi_gram: bool = False) -> TGPStats:
     """TGP statistics of one chunk of rows ``x`` (n, d), in blocks of rows (MATH.md §2).
 
     ``precision="mixed"``: the S×S products are float32 (angles and sin/cos still formed in
@@ -156,12 +172,14 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
     S = features.n_features
     moments = Moments.from_rows(x)
     if n == 0:
-        return dataclasses.replace(TGPStats.zero(features), moments=moments)
+        zero = TGPStats.zero(features)
+        return dataclasses.replace(zero, moments=moments, phi_gram=np.zeros_like(zero.gram) if with_phi_gram else None)
     rows = min(n, block_rows_for(S, d, block_bytes))
-    gram, _, u, U, psi = level_products(x, features, rows, cos_gram=False, precision=precision)
+    gram, gram_cos, u, U, psi = level_products(x, features, rows, cos_gram=with_phi_gram, precision=precision)
     scale = math.sqrt(2.0 / S)
     # φ = scale·cos, φ' = −scale·sin: fold the constants in once per chunk.
-    return TGPStats(features.fingerprint, moments, gram * (scale * scale), u * (-scale), U * (-scale), psi * scale)
+    return TGPStats(features.fingerprint, moments, gram * (scale * scale), u * (-scale), U * (-scale), psi * scale,
+                    None if gram_cos is None else gram_cos * (scale * scale))
 
 
 def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool,

@@ -1,0 +1,312 @@
+"""The normaliser, held-out log-likelihood and sliced-KS selection, fit diagnostics, bounded columns,
+the sample check and MCMC from the base — each against an independent computation."""
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.integrate
+from scipy.stats import multivariate_normal, norm
+
+from tgpflow import GPTiltedDensity, RandomFourierFeatures
+from tgpflow.errors import DiagnosticWarning, SourceError
+from tgpflow.features.bounds import ColumnBounds
+from tgpflow.metrics import heldout_loglik, sample_check
+from tgpflow.solve.normalizer import base_draw_blocks, estimate_log_normalizer
+from tgpflow.solve.select import score_fvpd, score_tilts
+from tgpflow.solve.tgp import Base, base_from_moments, fd_system
+from tgpflow.stats.projections import ProjectionGrid, ks_by_direction, projection_counts
+from tgpflow.stats.split import SPLIT_SALT, validation_mask
+from tgpflow.stats.support import SupportBox
+from tgpflow.stats.tgp import tgp_chunk_stats
+from tests.oracles import fd_divergence
+
+
+def _base(mean, cov) -> Base:
+    cov = np.atleast_2d(cov)
+    return Base(np.atleast_1d(np.asarray(mean, dtype=float)), cov, np.linalg.inv(cov))
+
+
+def _bimodal(n, seed=0):
+    rng = np.random.default_rng(seed)
+    k = rng.random(n) < 0.35
+    return np.where(k, rng.normal(2.0, 0.4, n), rng.normal(-0.5, 0.8, n))[:, None]
+
+
+# -- the normaliser ---------------------------------------------------------------------------------
+
+def test_gaussian_normaliser_mean_spread_and_ess_match_closed_forms():
+    """q̃ = 7·N(m, C) unnormalised, proposals from another Gaussian: Z = 7, moments m and C, and the
+    ESS fraction 1/E_r[w²/Z²] with E_r[w²] = ∫ q̃²/r (a closed form for Gaussians)."""
+    m, C = np.array([0.5, -0.3]), np.array([[0.8, 0.3], [0.3, 0.5]])
+    base = _base([0.0, 0.0], [[1.5, 0.2], [0.2, 1.0]])
+    target = multivariate_normal(m, C)
+    est = estimate_log_normalizer(lambda x: np.log(7.0) + target.logpdf(x), base, n_draws=2**16, random_state=3)
+    assert abs(est.log_z - np.log(7.0)) < 4 * est.std_error
+    se_mean = np.sqrt(np.diag(C) / est.ess)
+    np.testing.assert_array_less(np.abs(est.mean - m), 4 * se_mean)
+    np.testing.assert_allclose(est.std, np.sqrt(np.diag(C)), rtol=0.03)
+    # ∫ N(m,C)²/N(μ,Σ) dx in closed form: completing the square
+    P, Q = np.linalg.inv(C), np.linalg.inv(base.cov)
+    A = 2 * P - Q
+    bvec = 2 * P @ m - Q @ base.mean
+    const = (-m @ P @ m + 0.5 * base.mean @ Q @ base.mean + 0.5 * bvec @ np.linalg.solve(A, bvec))
+    second = (np.sqrt(np.linalg.det(base.cov)) / (2 * np.pi * np.linalg.det(C))
+              * 2 * np.pi / np.sqrt(np.linalg.det(A)) * np.exp(const))
+    assert est.ess_fraction == pytest.approx(1.0 / second, rel=0.05)
+
+
+@pytest.mark.parametrize("method", ["fd", "ncfd", "fvpd", "map"])
+def test_log_normaliser_of_a_fitted_1d_model_matches_quadrature(method):
+    X = _bimodal(3000)
+    est = GPTiltedDensity(method=method, n_features=64, lam=0.3, bandwidth=0.5, map_draws=4000,
+                          random_state=1).fit(X)
+    f = lambda t: np.exp(est.log_density(np.array([[t]]))[0])  # noqa: E731
+    Z, _ = scipy.integrate.quad(f, -15, 15, limit=400, points=[-0.5, 2.0])
+    assert abs(est.normalizer_.log_z - np.log(Z)) < 4 * est.normalizer_.std_error + 1e-6
+    # normalized=True integrates to one (within the estimate's error)
+    g = lambda t: np.exp(est.log_density(np.array([[t]]), normalized=True)[0])  # noqa: E731
+    total, _ = scipy.integrate.quad(g, -15, 15, limit=400, points=[-0.5, 2.0])
+    assert abs(np.log(total)) < 4 * est.normalizer_.std_error + 1e-6
+    # the mass outside the support box, against the same quadrature
+    box = est.support_
+    inside, _ = scipy.integrate.quad(f, box.lower[0], box.upper[0], limit=400)
+    assert est.normalizer_.mass_outside == pytest.approx(1 - inside / Z, abs=0.01)
+
+
+def test_log_normaliser_in_2d_matches_a_grid_integral(gaussian_mix):
+    est = GPTiltedDensity(method="fd", n_features=48, lam=0.5, bandwidth=0.6, random_state=0).fit(gaussian_mix)
+    g = np.linspace(-8, 9, 601)
+    xx, yy = np.meshgrid(g, g, indexing="ij")
+    vals = np.exp(est.log_density(np.column_stack([xx.ravel(), yy.ravel()]))).reshape(xx.shape)
+    Z = scipy.integrate.trapezoid(scipy.integrate.trapezoid(vals, g, axis=1), g)
+    assert abs(est.normalizer_.log_z - np.log(Z)) < 4 * est.normalizer_.std_error + 1e-4
+    assert heldout_loglik(est, gaussian_mix) == pytest.approx(
+        float(np.mean(est.log_density(gaussian_mix))) - est.normalizer_.log_z, rel=1e-12)
+
+
+# -- held-out scores from statistics ------------------------------------------------------------------
+
+@pytest.fixture
+def split_mix(gaussian_mix):
+    X = gaussian_mix
+    f = RandomFourierFeatures.draw(40, bandwidth=0.5, n_dims=2, shift=X.mean(0), random_state=2)
+    held = validation_mask(np.arange(len(X)), 0.3, SPLIT_SALT)
+    return X, f, held
+
+
+def test_heldout_loglik_and_sliced_ks_from_statistics_equal_direct_evaluation(split_mix):
+    X, f, held = split_mix
+    lams = [0.05, 0.5, 5.0]
+    train, val = tgp_chunk_stats(X[~held], f), tgp_chunk_stats(X[held], f)
+    base = base_from_moments(train.moments)
+    grid = ProjectionGrid.from_rows(X, n_directions=16, n_bins=256, random_state=4)
+    counts = projection_counts(X[held], grid)
+    A0, b = fd_system(train, f, base, 0.0)
+    thetas = np.array([np.linalg.solve(A0 + lam * f.gamma**2 * np.eye(40), b) for lam in lams])
+    rows = score_tilts(val, f, base, thetas, n_draws=20_000, random_state=7, projections=counts, grid=grid)
+    for lam, theta, row in zip(lams, thetas, rows, strict=True):
+        ref = GPTiltedDensity(method="fd", n_features=40, lam=lam, random_state=0).fit(X[~held], features=f)
+        np.testing.assert_allclose(ref.theta_, theta, rtol=1e-8, atol=1e-10)
+        log_q = lambda x, r=ref: r._model_evaluator(None).log_density(x)  # noqa: E731
+        # the same 20 000 seeded draws from the training base: the same log Z
+        z = estimate_log_normalizer(log_q, base, n_draws=20_000, random_state=7)
+        assert row["log_z"] == pytest.approx(z.log_z, rel=1e-12)
+        assert row["loglik"] == pytest.approx(float(np.mean(log_q(X[held]))) - z.log_z, rel=1e-10)
+        # sliced KS: the held-out rows' CDF against the weighted draws', on the grid, by brute force
+        pts = np.concatenate([p for p, _ in base_draw_blocks(base, 20_000, 7)])
+        w = np.exp(log_q(pts) - multivariate_normal(base.mean, base.cov).logpdf(pts))
+        model_hist = grid.histogram(pts, weights=w)
+        assert row["sliced_ks"] == pytest.approx(float(np.median(ks_by_direction(counts, model_hist))), rel=1e-9)
+
+
+def test_fvpd_heldout_scores_for_every_lambda_equal_direct_evaluation(split_mix):
+    X, f, held = split_mix
+    eta, lams = 3.0, [0.1, 1.0]
+    train, val = tgp_chunk_stats(X[~held], f), tgp_chunk_stats(X[held], f, with_phi_gram=True)
+    base = base_from_moments(train.moments)
+    A0, b = fd_system(train, f, base, 0.0)
+    rows = score_fvpd(val, f, base, A0, b, eta, lams, n_draws=16_384, random_state=5)
+    for lam, row in zip(lams, rows, strict=True):
+        ref = GPTiltedDensity(method="fvpd", n_features=40, lam=lam, eta=eta, random_state=0).fit(X[~held], features=f)
+        log_q = ref._model_evaluator(None).log_density
+        z = estimate_log_normalizer(log_q, base, n_draws=16_384, random_state=5)
+        assert row["log_z"] == pytest.approx(z.log_z, abs=1e-8)
+        assert row["loglik"] == pytest.approx(float(np.mean(log_q(X[held]))) - z.log_z, abs=1e-8)
+
+
+def test_ks_by_direction_matches_the_two_sample_statistic_at_the_bins():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(3000, 2)), rng.normal(0.3, 1.2, size=(2000, 2))
+    grid = ProjectionGrid.from_rows(np.concatenate([a, b]), n_directions=5, n_bins=4000, random_state=1)
+    ks = ks_by_direction(projection_counts(a, grid), grid.histogram(b))
+    for k, v in enumerate(grid.directions):
+        pa, pb = np.sort(a @ v), np.sort(b @ v)
+        t = np.concatenate([pa, pb])
+        exact = np.max(np.abs(np.searchsorted(pa, t, "right") / len(pa) - np.searchsorted(pb, t, "right") / len(pb)))
+        assert abs(ks[k] - exact) <= 2.5 / 4000 * 5 + 1e-12  # binning moves a CDF by at most one bin's mass
+
+
+# -- selection, defaults and diagnostics ------------------------------------------------------------
+
+def _mixture(n, seed):
+    """The demo's 3-D mixture."""
+    from tgpflow.demo import mixture_rows
+
+    return mixture_rows(n, np.random.default_rng(seed))
+
+
+def test_diagnostics_flag_an_underregularised_fit_and_pass_a_selected_one():
+    X = _mixture(20_000, 0)
+    with pytest.warns(DiagnosticWarning, match="outside the box|effective base draws"):
+        bad = GPTiltedDensity(method="fd", n_features=128, lam=1e-3, bandwidth=0.15, random_state=0).fit(X)
+    assert bad.fit_diagnostics_["warnings"]
+    assert (bad.fit_diagnostics_["ess_fraction"] < 0.01
+            or bad.fit_diagnostics_["mass_outside"] > bad.fit_diagnostics_["mass_outside_limit"])
+    good = GPTiltedDensity(method="fd", n_features=128, random_state=0).fit(X)  # defaults: selected γ and λ
+    d = good.fit_diagnostics_
+    assert d["warnings"] == [] and d["ess_fraction"] > 0.05 and d["mass_outside"] <= d["mass_outside_limit"]
+    # the model's mean/spread from the normaliser's weights agree with the data's
+    np.testing.assert_array_less(np.abs(good.normalizer_.mean - X.mean(0)) / X.std(0), 0.1)
+    # and the sample check separates the two on held-out rows
+    held = _mixture(8_000, 1)
+    with warnings.catch_warnings():  # the bad model's resampling may warn too (not what this checks)
+        warnings.simplefilter("ignore", DiagnosticWarning)
+        bad_check = sample_check(bad, held, n_samples=4000)
+    good_check = sample_check(good, held, n_samples=4000)
+    assert good_check.passed and not bad_check.passed
+    assert good_check.ks_median < bad_check.ks_median
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")  # S = 64 on 8k rows: a little spill
+def test_selection_criteria_choose_from_the_curve_they_record():
+    X = _mixture(8_000, 2)
+    for criterion, pick in (("loglik", max), ("sliced", min)):
+        est = GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, criterion=criterion, random_state=0).fit(X)
+        curve = est.selection_["curve"]
+        key = "loglik" if criterion == "loglik" else "sliced_ks"
+        ok = [r for r in curve if r["ess_fraction"] >= 0.01]
+        assert est.selection_["chosen"][key] == pick(r[key] for r in ok)
+        assert est.lam_ >= est.selection_["chosen"]["lam"]  # raised only upwards, if at all
+
+
+def test_too_few_rows_for_a_validation_part_fall_back_with_a_warning():
+    X = np.random.default_rng(0).normal(size=(6, 2))
+    with pytest.warns(DiagnosticWarning, match="no validation rows|fell back"):
+        est = GPTiltedDensity(n_features=8, validation_fraction=0.05).fit(X)
+    assert np.all(np.isfinite(est.log_density(X)))
+
+
+def test_sample_warns_when_its_ess_is_tiny():
+    X = _mixture(5_000, 3)
+    with pytest.warns(DiagnosticWarning):
+        est = GPTiltedDensity(method="fd", n_features=128, lam=1e-4, bandwidth=0.8, random_state=0).fit(X)
+    with pytest.warns(DiagnosticWarning, match="effective draws"):
+        est.sample(500, random_state=0)
+    assert est.last_sample_info_["ess_fraction"] < 0.01
+
+
+# -- bounded columns ---------------------------------------------------------------------------------
+
+def test_bound_transforms_invert_and_their_derivatives_match_finite_differences():
+    b = ColumnBounds.from_param({"a": (0, None), "b": (None, 2.0), "c": (-1, 3)}, ["a", "b", "c", "d"])
+    x = np.array([[0.5, 1.0, 0.2, 5.0], [3.0, -4.0, 2.9, -1.0], [1e-3, 1.999, -0.999, 0.0]])
+    np.testing.assert_allclose(b.inverse(b.forward(x)), x, rtol=1e-12, atol=1e-12)
+    h = 1e-6 * np.maximum(np.abs(x), 1e-3)
+    log_d1, d1, d2, dlog, ddlog = b.derivatives(x)
+    np.testing.assert_allclose(d1, (b.forward(x + h) - b.forward(x - h)) / (2 * h), rtol=1e-5)
+    for got, k in ((d2, 1), (dlog, 0), (ddlog, 3)):
+        fd = (b.derivatives(x + h)[k] - b.derivatives(x - h)[k]) / (2 * h)
+        np.testing.assert_allclose(got, fd, rtol=1e-4, atol=1e-6)
+
+
+def test_a_bounded_model_is_a_density_on_its_support_with_consistent_score_and_samples():
+    rng = np.random.default_rng(0)
+    X = np.column_stack([rng.gamma(2.0, 1.0, 4000), rng.normal(size=4000)])
+    est = GPTiltedDensity(method="fd", n_features=64, lam=1.0, bandwidth=0.7, bounds={"0": (0, None)},
+                          random_state=0).fit(X)
+    # the density lives on x0 > 0: its integral there is 1 (grid), and it is 0 below
+    g0, g1 = np.linspace(1e-6, 25, 1500), np.linspace(-7, 7, 400)
+    xx, yy = np.meshgrid(g0, g1, indexing="ij")
+    dens = np.exp(est.log_density(np.column_stack([xx.ravel(), yy.ravel()]), normalized=True)).reshape(xx.shape)
+    total = scipy.integrate.trapezoid(scipy.integrate.trapezoid(dens, g1, axis=1), g0)
+    assert total == pytest.approx(1.0, abs=0.01 + 4 * est.normalizer_.std_error)
+    assert np.all(est.log_density(np.array([[-0.1, 0.0], [0.0, 1.0]])) == -np.inf)
+    # score and Hyvärinen terms in the data's units, against finite differences
+    x = X[:15]
+    score = est.grad_log_density(x)
+    h = 1e-5
+    fd = np.column_stack([(est.log_density(x + h * e) - est.log_density(x - h * e)) / (2 * h) for e in np.eye(2)])
+    np.testing.assert_allclose(score, fd, rtol=1e-5, atol=1e-6)
+    expected = 0.5 * np.sum(score**2, axis=1) + fd_divergence(est.grad_log_density, x)
+    np.testing.assert_allclose(est.hyvarinen_terms(x), expected, rtol=1e-4, atol=1e-4)
+    draws = est.sample(3000, random_state=1)
+    assert draws[:, 0].min() > 0
+    # against the truth: the marginal of x0 is Gamma(2, 1)
+    from scipy.stats import gamma, kstest
+
+    assert kstest(draws[:, 0], gamma(2.0).cdf).statistic < 0.05
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")  # S = 16 on 500 rows: about bad rows only
+def test_bounds_reject_rows_on_a_bound_with_the_chunk_and_column_or_drop_them():
+    X = np.abs(np.random.default_rng(1).normal(size=(500, 2))) + 0.01
+    X[[3, 7], 1] = 0.0
+    est = GPTiltedDensity(n_features=16, lam=1.0, bandwidth=0.5, bounds=[(0.0, None), (0.0, None)])
+    with pytest.raises(SourceError, match=r"chunk 0 .*2 of \d+ rows lie on or beyond .*column '1': 2"):
+        est.fit(X)
+    fitted = GPTiltedDensity(n_features=16, lam=1.0, bandwidth=0.5, bounds=[(0.0, None), (0.0, None)],
+                             on_bad_rows="drop").fit(X)
+    assert fitted.n_rows_dropped_ == 2 and fitted.n_samples_seen_ == 498
+
+
+def test_bounded_model_round_trips(tmp_path):
+    import tgpflow
+
+    rng = np.random.default_rng(2)
+    X = np.column_stack([rng.uniform(0.05, 0.95, 2000), rng.normal(size=2000)])
+    est = GPTiltedDensity(n_features=32, lam=1.0, bandwidth=0.6, bounds={"0": (0, 1)}).fit(X)
+    back = tgpflow.load(est.save(tmp_path / "b.zarr"))
+    np.testing.assert_allclose(back.log_density(X[:20]), est.log_density(X[:20]), rtol=1e-12)
+    assert back.normalizer_.log_z == est.normalizer_.log_z and back.bounds_.to_dict() == est.bounds_.to_dict()
+
+
+# -- MCMC from the base ------------------------------------------------------------------------------
+
+def test_mcmc_from_the_base_reproduces_a_gaussian_and_reports_rhat_and_ess():
+    from tgpflow.sample import mcmc_sample
+    from tgpflow.sample.target import Target
+
+    C = np.array([[1.0, 0.5], [0.5, 2.0]])
+    P = np.linalg.inv(C)
+
+    class Gauss:  # a model with a base: its own Gaussian, shifted, as the starting law
+        def base_draws(self, n, random_state=None):
+            return np.random.default_rng(random_state).normal(3.0, 2.0, size=(n, 2))
+
+        def log_density(self, x):
+            return -0.5 * np.einsum("nd,de,ne->n", x, P, x)
+
+        def grad_log_density(self, x):
+            return -x @ P
+
+    res = mcmc_sample(Gauss(), 8000, n_chains=32, thin=5, n_warmup=400, random_state=0)
+    assert res.init == "base" and res.rhat.max() < 1.01 and res.ess_bulk.min() > 400
+    se = np.sqrt(np.diag(C) / res.ess_bulk)
+    np.testing.assert_array_less(np.abs(res.draws.mean(0)), 4 * se)
+    np.testing.assert_allclose(np.cov(res.draws.T), C, rtol=0.1, atol=0.05)
+    # chains that cannot mix between two far modes are flagged: R̂ > 1.01
+    bimodal = Target(lambda x: -(x - np.where(x[:, :1] > 0, 6.0, -6.0)),
+                     lambda x: -0.5 * np.sum((x - np.where(x[:, :1] > 0, 6.0, -6.0)) ** 2, axis=1))
+    with pytest.warns(DiagnosticWarning) as caught:
+        stuck = mcmc_sample(bimodal, 2000, n_chains=16, thin=2, n_warmup=100,
+                            init=np.random.default_rng(1).normal(0, 8, size=(16, 2)), random_state=1)
+    assert stuck.rhat.max() > 1.01 and any("disagree" in str(w.message) for w in caught)
+
+
+def test_support_box_and_heldout_rate():
+    rows = np.random.default_rng(0).normal(size=(100_000, 3))
+    box = SupportBox.from_rows(rows)
+    np.testing.assert_allclose(box.lower, norm.ppf(0.001), atol=0.05)
+    assert box.rate_outside == pytest.approx(1 - 0.998**3, abs=0.002)
+    assert SupportBox.from_dict(box.to_dict()).to_dict() == box.to_dict()

@@ -1,0 +1,192 @@
+"""Bounded columns: fit in an unbounded space, report in the data's units (issue: hard bounds).
+
+A smooth tilt of a Gaussian base cannot stop at a hard bound (lengths > 0, angles in [0, 90]):
+on MAGIC a third of every GP-tilted model's mass fell below such bounds. A column declared
+bounded is mapped to ℝ by a monotone transform ``t`` before the pilot, the pass and the solve:
+
+* ``(a, ∞)``: ``t = log(x − a)``;  ``(−∞, b)``: ``t = −log(b − x)``;
+* ``(a, b)``: ``t = logit((x − a)/(b − a)) = log(x − a) − log(b − x)``.
+
+The model is a density q_T on ℝ^d; in the data's units (change of variables, per column)
+
+``log p(x) = log q_T(t(x)) + Σ_j log t'_j(x_j)``,
+``∇ log p(x) = t'(x) ⊙ s_T(t(x)) + ∂ log t'(x)``,
+``div ∇ log p(x) = Σ_j [t''_j s_T,j + t'_j² ∂_{t_j} s_T,j + ∂² log t'_j]``,
+
+which needs the diagonal of ∇s_T, not only its trace. Samples are ``t⁻¹`` of the model's
+draws; the normaliser is the same in both spaces. Rows on or beyond a bound are bad data for a
+fit (an error naming the chunk and column, or dropped with ``on_bad_rows="drop"``) and have
+density 0 (log density −inf) when evaluated. float64 throughout; ``log1p``/``expm1`` keep the
+transforms accurate next to the bounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ColumnBounds", "suggest_bounds", "BoundsSpec", "bounded_chunk"]
+
+#: What ``bounds=`` accepts: {column: (lower, upper)} or one (lower, upper) pair per column; None = open.
+BoundsSpec = Mapping[str, Sequence[float | None]] | Sequence[Sequence[float | None]] | None
+
+
+def _pair(value: Any, where: str) -> tuple[float, float]:
+    if not (isinstance(value, (list, tuple)) and len(value) == 2):
+        raise ValueError(f"bounds for {where} must be a (lower, upper) pair with None for an open side; got {value!r}")
+    lo = -np.inf if value[0] is None else float(value[0])
+    hi = np.inf if value[1] is None else float(value[1])
+    if np.isnan(lo) or np.isnan(hi) or lo == np.inf or hi == -np.inf or not lo < hi:
+        raise ValueError(f"bounds for {where} must satisfy lower < upper; got {value!r}")
+    return lo, hi
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ColumnBounds:
+    """Per-column lower/upper bounds (±inf where open) and the transforms they imply."""
+
+    lower: np.ndarray
+    upper: np.ndarray
+    columns: tuple[str, ...]
+
+    @classmethod
+    def from_param(cls, bounds: BoundsSpec, columns: Sequence[str]) -> ColumnBounds | None:
+        """Resolve the ``bounds=`` parameter against the data's columns (None when nothing is bounded)."""
+        if bounds is None:
+            return None
+        d = len(columns)
+        lower, upper = np.full(d, -np.inf), np.full(d, np.inf)
+        if isinstance(bounds, Mapping):
+            names = [str(c) for c in columns]
+            for name, value in bounds.items():
+                if str(name) not in names:
+                    raise ValueError(f"bounds name column {name!r}, which is not among the data's columns {names}")
+                j = names.index(str(name))
+                lower[j], upper[j] = _pair(value, f"column {name!r}")
+        else:
+            if len(bounds) != d:
+                raise ValueError(f"bounds as a list needs one (lower, upper) pair per column: {d}; got {len(bounds)}")
+            for j, value in enumerate(bounds):
+                lower[j], upper[j] = _pair(value, f"column {columns[j]!r}")
+        if not (np.isfinite(lower).any() or np.isfinite(upper).any()):
+            return None
+        return cls(lower, upper, tuple(str(c) for c in columns))
+
+    @property
+    def _lo(self) -> np.ndarray:
+        return np.isfinite(self.lower)
+
+    @property
+    def _hi(self) -> np.ndarray:
+        return np.isfinite(self.upper)
+
+    def inside(self, x: np.ndarray) -> np.ndarray:
+        """True for rows strictly inside every bound."""
+        return np.all((x > self.lower) & (x < self.upper), axis=1)
+
+    def violations(self, x: np.ndarray) -> dict[str, int]:
+        """Rows on or beyond a bound, per column name."""
+        bad = (x <= self.lower) | (x >= self.upper)
+        return {self.columns[j]: int(n) for j, n in enumerate(bad.sum(axis=0)) if n}
+
+    # -- the transform and its derivatives (per column; open columns pass through) ----------
+    def _gaps(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """x − a and b − x where finite (1 where open: those entries are not used)."""
+        with np.errstate(invalid="ignore"):
+            below = np.where(self._lo, x - np.where(self._lo, self.lower, 0.0), 1.0)
+            above = np.where(self._hi, np.where(self._hi, self.upper, 0.0) - x, 1.0)
+        return below, above
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """t(x) (rows must be inside)."""
+        below, above = self._gaps(x)
+        t = np.where(self._lo, np.log(below), np.where(self._hi, 0.0, x))
+        return np.where(self._hi, t - np.log(above), t)
+
+    def inverse(self, t: np.ndarray) -> np.ndarray:
+        """x = t⁻¹(t): a + e^t, b − e^{−t}, or a + (b − a)·sigmoid(t)."""
+        lo, hi = np.where(self._lo, self.lower, 0.0), np.where(self._hi, self.upper, 0.0)
+        with np.errstate(over="ignore"):
+            both = lo + (hi - lo) / (1.0 + np.exp(-t))
+            x = np.where(self._lo, lo + np.exp(t), t)
+            x = np.where(self._hi & ~self._lo, hi - np.exp(-t), x)
+        return np.where(self._lo & self._hi, both, x)
+
+    def derivatives(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``log t'``, ``t'``, ``t''``, ``(log t')'`` and ``(log t')''`` per entry, each (n, d).
+
+        With ``u = 1/(x − a)`` (0 where open) and ``v = 1/(b − x)``: ``t' = u + v`` (1 for an open
+        column), ``t'' = v² − u²``, ``t''' = 2u³ + 2v³`` and ``(log t')'' = t'''/t' − (t''/t')²``.
+        """
+        below, above = self._gaps(x)
+        u = np.where(self._lo, 1.0 / below, 0.0)
+        v = np.where(self._hi, 1.0 / above, 0.0)
+        d1 = np.where(self._lo | self._hi, u + v, 1.0)
+        d2 = v * v - u * u
+        d3 = 2.0 * (u**3 + v**3)
+        dlog = d2 / d1
+        return np.log(d1), d1, d2, dlog, d3 / d1 - dlog * dlog
+
+    def log_jacobian(self, x: np.ndarray) -> np.ndarray:
+        """Σ_j log t'_j(x_j) per row."""
+        return self.derivatives(x)[0].sum(axis=1)
+
+    def to_dict(self) -> dict[str, Any]:
+        def side(v: float) -> float | None:
+            return None if not np.isfinite(v) else float(v)
+
+        return {c: [side(lo), side(hi)] for c, lo, hi in zip(self.columns, self.lower, self.upper, strict=True)
+                if np.isfinite(lo) or np.isfinite(hi)}
+
+    def describe(self) -> str:
+        parts = []
+        for name, (lo, hi) in self.to_dict().items():
+            parts.append(f"{name} in ({'-inf' if lo is None else f'{lo:g}'}, {'inf' if hi is None else f'{hi:g}'})")
+        return ", ".join(parts)
+
+
+def suggest_bounds(rows: np.ndarray, columns: Sequence[str], bounds: ColumnBounds | None,
+                   min_mass: float = 0.01) -> dict[str, list[float | None]]:
+    """Columns that look bounded in a pilot sample: never negative (or never above 1 as well) while
+    a Gaussian with the column's mean and spread puts more than ``min_mass`` beyond 0 (or 1).
+
+    Only 0 and 1 are suggested — other bounds are domain knowledge the data cannot reveal.
+    """
+    from scipy.stats import norm
+
+    out: dict[str, list[float | None]] = {}
+    mean, sd = rows.mean(axis=0), rows.std(axis=0)
+    for j, name in enumerate(columns):
+        if bounds is not None and (np.isfinite(bounds.lower[j]) or np.isfinite(bounds.upper[j])):
+            continue
+        if sd[j] <= 0 or rows[:, j].min() < 0:
+            continue
+        below = norm.cdf((0.0 - mean[j]) / sd[j])
+        above = norm.sf((1.0 - mean[j]) / sd[j]) if rows[:, j].max() <= 1.0 else 0.0
+        if below > min_mass:
+            out[str(name)] = [0.0, 1.0 if above > min_mass else None]
+    return out
+
+
+def bounded_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label: str, bounds: ColumnBounds,
+                  on_bad_rows: str) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """A validated chunk mapped to the transformed space; rows on or beyond a bound raise a
+    :class:`~tgpflow.errors.SourceError` naming the chunk and the columns, or are dropped."""
+    from tgpflow.errors import SourceError
+
+    rows, dropped, kept = validated
+    inside = bounds.inside(rows)
+    if not inside.all():
+        bad = bounds.violations(rows)
+        if on_bad_rows != "drop":
+            detail = ", ".join(f"column {c!r}: {n}" for c, n in bad.items())
+            raise SourceError(f"{label}: {int((~inside).sum())} of {rows.shape[0]} rows lie on or beyond the declared "
+                              f"bounds ({detail}; bounds: {bounds.describe()}). A log/logit transform needs values "
+                              f"strictly inside: declare a bound beyond the data's extreme values, or pass "
+                              f"on_bad_rows='drop' (--on-bad-rows drop)")
+        positions = np.arange(rows.shape[0]) if kept is None else kept
+        rows, kept, dropped = rows[inside], positions[inside], dropped + int((~inside).sum())
+    return np.ascontiguousarray(bounds.forward(rows)), dropped, kept
