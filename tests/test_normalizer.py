@@ -185,7 +185,9 @@ def test_selection_criteria_choose_from_the_curve_they_record():
         est = GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, criterion=criterion, random_state=0).fit(X)
         curve = est.selection_["curve"]
         key = "loglik" if criterion == "loglik" else "sliced_ks"
-        ok = [r for r in curve if r["ess_fraction"] >= 0.01]
+        # the candidates that compete: a trustworthy normaliser and no more mass outside the box than allowed
+        ok = [r for r in curve if r["ess_fraction"] >= 0.01 and r["mass_outside"] <= r["mass_outside_limit"]]
+        assert ok and len(ok) < len(curve)  # the constraint binds on this grid (small λ spill mass)
         assert est.selection_["chosen"][key] == pick(r[key] for r in ok)
         assert est.lam_ >= est.selection_["chosen"]["lam"]  # raised only upwards, if at all
 
@@ -310,3 +312,16 @@ def test_support_box_and_heldout_rate():
     np.testing.assert_allclose(box.lower, norm.ppf(0.001), atol=0.05)
     assert box.rate_outside == pytest.approx(1 - 0.998**3, abs=0.002)
     assert SupportBox.from_dict(box.to_dict()).to_dict() == box.to_dict()
+
+
+def test_kernel_exponential_family_normaliser_matches_quadrature():
+    from tgpflow import NystromKEF
+
+    X = _bimodal(2000, seed=4)
+    kef = NystromKEF(n_basis=40, lam=1e-2, base="gaussian", random_state=0).fit(X)
+    f = lambda t: np.exp(kef.log_density(np.array([[t]]))[0])  # noqa: E731
+    Z, _ = scipy.integrate.quad(f, -15, 15, limit=400, points=[-0.5, 2.0])
+    assert abs(kef.normalizer_.log_z - np.log(Z)) < 4 * kef.normalizer_.std_error + 1e-6
+    assert kef.fit_diagnostics_["warnings"] == []
+    with pytest.raises(ValueError, match="no finite normaliser"):
+        NystromKEF(n_basis=20, base="flat").fit(X).log_normalizer()

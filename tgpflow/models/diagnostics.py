@@ -29,22 +29,13 @@ from typing import Any
 
 from tgpflow.errors import DiagnosticWarning
 from tgpflow.solve.normalizer import NormalizerEstimate
-from tgpflow.stats.support import SupportBox
+from tgpflow.stats.support import OUTSIDE_FACTOR, OUTSIDE_FLOOR, SupportBox, mass_outside_limit
 
 __all__ = ["DiagnosticWarning", "MIN_ESS_FRACTION", "OUTSIDE_FACTOR", "OUTSIDE_FLOOR", "fit_diagnostics",
            "mass_outside_limit"]
 
 #: Smallest healthy ESS of the base proposals, as a share of the draws.
 MIN_ESS_FRACTION = 0.01
-#: The model may put up to this many times the data's share outside the support box ...
-OUTSIDE_FACTOR = 5.0
-#: ... or this much, whichever is larger (a smooth density spills a little over any box).
-OUTSIDE_FLOOR = 0.03
-
-
-def mass_outside_limit(data_outside: float) -> float:
-    """The largest acceptable model mass outside the support box, given the data's own share there."""
-    return max(OUTSIDE_FACTOR * data_outside, OUTSIDE_FLOOR)
 
 
 def fit_diagnostics(normalizer: NormalizerEstimate, box: SupportBox | None, *, what: str, fix: str,

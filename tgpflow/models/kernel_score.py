@@ -32,6 +32,9 @@ from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
 from tgpflow.models.blocked_score import BlockedScore
+from tgpflow.models.diagnostics import fit_diagnostics
+from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
+from tgpflow.stats.support import SupportBox
 from tgpflow.models.streaming import StreamingMixin, is_grid, is_positive
 from tgpflow.solve.kef import REGULARIZERS, diag_h, kef_h, kernel_heldout_loss, lite_r, spectral_solve, tikhonov_direct
 from tgpflow.solve.tgp import Base, base_from_moments
@@ -209,6 +212,7 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
                 pilot = pilot_sample(source, rows=self.pilot_rows, random_state=np.random.SeedSequence(self.random_state))
                 rows = pilot.rows
                 info.update(rows=rows.shape[0])
+            self._pilot_rows = rows
             if rows.shape[0] < 2:
                 raise ValueError(f"{source.description}: the pilot sample has {rows.shape[0]} row(s); the kernel "
                                  f"models need at least 2 samples (got 1 sample or fewer)")
@@ -278,15 +282,25 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None, basis: Any = None) -> ScoreEstimator:
         """Fit from any source; ``basis``: an (m, d) array of basis points or a NystromBasis."""
         self._check_params()
-        for attr in ("basis_", "stats_", "selection_"):
+        for attr in ("basis_", "stats_", "selection_", "support_"):
             if hasattr(self, attr):
                 delattr(self, attr)
+        self._pilot_rows = None
         stats = self.accumulate(X, columns=columns, basis=basis)
         self.n_rows_dropped_ = self.last_rows_dropped_
+        if self._pilot_rows is not None and self._pilot_rows.shape[0] > 1:
+            self.support_ = SupportBox.from_rows(self._pilot_rows)
+        self._pilot_rows = None
         return self.fit_from_stats(stats)
 
     def fit_from_stats(self, stats: KEFStats | DiagStats, basis: NystromBasis | None = None) -> ScoreEstimator:
-        """Solve from statistics (no data access); ``basis`` defaults to ``basis_``."""
+        """Solve from statistics (no data access); ``basis`` defaults to ``basis_``. A proper density
+        (Gaussian base, curl-free kernel) then gets its normaliser and fit diagnostics."""
+        self._solve_stats(stats, basis)
+        self._diagnose()
+        return self
+
+    def _solve_stats(self, stats: KEFStats | DiagStats, basis: NystromBasis | None) -> None:
         self._check_params()
         basis = basis if basis is not None else getattr(self, "basis_", None)
         if basis is None:
@@ -307,7 +321,48 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         self.bandwidth_ = basis.bandwidth
         self.base_ = base
         self._evaluator = KernelEvaluator(basis, self._kind, self.coef_, base)
-        return self
+
+    # -- normaliser and diagnostics -------------------------------------------------------
+    @property
+    def _normalisable(self) -> bool:
+        """A proper density with a Gaussian base to draw from: a curl-free (or lite) field on q0 = N(μ0, Σ0)."""
+        return self._kind != "diagonal" and self.base == "gaussian"
+
+    def log_normalizer(self, *, n_draws: int = DEFAULT_NORMALIZER_DRAWS, random_state: Any = None) -> NormalizerEstimate:
+        """log Z of ``f + log q0`` by importance sampling from q0 (weights e^f; :mod:`tgpflow.solve.normalizer`).
+
+        With a flat base the model is improper (e^f → 1 far from the basis: Z = ∞); a diagonal-kernel
+        score has no density.
+        """
+        check_is_fitted(self, "coef_")
+        if not self._normalisable:
+            raise ValueError(f"a {type(self).__name__} with kernel={self._kind!r} and base={self.base!r} has no finite "
+                             f"normaliser: fit with base='gaussian' (and a curl-free kernel)")
+        box = getattr(self, "support_", None)
+        seed = np.random.SeedSequence(self.random_state).spawn(3)[2] if random_state is None else random_state
+        return estimate_log_normalizer(self._evaluator.log_density, self.base_, n_draws=int(n_draws),
+                                       random_state=seed, outside=None if box is None else box.outside)
+
+    def _diagnose(self) -> None:
+        if not self._normalisable:
+            self.normalizer_ = None
+            self.fit_diagnostics_ = {"warnings": [], "note": "no normaliser: flat base or a diagonal kernel"}
+            return
+        with phase("diagnose", draws=DEFAULT_NORMALIZER_DRAWS):
+            self.normalizer_ = self.log_normalizer()
+        fix = f"raise lam (now {self.lam_:g})" + (" or use lam='auto'" if self.lam != "auto" else "")
+        self.fit_diagnostics_ = fit_diagnostics(self.normalizer_, getattr(self, "support_", None),
+                                                what=f"the {type(self).__name__} fit", fix=fix,
+                                                extra={"lam": self.lam_})
+
+    def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
+        """``n_samples`` draws of the Gaussian base q0 (MCMC starts; needs base='gaussian')."""
+        check_is_fitted(self, "coef_")
+        if self.base_ is None:
+            raise ValueError("a flat base has no draws: pass start points (init=...)")
+        rng = np.random.default_rng(self.random_state if random_state is None else random_state)
+        z = rng.standard_normal((int(n_samples), self.base_.mean.shape[0]))
+        return self.base_.mean + z @ np.linalg.cholesky(self.base_.cov).T
 
     def _chosen_lam(self) -> float:
         if self.lam != "auto":
@@ -404,6 +459,9 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
                 "selection": getattr(self, "selection_", None),
                 "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None,
                 "n_samples_seen": self.n_samples_seen_, "solver_info": self.solver_info_,
+                "normalizer": None if getattr(self, "normalizer_", None) is None else self.normalizer_.to_dict(),
+                "fit_diagnostics": getattr(self, "fit_diagnostics_", None),
+                "support": None if getattr(self, "support_", None) is None else self.support_.to_dict(),
                 "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
         return write_artifact(path, type(self).__name__, arrays, meta)
 
@@ -423,7 +481,11 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
             est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
         if meta.get("selection"):
             est.selection_ = meta["selection"]
-        est.fit_from_stats(stats, basis)
+        est._solve_stats(stats, basis)
+        est.normalizer_ = NormalizerEstimate.from_dict(meta["normalizer"]) if meta.get("normalizer") else None
+        est.fit_diagnostics_ = meta.get("fit_diagnostics") or {"warnings": []}
+        if meta.get("support"):
+            est.support_ = SupportBox.from_dict(meta["support"])
         if not np.allclose(est.coef_, arrays["fitted.coef_"], rtol=1e-8, atol=1e-12):
             raise ModelFileError(f"{path}: the stored coefficients do not match the solve of the stored statistics")
         return est
@@ -489,10 +551,16 @@ class NystromKEF(ScoreEstimator):
             mask[a, rng.choice(basis.n_dims, int(self.n_components), replace=False)] = True
         return NystromBasis(basis.Y, basis.bandwidth, basis.kernel_name, basis.shift, mask)
 
-    def log_density(self, X: Any) -> Any:
-        """Unnormalised log density f(x) + log q0(x), shape (n,)."""
+    def log_density(self, X: Any, *, normalized: bool = False) -> Any:
+        """Log density f(x) + log q0(x), shape (n,): unnormalised, or (``normalized=True``, Gaussian
+        base) minus the importance-sampling estimate of log Z in ``normalizer_``."""
         check_is_fitted(self, "coef_")
-        return self._map_rows(X, self._evaluator.log_density, per_row_dims=False)
+        values = self._map_rows(X, self._evaluator.log_density, per_row_dims=False)
+        if not normalized:
+            return values
+        if getattr(self, "normalizer_", None) is None:
+            raise ValueError("this model has no normaliser (flat base: improper); fit with base='gaussian'")
+        return values - self.normalizer_.log_z
 
     def score_samples(self, X: Any) -> Any:
         return self.log_density(X)

@@ -17,6 +17,7 @@ every grid point O(S²):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,10 +29,11 @@ from tgpflow.solve.normalizer import WeightSums, base_draw_blocks
 from tgpflow.solve.tgp import Base, fd_system, feature_moments_under_base
 from tgpflow.stats.moments import Moments
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, ks_by_direction
+from tgpflow.stats.support import SupportBox, mass_outside_limit
 from tgpflow.stats.tgp import TGPStats
 
 __all__ = ["DEFAULT_LAM_GRID", "DEFAULT_LOGLIK_LAM_GRID", "heldout_loss", "GridScorer", "MIN_SELECT_ESS_FRACTION",
-           "heldout_base_term", "score_tilts", "score_fvpd", "choose", "AUTO_BANDWIDTH_FACTORS", "AUTO_BANDWIDTH_ROWS", "pilot_bandwidth",
+           "heldout_base_term", "score_tilts", "score_fvpd", "healthy", "choose", "AUTO_BANDWIDTH_FACTORS", "AUTO_BANDWIDTH_ROWS", "pilot_bandwidth",
            "TooFewRowsError"]
 
 #: λ grid of ``lam="auto"`` with the Hyvärinen criterion: 19 values, 10⁻⁴ … 10², three per decade
@@ -99,31 +101,44 @@ def heldout_base_term(val_moments: Moments, base: Base) -> float:
 
 
 def _candidate_rows(sums: WeightSums, data_terms: np.ndarray, projections: ProjectionCounts | None,
-                    grid: ProjectionGrid | None) -> list[dict[str, float]]:
-    """Per candidate: held-out log-likelihood (data term − log Z), the normaliser and its ESS, and the
-    held-out sliced KS (median over the grid's directions) when projection counts are given."""
+                    grid: ProjectionGrid | None, box: SupportBox | None) -> list[dict[str, float]]:
+    """Per candidate: held-out log-likelihood (data term − log Z), the normaliser and its ESS, the
+    held-out sliced KS (median over the grid's directions) when projection counts are given, and the
+    normalised mass outside the support box (with its limit) when a box is given."""
     ks = None
     if projections is not None and grid is not None and sums.hist is not None:
         model = sums.hist.reshape(len(data_terms), grid.n_directions, grid.n_bins)
         ks = np.median(ks_by_direction(projections, model), axis=-1)
     rows = []
-    for j, est in enumerate(sums.estimates(False)):
+    for j, est in enumerate(sums.estimates(box is not None)):
         row = {"loglik": float(data_terms[j] - est.log_z), "ess_fraction": est.ess_fraction, "log_z": est.log_z,
                "log_z_se": est.std_error}
         if ks is not None:
             row["sliced_ks"] = float(ks[j])
+        if box is not None:
+            row.update(mass_outside=est.mass_outside, mass_outside_limit=mass_outside_limit(box.rate_outside))
         rows.append(row)
     return rows
 
 
+def _box_mask(box: SupportBox | None, data_units: Callable[[np.ndarray], np.ndarray] | None,
+              points: np.ndarray) -> np.ndarray | None:
+    if box is None:
+        return None
+    return box.outside(points if data_units is None else data_units(points))
+
+
 def score_tilts(val: TGPStats, features: RandomFourierFeatures, base: Base, thetas: np.ndarray, *, n_draws: int,
-                random_state: Any, projections: ProjectionCounts | None = None,
-                grid: ProjectionGrid | None = None) -> list[dict[str, float]]:
+                random_state: Any, projections: ProjectionCounts | None = None, grid: ProjectionGrid | None = None,
+                box: SupportBox | None = None,
+                data_units: Callable[[np.ndarray], np.ndarray] | None = None) -> list[dict[str, float]]:
     """Held-out scores of the normalised densities ``e^{θ_kᵀφ} N(μ, Σ)``, one per row θ_k.
 
     ``mean_val log p = θᵀψ_val/N_val − mean_val ½(x−μ)ᵀP(x−μ) − log Z(θ)`` with every log Z on the
     same seeded base draws (:mod:`tgpflow.solve.normalizer`); with the held-out rows' projection
-    counts, also the sliced KS between them and each candidate's importance-weighted draws.
+    counts, also the sliced KS between them and each candidate's importance-weighted draws; with the
+    training rows' support ``box`` (in the data's units, ``data_units`` mapping the draws there),
+    each candidate's normalised mass outside it.
     """
     if val.n == 0:
         raise ValueError("the validation part has no rows; raise validation_fraction or add rows")
@@ -134,14 +149,17 @@ def score_tilts(val: TGPStats, features: RandomFourierFeatures, base: Base, thet
         phi, _ = features.transform(points)
         r = points - base.mean
         quad = 0.5 * np.einsum("nd,nd->n", r @ base.precision, r)
-        sums.add(phi @ thetas.T - (quad + log_base)[:, None], points, bins=grid.bins(points) if hist else None)
+        sums.add(phi @ thetas.T - (quad + log_base)[:, None], points, _box_mask(box, data_units, points),
+                 bins=grid.bins(points) if hist else None)
     data = thetas @ val.psi / val.n - heldout_base_term(val.moments, base)
-    return _candidate_rows(sums, data, projections, grid)
+    return _candidate_rows(sums, data, projections, grid, box)
 
 
 def score_fvpd(val: TGPStats, features: RandomFourierFeatures, base: Base, A0: np.ndarray, b: np.ndarray,
                eta: float, lams: list[float], *, n_draws: int, random_state: Any,
-               projections: ProjectionCounts | None = None, grid: ProjectionGrid | None = None) -> list[dict[str, float]]:
+               projections: ProjectionCounts | None = None, grid: ProjectionGrid | None = None,
+               box: SupportBox | None = None,
+               data_units: Callable[[np.ndarray], np.ndarray] | None = None) -> list[dict[str, float]]:
     """Held-out scores of the normalised FVPD predictive densities at η for every λ (MATH.md §4), as
     :func:`score_tilts`.
 
@@ -169,21 +187,33 @@ def score_fvpd(val: TGPStats, features: RandomFourierFeatures, base: Base, A0: n
         r = points - base.mean
         quad = 0.5 * np.einsum("nd,nd->n", r @ base.precision, r)
         log_q = 0.5 * (pu * pu) @ inv.T - pu @ v_u.T - quad[:, None]
-        sums.add(log_q - log_base[:, None], points, bins=grid.bins(points) if hist else None)
+        sums.add(log_q - log_base[:, None], points, _box_mask(box, data_units, points),
+                 bins=grid.bins(points) if hist else None)
     c_u = np.einsum("sk,st,tk->k", U, val.phi_gram, U)  # diag(Uᵀ Σ_val φφᵀ U)
     data = (0.5 * inv @ c_u - (U @ v_u.T).T @ val.psi) / val.n - heldout_base_term(val.moments, base)
-    return _candidate_rows(sums, data, projections, grid)
+    return _candidate_rows(sums, data, projections, grid, box)
+
+
+def healthy(row: dict[str, float]) -> bool:
+    """A candidate whose normaliser is trustworthy (ESS ≥ :data:`MIN_SELECT_ESS_FRACTION` of the draws)
+    and which puts no more mass outside the training rows' support box than the fit diagnostics allow."""
+    return (row["ess_fraction"] >= MIN_SELECT_ESS_FRACTION
+            and row.get("mass_outside", 0.0) <= row.get("mass_outside_limit", 1.0))
 
 
 def choose(rows: list[dict[str, float]], criterion: str) -> int:
     """The best row by ``criterion`` — "loglik" (highest held-out log-likelihood), "sliced" (lowest held-out
-    sliced KS) or "hyvarinen" (lowest held-out Hyvärinen loss). For the first two, only rows whose
-    normaliser is trustworthy compete (ESS ≥ :data:`MIN_SELECT_ESS_FRACTION` of the draws); the largest
-    ESS wins when none is. Ties go to the earlier row."""
+    sliced KS) or "hyvarinen" (lowest held-out Hyvärinen loss). For the first two, only :func:`healthy`
+    rows compete: a criterion measured on data rows cannot see mass where there are none, so the
+    support is a constraint. Without a healthy row, the trustworthy row with the least mass outside
+    wins, else the largest ESS. Ties go to the earlier row."""
     if criterion == "hyvarinen":
         return min(range(len(rows)), key=lambda i: (rows[i]["loss"], i))
-    ok = [i for i, r in enumerate(rows) if r["ess_fraction"] >= MIN_SELECT_ESS_FRACTION]
+    ok = [i for i, r in enumerate(rows) if healthy(r)]
     if not ok:
+        trusted = [i for i, r in enumerate(rows) if r["ess_fraction"] >= MIN_SELECT_ESS_FRACTION]
+        if trusted:
+            return min(trusted, key=lambda i: (rows[i].get("mass_outside", 0.0), i))
         return max(range(len(rows)), key=lambda i: (rows[i]["ess_fraction"], -i))
     if criterion == "loglik":
         return max(ok, key=lambda i: (rows[i]["loglik"], -i))
@@ -206,7 +236,8 @@ AUTO_BANDWIDTH_ROWS = 30_000
 
 def pilot_bandwidth(train_rows: np.ndarray, val_rows: np.ndarray, features: RandomFourierFeatures,
                     gammas: list[float], lams: list[float], *, criterion: str, n_draws: int, random_state: Any,
-                    grid: ProjectionGrid, block_bytes: int) -> tuple[float, list[dict[str, float]]]:
+                    grid: ProjectionGrid, block_bytes: int,
+                    data_units: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[float, list[dict[str, float]]]:
     """The γ of ``gammas`` whose best FD fit (over ``lams``) scores best by ``criterion`` ("loglik" or
     "sliced"; "hyvarinen" uses the log-likelihood here) on held-out pilot rows. Every γ shares the draw
     (Z, c) and the normaliser's base draws. Returns γ and, per γ, its best row.
@@ -226,6 +257,7 @@ def pilot_bandwidth(train_rows: np.ndarray, val_rows: np.ndarray, features: Rand
     parts = compute(*[task(part, features.with_bandwidth(g), block_bytes) for g in gammas
                       for part in (train_rows, val_rows)])
     counts = projection_counts(val_rows, grid)
+    box = SupportBox.from_rows(data_units(train_rows) if data_units is not None else train_rows)
     best_rows = []
     for k, g in enumerate(gammas):
         feats, train, val = features.with_bandwidth(g), parts[2 * k], parts[2 * k + 1]
@@ -234,7 +266,7 @@ def pilot_bandwidth(train_rows: np.ndarray, val_rows: np.ndarray, features: Rand
         scorer = GridScorer(A0, b, val, feats, base)
         thetas = np.array([scorer.theta(lam * g * g) for lam in lams])
         scores = score_tilts(val, feats, base, thetas, n_draws=n_draws, random_state=random_state,
-                             projections=counts, grid=grid)
+                             projections=counts, grid=grid, box=box, data_units=data_units)
         rows_g = [dict(bandwidth=g, lam=lam, **sc) for lam, sc in zip(lams, scores, strict=True)]
         best_rows.append(rows_g[choose(rows_g, criterion)])
     chosen = best_rows[choose(best_rows, criterion)]
