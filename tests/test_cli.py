@@ -37,6 +37,26 @@ def test_fit_score_sample_info(tmp_path, rng):
     assert r.exit_code == 0 and json.loads(r.stdout)["columns"] == ["u", "v"]
 
 
+def test_fit_with_bounds_reports_diagnostics_and_info_shows_them(tmp_path, rng):
+    X = np.abs(rng.normal(size=(3000, 2))) + 0.05
+    write_parquet(tmp_path / "pos.parquet", X, ["u", "v"], row_group_size=1000)
+    runner = CliRunner()
+    model = str(tmp_path / "b.zarr")
+    r = runner.invoke(main, ["fit", str(tmp_path / "pos.parquet"), "--model", "fd", "--out", model, "--n-features", "32",
+                             "--bounds", "u:0:,v:0:", "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["diagnostics"]["warnings"] == [] and 0 < out["diagnostics"]["ess_fraction"] <= 1
+    info = json.loads(runner.invoke(main, ["info", model]).stdout)
+    assert info["bounds"] == {"u": [0.0, None], "v": [0.0, None]}
+    assert info["diagnostics"]["mass_outside"] == pytest.approx(out["diagnostics"]["mass_outside"])
+    r = runner.invoke(main, ["sample", model, "-n", "500", "--out", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 0 and json.loads(r.stdout)["ess_fraction"] > 0.01
+    assert pd.read_parquet(tmp_path / "s.parquet").to_numpy().min() > 0  # samples respect the bounds
+    r = runner.invoke(main, ["fit", str(tmp_path / "pos.parquet"), "--out", model, "--bounds", "u:zero:"])
+    assert r.exit_code == 2 and "--bounds" in r.output
+
+
 def test_exit_codes_and_nothing_written_on_failure(tmp_path, rng):
     src, _ = _data(tmp_path, rng, bad=True)
     runner = CliRunner()

@@ -189,7 +189,7 @@ def score_fvpd(val: TGPStats, features: RandomFourierFeatures, base: Base, A0: n
         log_q = 0.5 * (pu * pu) @ inv.T - pu @ v_u.T - quad[:, None]
         sums.add(log_q - log_base[:, None], points, _box_mask(box, data_units, points),
                  bins=grid.bins(points) if hist else None)
-    c_u = np.einsum("sk,st,tk->k", U, val.phi_gram, U)  # diag(Uᵀ Σ_val φφᵀ U)
+    c_u = np.einsum("sk,sk->k", U, val.phi_gram @ U)  # diag(Uᵀ Σ_val φφᵀ U), one GEMM
     data = (0.5 * inv @ c_u - (U @ v_u.T).T @ val.psi) / val.n - heldout_base_term(val.moments, base)
     return _candidate_rows(sums, data, projections, grid, box)
 
