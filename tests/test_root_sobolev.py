@@ -133,3 +133,18 @@ def test_smoothness_selection_reports_the_curve(fitted):
     assert [c["a"] for c in curve] == [0.5, 2.0, 8.0]
     finite = [c for c in curve if c["converged"]]
     assert est.smoothness_ == min(finite, key=lambda c: c["heldout_hyvarinen"])["a"]
+
+
+def test_radial_sampler_is_finite_and_beta_prime_in_high_dimension():
+    """d = 75, m_s = 38: Gamma(1/76) underflows to 0 in plain float64 draws; the log-space draw keeps
+    every frequency finite and 1/(1 + v), v = ‖2πz‖^{2m_s}, follows Beta(1 − d/2m_s, d/2m_s) (tested on
+    this side because v/(1 + v) rounds to 1 for most draws)."""
+    import scipy.stats as ss
+
+    d, m, T = 75, 38, 200_000
+    f = draw_sdo_features(T, d, m_s=m, random_state=0)
+    assert np.all(np.isfinite(f.Z))
+    w = sp.expit(-2 * m * np.log(np.linalg.norm(f.Z, axis=1)))
+    k = d / (2 * m)
+    assert ss.kstest(w, ss.beta(1 - k, k).cdf).statistic < 1.63 / np.sqrt(T)  # 1% critical value
+    assert np.count_nonzero(np.random.default_rng(0).standard_gamma(1 - k, T) == 0) > 0  # the failure it guards
