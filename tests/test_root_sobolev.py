@@ -148,3 +148,78 @@ def test_radial_sampler_is_finite_and_beta_prime_in_high_dimension():
     k = d / (2 * m)
     assert ss.kstest(w, ss.beta(1 - k, k).cdf).statistic < 1.63 / np.sqrt(T)  # 1% critical value
     assert np.count_nonzero(np.random.default_rng(0).standard_gamma(1 - k, T) == 0) > 0  # the failure it guards
+
+
+def test_whitening_gives_identity_pilot_covariance_drops_collinear_and_constant_columns():
+    from tgpflow.features.whiten import whitening
+
+    rng = np.random.default_rng(4)
+    A = rng.normal(size=(800, 4)) @ rng.normal(size=(4, 4))
+    X = np.column_stack([A, A[:, 0] - 3 * A[:, 2], np.full(800, 7.0)])  # col 4 collinear, col 5 constant
+    wh = whitening(X)
+    assert wh.rank == 4 and 5 not in wh.columns
+    u = wh.transform(X)
+    np.testing.assert_allclose(u.mean(axis=0), 0, atol=1e-12)
+    np.testing.assert_allclose(u.T @ u / len(X), np.eye(4), atol=1e-10)
+    # Mahalanobis distances on the rows' span agree with the pseudo-inverse of the covariance
+    dx = X[:20] - X[20:40]
+    maha = np.einsum("ij,jk,ik->i", dx, np.linalg.pinv(np.cov(X.T, bias=True), rcond=1e-10), dx)
+    np.testing.assert_allclose(np.sum((wh.transform(X[:20]) - wh.transform(X[20:40])) ** 2, axis=1), maha, rtol=1e-8)
+
+
+def test_whitened_rsr_is_invariant_to_column_scale_and_shift_and_folds_a_whitening_into_z():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(1500, 3)) @ np.array([[1.0, 0.8, 0.0], [0.0, 0.5, 0.3], [0.0, 0.0, 0.2]])
+    s, c = np.array([1e3, 0.02, 5.0]), np.array([-4.0, 100.0, 0.5])
+    kw = dict(n_features=128, smoothness=1.0, random_state=3)
+    est = RootSobolevDensity(**kw).fit(X)
+    est2 = RootSobolevDensity(**kw).fit(X * s + c)
+    x = rng.normal(size=(50, 3))
+    # equal up to float rounding (phases of angles ~10³ and ~20 iterations): 1e-6, vs O(1) without whitening
+    np.testing.assert_allclose(est2.log_density(x * s + c), est.log_density(x), rtol=1e-6)
+    np.testing.assert_allclose(est2.grad_log_density(x * s + c) * s, est.grad_log_density(x), rtol=1e-6, atol=1e-5)
+    # Z = G W with W Σ Wᵀ = I: Z Σ Zᵀ = G Gᵀ for the unwhitened draw G (any whitening W qualifies)
+    G = draw_sdo_features(128, 3, m_s=est.order_, random_state=3).Z
+    Z = est.features_.Z
+    np.testing.assert_allclose(Z @ np.cov(X.T, bias=True) @ Z.T, G @ G.T, rtol=1e-9, atol=1e-9)
+    # without whitening the fit does depend on the column scales
+    raw = RootSobolevDensity(whiten=False, **kw)
+    assert not np.allclose(raw.fit(X * s + c).log_density(x * s + c), raw.fit(X).log_density(x), rtol=1e-3)
+
+
+def test_iteration_is_monotone_where_the_plain_fixed_point_step_raises_the_loss():
+    """Heavy-tailed rows and a small RFF draw: the plain step w ← ½w + ½g/N from the KDE start raises
+    L (2.26 → 3.43); the fit rejects such steps, so its losses never rise, rows with f ≤ 0 are never
+    added, and the reported loss is L of the returned w (recomputed from the raw cosines)."""
+    rng = np.random.default_rng(5)
+    X = np.exp(rng.normal(size=(3000, 3)) * [1.0, 0.5, 1.5])
+    est = RootSobolevDensity(n_features=128, random_state=5, max_iter=300).fit(X)
+    phi, _ = phi_raw(X, est.features_.Z, est.features_.c, est.features_.gamma)  # √(2/T) cos(·)
+    loss = lambda v: -np.mean(np.log((phi @ v) ** 2)) + v @ v  # noqa: E731
+    w0 = phi.sum(axis=0)
+    w0 /= np.linalg.norm(w0)
+    w1 = 0.5 * w0 + 0.5 * phi.T @ (1 / (phi @ w0)) / len(X)
+    assert loss(w1) > loss(w0) + 0.5  # the unguarded step
+    info = est.fit_info_
+    assert info["converged"] and info["rejected_steps"] > 0
+    assert np.all(np.diff(info["history"]) <= 1e-12) and info["history"][0] == pytest.approx(loss(w0), rel=1e-10)
+    assert info["loss"] == pytest.approx(loss(est.coef_), rel=1e-10) and info["loss"] < loss(w0)
+    assert info["nonpositive_rows"] <= np.count_nonzero(phi @ w0 <= 0)
+
+
+def test_selection_warns_when_the_exact_hyvarinen_loss_has_infinite_variance(fitted, caplog):
+    """J = mean 2Δf/f with Δf = −Σ w_t‖z_t‖²φ_t: its spread over feature draws needs E‖z‖⁴ < ∞,
+    i.e. 2m_s > d + 4; below that, two draws give very different J at the same a."""
+    X, _ = fitted
+    with caplog.at_level("WARNING", logger="tgpflow"):
+        RootSobolevDensity(n_features=64, smoothness=[1.0, 4.0], max_iter=30).fit(X[:600])
+    assert any("infinite variance" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="tgpflow"):
+        RootSobolevDensity(n_features=64, smoothness=[1.0, 4.0], order=4, max_iter=30).fit(X[:600])
+    assert not any("infinite variance" in r.getMessage() for r in caplog.records)
+    # the spectral tail itself: P(‖z‖ > r) ~ r^{−(2m_s − d)}, so ‖z‖² has a heavy tail at m_s = 2, d = 2
+    heavy = draw_sdo_features(20_000, 2, m_s=2, random_state=0).Z
+    light = draw_sdo_features(20_000, 2, m_s=4, random_state=0).Z
+    share = lambda Z: np.sort(np.sum(Z**2, 1))[-20:].sum() / np.sum(Z**2)  # noqa: E731  top 0.1% of ‖z‖²
+    assert share(heavy) > 0.3 > 0.05 > share(light)

@@ -5,9 +5,13 @@ natural-gradient iteration ``w ← (1 − 2η)w + 2η g/N``, ``g = Σ φ(x_i)/f(
 non-negative KDE initialisation ``w₀ ∝ Σφ(x_i)/N``. Every iteration is one map-reduce over the
 rows (:mod:`tgpflow.stats.rsr`); the rows are kept in memory between iterations when they fit
 ``persist_bytes`` (persisted on the workers under a distributed client, computed once
-otherwise) and re-streamed from the source when they do not — the log says which. Iterations
-stop when the relative change of L falls below ``tol``; the number of rows with f ≤ 0 (the
-RFF SDO kernel takes negative values, so f can change sign) is reported.
+otherwise) and re-streamed from the source when they do not — the log says which. The
+iteration is monotone: a step that raises L, or adds rows with f ≤ 0, is rejected and retried
+with half the step (it grows back to η after two accepted steps); since −log f(x_i)² is a barrier,
+f keeps its sign on every training row, the cone on which L is convex. Iterations stop when an
+accepted step, scaled to a full step η, lowers L by less than ``tol`` (relative); each candidate
+step is one pass. The number of rows with
+f ≤ 0 (the RFF SDO kernel takes negative values, so the KDE start can have some) is reported.
 
 The smoothness a is given, or selected from a list by the held-out Hyvärinen loss in its exact
 streamed form ``J = mean 2Δf/f`` (MATH.md D6; no Hutchinson probes) on rows held out by the
@@ -15,6 +19,18 @@ row-hash split: ``a_rule="min"`` (the smallest J) or ``"largest_local_min"`` (se
 the stable local minimum at the largest a). ``method="kde_sdo"`` is the KDE-SDO baseline
 ``p ∝ φ(x)ᵀΣφ(x_i)/N`` from the same features. Anomaly scores: ``−log p`` with a threshold at
 the ``threshold_quantile`` of the training rows (:class:`~tgpflow.models.anomaly.AnomalyMixin`).
+
+Input scale (``whiten=True``, the default): the SDO kernel acts on the pilot-whitened input
+``u = W(x − μ)`` (:mod:`tgpflow.features.whiten`; W from the pivoted Cholesky factor of the pilot
+correlation matrix, numerically collinear and constant columns dropped), i.e. it is a kernel of
+the Mahalanobis distance, and m_s and d in MATH.md §8 refer to rank(W). W is folded into the
+frequencies (``Z ← Z W``), so the iteration, score and Laplacian are unchanged. The fit is then
+invariant to per-column scale and shift, and a = 1 means a kernel scale of one standard deviation
+along every principal direction of the data. Why (benchmarks/adbench.py, seed 004's anomaly
+setting): on z-scored but correlated columns the kernel sees a few high-variance directions and
+ignores the low-variance ones in which many anomalies break the columns' linear relations.
+The kernel width is ``a^{1/2m_s}``: a grid of a must be spread over many decades to move the
+width at all in high d (``a = b^{2m_s}`` for a width b).
 """
 
 from __future__ import annotations
@@ -30,7 +46,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from tgpflow.backend import resolve_device
+from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.sdo import default_order, draw_sdo_features, sdo_width
+from tgpflow.features.whiten import Whitening, whitening
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
@@ -81,6 +99,21 @@ class _Rows:
         return compute(tree_reduce([task(b, *shared) for b in self.blocks], 8))[0]
 
 
+class _CentredDraw:
+    """One frequency draw ``Z`` (whitening folded in) and phases b for the centred input: the
+    features at smoothness a are ``cos(Z(x − μ)/γ + b)``, ``γ = a^{1/2m_s}`` (MATH.md §8), stored as
+    :class:`RandomFourierFeatures` with ``c = b − Zμ/γ`` and shift μ. Drawing b for x − μ rather
+    than for x makes the draw itself, not only its kernel, invariant to a shift of the data."""
+
+    def __init__(self, Z: np.ndarray, phase: np.ndarray, centre: np.ndarray, m_s: int, seed: int | None):
+        self.Z, self.phase, self.centre, self.m_s, self.seed = Z, phase, centre, m_s, seed
+
+    def at(self, a: float) -> RandomFourierFeatures:
+        gamma = sdo_width(a, self.m_s)
+        c = np.mod(self.phase - (self.Z @ self.centre) / gamma, 2 * np.pi)
+        return RandomFourierFeatures(Z=self.Z, c=c, gamma=gamma, shift=self.centre, seed=self.seed)
+
+
 class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     """Root-Sobolev density (seed 004) with SDO random features; see the module docstring.
 
@@ -89,15 +122,17 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     method : {"rsr", "kde_sdo"}
     n_features : int, T.
     smoothness : float or list of floats — a; a list is selected by the held-out Hyvärinen loss.
-    order : "auto" or int — m_s > d/2 ("auto": ⌊d/2⌋ + 1).
+    order : "auto" or int — m_s > d/2 ("auto": ⌊d/2⌋ + 1; d = the whitened rank when ``whiten``).
+    whiten : bool — the kernel of the pilot-whitened input (Mahalanobis distance), or of x as given.
     a_rule : {"min", "largest_local_min"} — how a is picked from a list.
-    max_iter, tol, step : the natural-gradient iteration (η = step < ½).
+    max_iter, tol, step : the natural-gradient iteration (η = step < ½; at most max_iter passes).
     persist_bytes : keep the rows in memory between iterations up to this size.
     validation_fraction, threshold_quantile, pilot_rows, on_bad_rows, block_bytes, random_state, device.
     """
 
     def __init__(self, *, method: str = "rsr", n_features: int = 2000, smoothness: float | list[float] = 1.0,
-                 order: str | int = "auto", a_rule: str = "min", max_iter: int = 200, tol: float = 1e-6,
+                 order: str | int = "auto", whiten: bool = True, a_rule: str = "min", max_iter: int = 200,
+                 tol: float = 1e-6,
                  step: float = 0.25, persist_bytes: int = 2**30, validation_fraction: float = 0.2,
                  threshold_quantile: float = 0.01, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, random_state: int | None = 0, device: str = "auto"):
@@ -105,6 +140,7 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.n_features = n_features
         self.smoothness = smoothness
         self.order = order
+        self.whiten = whiten
         self.a_rule = a_rule
         self.max_iter = max_iter
         self.tol = tol
@@ -126,6 +162,8 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         grid = self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness]
         if not grid or not all(isinstance(a, numbers.Real) and math.isfinite(a) and a > 0 for a in grid):
             raise ValueError(f"smoothness must be a positive number or a list of them; got {self.smoothness!r}")
+        if not isinstance(self.whiten, (bool, np.bool_)):
+            raise ValueError(f"whiten must be True or False; got {self.whiten!r}")
         if self.a_rule not in ("min", "largest_local_min"):
             raise ValueError(f"a_rule must be 'min' or 'largest_local_min'; got {self.a_rule!r}")
         if not 0 < self.step < 0.5:
@@ -148,15 +186,20 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         if pilot.rows.shape[0] < 2:
             raise ValueError(f"{source.description}: needs at least 2 samples (got 1 sample or fewer)")
         d = source.n_columns
-        self.order_ = default_order(d) if self.order == "auto" else int(self.order)
-        base = draw_sdo_features(int(self.n_features), d, m_s=self.order_, a=1.0, shift=pilot.rows.mean(axis=0),
-                                 random_state=self.random_state)
+        if self.whiten:
+            wh = whitening(pilot.rows)
+        else:
+            wh = Whitening(shift=pilot.rows.mean(axis=0), matrix=np.eye(d), columns=np.arange(d))
+        self.whitening_ = {"whitened": bool(self.whiten), "rank": wh.rank, "columns": [int(c) for c in wh.columns]}
+        self.order_ = default_order(wh.rank) if self.order == "auto" else int(self.order)
+        draw = draw_sdo_features(int(self.n_features), wh.rank, m_s=self.order_, a=1.0, random_state=self.random_state)
+        base = _CentredDraw(Z=draw.Z @ wh.matrix, phase=draw.c, centre=wh.shift, m_s=self.order_, seed=draw.seed)
         grid = [float(a) for a in (self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness])]
         if len(grid) > 1 and self.method == "rsr":
             self.smoothness_, self.selection_ = self._select(source, base, grid)
         else:
             self.smoothness_ = grid[0]
-        self.features_ = base.with_bandwidth(sdo_width(self.smoothness_, self.order_))
+        self.features_ = base.at(self.smoothness_)
         rows = _Rows(source, int(self.persist_bytes), None, 0.0)
         logger.info("RSR rows are %s", rows.where)
         self.rows_held_ = rows.where
@@ -175,35 +218,63 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         if self.method == "kde_sdo":
             return w, {"n": n, "iterations": 0, "method": "kde_sdo"}
         w = w / np.linalg.norm(w)
-        history, eta = [], float(self.step)
-        converged = False
-        for it in range(1, int(self.max_iter) + 1):
-            st: RSRIterStats = rows.reduce(rsr_chunk_stats, features, w, int(self.block_bytes))
-            loss = -st.sum_log_f2 / st.n + float(w @ w)
+        eta_max = float(self.step)
+        eta, converged, rejected, streak = eta_max, False, 0, 0
+        st: RSRIterStats = rows.reduce(rsr_chunk_stats, features, w, int(self.block_bytes))
+        loss = -st.sum_log_f2 / st.n + float(w @ w)
+        history = [{"loss": loss, "nonpositive": st.n_nonpositive}]
+        it = 0
+        while it < int(self.max_iter):
+            # one pass per candidate. Monotone: a step that raises L (or adds rows with f ≤ 0) is
+            # rejected and retried from the same w with half the step. −log f(x_i)² is a barrier at
+            # f(x_i) = 0, so accepted steps keep the sign of f on every row (MATH.md §8: L is convex
+            # on that cone) — the plain fixed-point step of seed 004 leaves it on the RFF kernel,
+            # whose negative values make g = Σφ/f jump (measured: L 2.37 → 5.82 in one step).
+            it += 1
+            cand = (1 - 2 * eta) * w + 2 * eta * st.g / st.n
+            st_c = rows.reduce(rsr_chunk_stats, features, cand, int(self.block_bytes))
+            loss_c = -st_c.sum_log_f2 / st_c.n + float(cand @ cand)
+            # (a rounding margin: at the fixed point the full step returns w and L to the last bits)
+            if not (loss_c <= loss + 1e-12 * max(1.0, abs(loss)) and st_c.n_nonpositive <= st.n_nonpositive):
+                rejected += 1
+                streak = 0
+                eta /= 2
+                if eta < 1e-8:  # no descent along the natural gradient: a stationary point to rounding
+                    converged = True
+                    break
+                continue
+            change = (loss - loss_c) * eta_max / eta  # the decrease scaled to a full step
+            w, st, loss = cand, st_c, loss_c
             history.append({"loss": loss, "nonpositive": st.n_nonpositive})
-            if len(history) > 1 and abs(history[-2]["loss"] - loss) <= self.tol * max(1.0, abs(loss)):
+            streak += 1
+            if change <= self.tol * max(1.0, abs(loss)):
                 converged = True
                 break
-            if len(history) > 1 and loss > history[-2]["loss"]:
-                # the loss went up: rows with f near 0 make g jump and the fixed-point map cycle;
-                # a smaller step damps the cycle (the fixed point, w = g/N, does not depend on η)
-                eta = max(eta / 2, 1e-4)
-            w = (1 - 2 * eta) * w + 2 * eta * st.g / st.n
+            if streak >= 2:  # grow back after two accepted steps in a row (not after each: that
+                eta = min(2 * eta, eta_max)  # alternates accept/reject and doubles the passes)
         nonpos = history[-1]["nonpositive"]
         if not converged:
-            logger.warning("RSR did not converge in %d iterations (a = %.3g)", self.max_iter, features.gamma)
+            logger.warning("RSR did not converge in %d iterations (kernel width a^(1/2m_s) = %.3g)", self.max_iter,
+                           features.gamma)
         # w ↔ −w is a symmetry (p = f²): the rows on the minority side of f's sign are its sign changes
         return w, {"n": n, "iterations": it, "converged": converged, "loss": history[-1]["loss"], "final_step": eta,
+                   "rejected_steps": rejected, "residual": float(np.linalg.norm(st.g / st.n - w) / np.linalg.norm(w)),
                    "nonpositive_rows": nonpos, "sign_change_rows": min(nonpos, n - nonpos),
                    "norm_w": float(np.linalg.norm(w)), "history": [h["loss"] for h in history]}
 
     def _select(self, source: Source, base: Any, grid: list[float]) -> tuple[float, dict[str, Any]]:
+        k = int(self.whitening_["rank"])
+        if 2 * self.order_ <= k + 4:
+            # the RFF Laplacian Σ w_t‖z_t‖²φ_t needs E‖z‖⁴ < ∞, i.e. 2m_s > d + 4; the default m_s = ⌊d/2⌋ + 1
+            # has E‖z‖² = ∞ (spectral tail ‖z‖^{d−1−2m_s}), so J is dominated by the few largest frequencies
+            logger.warning("held-out Hyvärinen loss with order m_s = %d <= d/2 + 2 (d = %d): its value has infinite "
+                           "variance over the feature draw; use order >= %d to select a", self.order_, k, k // 2 + 3)
         fraction = float(self.validation_fraction)
         train = _Rows(source, int(self.persist_bytes), "train", fraction)
         val = _Rows(source, int(self.persist_bytes), "val", fraction)
         curve = []
         for a in sorted(grid):
-            feats = base.with_bandwidth(sdo_width(a, self.order_))
+            feats = base.at(a)
             w, info = self._iterate(train, feats)
             st = val.reduce(rsr_chunk_stats, feats, w, int(self.block_bytes))
             curve.append({"a": a, "heldout_hyvarinen": st.sum_hyvarinen / st.n, "iterations": info["iterations"],
@@ -299,6 +370,7 @@ def _save(est: RootSobolevDensity, path: Any) -> Any:
             "smoothness": est.smoothness_, "order": est.order_, "n_samples_seen": est.n_samples_seen_,
             "fit_info": {k: v for k, v in est.fit_info_.items() if k != "history"},
             "anomaly_threshold": getattr(est, "anomaly_threshold_", None), "selection": getattr(est, "selection_", None),
+            "whitening": getattr(est, "whitening_", None),
             "feature_names_in": [str(c) for c in getattr(est, "feature_names_in_", [])] or None}
     return write_artifact(path, "RootSobolevDensity", arrays, meta)
 
@@ -320,6 +392,8 @@ def _from_artifact(arrays: dict[str, Any], meta: dict[str, Any], path: Any) -> R
         est.anomaly_threshold_ = float(meta["anomaly_threshold"])
     if meta.get("selection"):
         est.selection_ = meta["selection"]
+    if meta.get("whitening"):
+        est.whitening_ = meta["whitening"]
     if meta.get("feature_names_in"):
         est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
     return est
