@@ -167,24 +167,46 @@ def test_whitening_gives_identity_pilot_covariance_drops_collinear_and_constant_
     np.testing.assert_allclose(np.sum((wh.transform(X[:20]) - wh.transform(X[20:40])) ** 2, axis=1), maha, rtol=1e-8)
 
 
-def test_whitened_rsr_is_invariant_to_column_scale_and_shift_and_folds_a_whitening_into_z():
+@pytest.mark.parametrize("whiten", ["robust", "classical"])
+def test_whitened_rsr_is_invariant_to_column_scale_and_shift_and_folds_a_whitening_into_z(whiten):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(1500, 3)) @ np.array([[1.0, 0.8, 0.0], [0.0, 0.5, 0.3], [0.0, 0.0, 0.2]])
     s, c = np.array([1e3, 0.02, 5.0]), np.array([-4.0, 100.0, 0.5])
-    kw = dict(n_features=128, smoothness=1.0, random_state=3)
+    kw = dict(n_features=128, smoothness=1.0, random_state=3, whiten=whiten)
     est = RootSobolevDensity(**kw).fit(X)
     est2 = RootSobolevDensity(**kw).fit(X * s + c)
     x = rng.normal(size=(50, 3))
     # equal up to float rounding (phases of angles ~10³ and ~20 iterations): 1e-6, vs O(1) without whitening
     np.testing.assert_allclose(est2.log_density(x * s + c), est.log_density(x), rtol=1e-6)
     np.testing.assert_allclose(est2.grad_log_density(x * s + c) * s, est.grad_log_density(x), rtol=1e-6, atol=1e-5)
-    # Z = G W with W Σ Wᵀ = I: Z Σ Zᵀ = G Gᵀ for the unwhitened draw G (any whitening W qualifies)
-    G = draw_sdo_features(128, 3, m_s=est.order_, random_state=3).Z
-    Z = est.features_.Z
-    np.testing.assert_allclose(Z @ np.cov(X.T, bias=True) @ Z.T, G @ G.T, rtol=1e-9, atol=1e-9)
+    if whiten == "classical":  # Z = G W with W Σ Wᵀ = I: Z Σ Zᵀ = G Gᵀ for the unwhitened draw G (any such W)
+        G = draw_sdo_features(128, 3, m_s=est.order_, random_state=3).Z
+        Z = est.features_.Z
+        np.testing.assert_allclose(Z @ np.cov(X.T, bias=True) @ Z.T, G @ G.T, rtol=1e-9, atol=1e-9)
     # without whitening the fit does depend on the column scales
-    raw = RootSobolevDensity(whiten=False, **kw)
+    raw = RootSobolevDensity(**{**kw, "whiten": "none"})
     assert not np.allclose(raw.fit(X * s + c).log_density(x * s + c), raw.fit(X).log_density(x), rtol=1e-3)
+
+
+def test_robust_whitening_is_the_bulk_moments_and_agrees_with_scikit_learn_mcd():
+    """10% gross outliers: the robust W whitens the bulk — its location and covariance match the
+    clean rows' true N(0, AᵀA) to sampling error, where the classical ones do not — and agree with
+    scikit-learn's reweighted MinCovDet (FastMCD, random starts) at the same support fraction."""
+    from sklearn.covariance import MinCovDet
+
+    from tgpflow.features.whiten import whitening
+
+    rng = np.random.default_rng(6)
+    A = np.array([[1.0, 0.5, 0.0], [0.0, 1.0, 0.3], [0.0, 0.0, 1.0]])
+    X = np.concatenate([rng.normal(size=(1800, 3)) @ A, rng.normal(size=(200, 3)) * 4 + 8])
+    for trim, close in ((0.25, True), (0.0, False)):
+        wh = whitening(X, trim=trim)
+        cov = np.linalg.inv(wh.matrix.T @ wh.matrix)
+        assert (np.allclose(wh.shift, 0, atol=0.1) and np.allclose(cov, A.T @ A, atol=0.12)) == close
+    wh = whitening(X, trim=0.25)
+    mcd = MinCovDet(support_fraction=0.75, random_state=0).fit(X)
+    np.testing.assert_allclose(wh.shift, mcd.location_, atol=0.03)
+    np.testing.assert_allclose(np.linalg.inv(wh.matrix.T @ wh.matrix), mcd.covariance_, atol=0.05)
 
 
 def test_iteration_is_monotone_where_the_plain_fixed_point_step_raises_the_loss():
@@ -193,7 +215,7 @@ def test_iteration_is_monotone_where_the_plain_fixed_point_step_raises_the_loss(
     added, and the reported loss is L of the returned w (recomputed from the raw cosines)."""
     rng = np.random.default_rng(5)
     X = np.exp(rng.normal(size=(3000, 3)) * [1.0, 0.5, 1.5])
-    est = RootSobolevDensity(n_features=128, random_state=5, max_iter=300).fit(X)
+    est = RootSobolevDensity(n_features=128, random_state=5, max_iter=300, whiten="classical").fit(X)
     phi, _ = phi_raw(X, est.features_.Z, est.features_.c, est.features_.gamma)  # √(2/T) cos(·)
     loss = lambda v: -np.mean(np.log((phi @ v) ** 2)) + v @ v  # noqa: E731
     w0 = phi.sum(axis=0)

@@ -1,12 +1,22 @@
-"""Whitening of a kernel's input from pilot moments: the Mahalanobis SDO kernel of RSR (MATH.md §8).
+"""Whitening of a kernel's input from pilot rows: the Mahalanobis SDO kernel of RSR (MATH.md §8).
 
 ``u = W(x − μ)`` with ``W = L⁻¹ D^{−1/2}`` restricted to a numerically independent set of columns:
-μ and D = diag(var) are the pilot mean and variances, and ``P R P^T = L Lᵀ`` is the pivoted
+μ and D = diag(var) are the mean and variances of a set of rows, and ``P R P^T = L Lᵀ`` is the pivoted
 Cholesky factor of the pilot correlation matrix R (LAPACK ``dpstrf``). Pivoting stops when the
 largest remaining Schur-complement diagonal — the fraction of a column's variance not explained
 by the columns already kept — falls below ``tol``: such columns are linear in the kept ones on the
-pilot rows, and get weight 0 (so do constant columns). The pilot rows of u then have mean 0 and
+pilot rows, and get weight 0 (so do constant columns). The rows of u then have mean 0 and
 identity covariance in ``rank`` dimensions.
+
+Classical (``trim = 0``): the moments of all rows. Robust (``trim > 0``): the moments of the bulk —
+the reweighted minimum-covariance-determinant estimate (Rousseeuw & Van Driessen 1999) with
+h = ⌈(1 − trim)n⌉ rows: concentration steps from the classical estimate (keep the h rows of
+smallest ‖u‖², re-estimate, until the subset repeats; each step lowers the subset's covariance
+determinant), then one reweighting step with the rows whose ‖u‖² is within the χ²_rank 0.975
+quantile, after rescaling ‖u‖² so that its median matches χ²_rank's, and the consistency factor of
+that truncation at the normal. Unsupervised training rows
+contain the anomalies; their share of the moments stretches the classical W along them (heavy
+tails of annthyroid's hormone columns), which the robust W does not.
 
 A radial kernel of u is a kernel of the Mahalanobis distance ``‖W(x − y)‖``. Because W is built
 from the correlation matrix, it is equivariant to per-column scale and shift: with ``x' = s⊙x + c``
@@ -20,13 +30,18 @@ import dataclasses
 
 import numpy as np
 import scipy.linalg
+import scipy.stats
 from scipy.linalg import lapack
 
-__all__ = ["Whitening", "whitening", "WHITEN_TOL"]
+__all__ = ["Whitening", "whitening", "WHITEN_TOL", "ROBUST_TRIM"]
 
 #: Unexplained-variance fraction below which a column counts as linear in the others (a column
 #: kept at this level is amplified at most 10⁴-fold in u).
 WHITEN_TOL = 1e-8
+
+
+#: Share of rows the robust whitening may set aside (h = 75% of the rows define the bulk).
+ROBUST_TRIM = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,13 +60,44 @@ class Whitening:
         return (np.asarray(x, dtype=np.float64) - self.shift) @ self.matrix.T
 
 
-def whitening(rows: np.ndarray, tol: float = WHITEN_TOL) -> Whitening:
-    """The whitening of ``rows`` (n, d), n ≥ 2 (module docstring)."""
+def whitening(rows: np.ndarray, tol: float = WHITEN_TOL, trim: float = 0.0, max_steps: int = 50) -> Whitening:
+    """The whitening of ``rows`` (n, d), n ≥ 2: classical (trim = 0) or robust (module docstring)."""
     x = np.asarray(rows, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 2:
         raise ValueError(f"whitening needs an (n, d) array with n >= 2; got shape {x.shape}")
     if not 0 < tol < 1:
         raise ValueError(f"tol must be in (0, 1); got {tol!r}")
+    if not 0 <= trim <= 0.5:
+        raise ValueError(f"trim must be in [0, 1/2]; got {trim!r}")
+    wh = _moments_whitening(x, tol)
+    n = x.shape[0]
+    h = int(np.ceil((1.0 - trim) * n))
+    if trim == 0 or h >= n or h < 2:
+        return wh
+    subset = None
+    for _ in range(int(max_steps)):  # concentration steps
+        d2 = np.sum(wh.transform(x) ** 2, axis=1)
+        new = np.sort(np.argsort(d2, kind="stable")[:h])
+        if subset is not None and np.array_equal(new, subset):
+            break
+        subset = new
+        wh = _moments_whitening(x[subset], tol)
+    d2 = np.sum(wh.transform(x) ** 2, axis=1)
+    k = wh.rank
+    scaled = d2 * scipy.stats.chi2.ppf(0.5, k) / max(float(np.median(d2)), np.finfo(float).tiny)
+    inliers = scaled <= scipy.stats.chi2.ppf(0.975, k)
+    if np.count_nonzero(inliers) < 2:
+        return wh
+    wh = _moments_whitening(x[inliers], tol)
+    # consistency at the normal: the moments of rows within the χ²_k 0.975 quantile shrink the
+    # covariance by P(χ²_{k+2} ≤ q)/0.975 (Croux & Haesbroeck 1999)
+    k = wh.rank
+    shrink = scipy.stats.chi2.cdf(scipy.stats.chi2.ppf(0.975, k), k + 2) / 0.975
+    return Whitening(shift=wh.shift, matrix=wh.matrix * np.sqrt(shrink), columns=wh.columns)
+
+
+def _moments_whitening(x: np.ndarray, tol: float) -> Whitening:
+    """Classical whitening from the mean and covariance of the rows of x."""
     d = x.shape[1]
     mean = x.mean(axis=0)
     sd = x.std(axis=0)
