@@ -245,3 +245,21 @@ def test_selection_warns_when_the_exact_hyvarinen_loss_has_infinite_variance(fit
     light = draw_sdo_features(20_000, 2, m_s=4, random_state=0).Z
     share = lambda Z: np.sort(np.sum(Z**2, 1))[-20:].sum() / np.sum(Z**2)  # noqa: E731  top 0.1% of ‖z‖²
     assert share(heavy) > 0.3 > 0.05 > share(light)
+
+
+def test_robust_whitening_keeps_a_column_that_is_constant_on_the_bulk():
+    """A column that is 0 on 85% of the rows: the MCD bulk has no spread in it (an exact fit, where
+    plain concentration steps cycle between dropping and re-admitting it), but a deviation in it
+    must stay visible (appended as a z-score over all rows), with the other columns still robust."""
+    from tgpflow.features.whiten import whitening
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(2000, 3))
+    X[:, 2] = np.where(rng.random(2000) < 0.15, rng.exponential(size=2000), 0.0)
+    wh = whitening(X, trim=0.25)
+    assert wh.rank == 3 and sorted(wh.columns) == [0, 1, 2]
+    np.testing.assert_allclose(wh.matrix[2], [0, 0, 1 / X[:, 2].std()])  # the appended z-score
+    probe = np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 3.0]])
+    u = wh.transform(probe)
+    assert np.linalg.norm(u[1]) > np.linalg.norm(u[0]) + 3
+    np.testing.assert_allclose(wh.matrix[:2, :2], np.eye(2), atol=0.06)  # the bulk's block: its N(0, I)
