@@ -3,6 +3,8 @@
 import numpy as np
 import pandas as pd
 import pytest
+import pyarrow as pa
+import pyarrow.parquet as pq
 import zarr
 
 import dask.array as da
@@ -150,9 +152,10 @@ def test_pilot_is_uniform_over_rows(rng):
 
 def test_atomic_path_leaves_the_target_alone_on_failure(tmp_path):
     target = tmp_path / "out.parquet"
-    target.write_text("good")
-    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+    pq.write_table(pa.table({"x": [1.0]}).replace_schema_metadata({"tgpflow.output": "samples"}), target)
+    good = target.read_bytes()
+    with pytest.raises(RuntimeError), atomic_path(target, "samples") as tmp:
         tmp.write_text("half")
         raise RuntimeError("killed")
-    assert target.read_text() == "good"
+    assert target.read_bytes() == good
     assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]

@@ -192,6 +192,26 @@ def test_selection_criteria_choose_from_the_curve_they_record():
         assert est.lam_ >= est.selection_["chosen"]["lam"]  # raised only upwards, if at all
 
 
+def test_all_rows_fit_that_fails_the_candidates_support_check_gets_a_larger_lam():
+    X = _mixture(8_000, 2)
+    est = GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, random_state=0).fit(X)
+    lam, chosen = est.lam_, dict(est.selection_["chosen"])
+    assert chosen["mass_outside"] <= chosen["mass_outside_limit"]  # the chosen candidate passed on held-out rows
+    # the same model, as if its all-rows fit had spilled mass outside the box: λ goes one step up
+    # the grid, and the refit's own diagnostics are recomputed (not copied)
+    est.fit_diagnostics_ = dict(est.fit_diagnostics_, mass_outside=chosen["mass_outside_limit"] + 0.01)
+    assert est._raise_lam() == "outside"
+    assert est.lam_ == min(v for v in est._lam_grid() if v > lam)
+    theta_raised = est.theta_.copy()
+    est._diagnose(warn=False)
+    assert np.linalg.norm(theta_raised) < np.linalg.norm(
+        GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, lam=lam, random_state=0).fit(X).theta_)
+    # a chosen candidate that itself failed (no candidate passed) is not held to the check: no raise
+    est.selection_["chosen"] = dict(est.selection_["chosen"], mass_outside=1.0)
+    est.fit_diagnostics_ = dict(est.fit_diagnostics_, mass_outside=1.0)
+    assert not est._raise_lam()
+
+
 def test_too_few_rows_for_a_validation_part_fall_back_with_a_warning():
     X = np.random.default_rng(0).normal(size=(6, 2))
     with pytest.warns(DiagnosticWarning, match="no validation rows|fell back"):

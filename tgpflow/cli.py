@@ -50,10 +50,14 @@ def _setup_logging(level: str) -> None:
 
 @contextlib.contextmanager
 def _runtime_errors() -> Iterator[None]:
+    from tgpflow.errors import OutputExistsError
+
     try:
         yield
     except click.ClickException:
         raise
+    except OutputExistsError as exc:  # a refused --out is a usage error: exit 2, nothing touched
+        raise _Refused(str(exc)) from exc
     except _RUNTIME_ERRORS as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -141,6 +145,27 @@ _scheduler = click.option("--scheduler", default=None, metavar="ADDR",
                           help="Dask scheduler address or scheduler file; default: this machine (see --local).")
 _progress_opt = click.option("--progress", "progress_mode", default="auto", show_default=True,
                              type=click.Choice(["auto", "bar", "log", "none"]))
+
+
+class _Refused(click.ClickException):
+    """A request refused before any work (an --out that may not be replaced): exit 2, like a usage error."""
+
+    exit_code = 2
+
+
+def _check_out(out: str, kind: str, overwrite: bool) -> None:
+    """Refuse an --out that may not be replaced, before any work (tgpflow.io.outputs)."""
+    from tgpflow.errors import OutputExistsError
+    from tgpflow.io.outputs import check_replace
+
+    try:
+        check_replace(out, kind, overwrite=overwrite)
+    except OutputExistsError as exc:
+        raise _Refused(str(exc)) from exc
+
+
+_overwrite = click.option("--overwrite", is_flag=True, help="Replace --out if it already holds a tgpflow output of "
+                          "this kind (atomically). Nothing else is ever replaced.")
 _columns = click.option("--columns", default=None, help="Comma-separated column names.")
 _bad_rows = click.option("--on-bad-rows", default="raise", show_default=True, type=click.Choice(["raise", "drop"]))
 
@@ -157,6 +182,7 @@ def _split(columns: str | None) -> list[str] | None:
               help="A GP-tilted density method, nkef (Nyström kernel exponential family), score (kernel score "
                    "estimator), rsr (root-Sobolev density) or kde_sdo (its KDE baseline).")
 @click.option("--out", required=True, type=click.Path(dir_okay=True, file_okay=False), help="Model path (.zarr).")
+@_overwrite
 @_columns
 @_scheduler
 @click.option("--n-features", default=1000, show_default=True, type=click.IntRange(min=1))
@@ -195,7 +221,8 @@ def _split(columns: str | None) -> list[str] | None:
 def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
         lam: str | None, bandwidth: str | None, noise_levels: int, sigma_max: str, base: str | None, n_basis: int,
         smoothness: str, kernel: str, regularizer: str, device: str, precision: str, validation_fraction: float,
-        criterion: str, bounds_text: str | None, seed: int, on_bad_rows: str, local: str, progress_mode: str) -> None:
+        criterion: str, bounds_text: str | None, seed: int, on_bad_rows: str, local: str, progress_mode: str,
+        overwrite: bool) -> None:
     """Fit a model to SOURCE and write it to --out: a GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF
     baseline), a Nyström kernel exponential family (nkef) or a kernel score estimator (score)."""
     from tgpflow import GPTiltedDensity, NystromKEF, RootSobolevDensity, ScoreEstimator
@@ -204,6 +231,7 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
 
     if method in ("rsr", "kde_sdo"):
         a = _numbers(smoothness, "--smoothness")
+        _check_out(out, "model", overwrite)
         with _runtime_errors():
             src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
             est = RootSobolevDensity(method=method, n_features=n_features, smoothness=a[0] if len(a) == 1 else a,
@@ -211,7 +239,7 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
             t0 = time.perf_counter()
             with dask_client(scheduler, local=local) as client, _progress(progress_mode, client):
                 est.fit(src)
-            est.save(out)
+            est.save(out, overwrite=overwrite)
         click.echo(json.dumps({"model": out, "method": method, "rows": est.n_samples_seen_, "smoothness": est.smoothness_,
                                "fit": {k: v for k, v in est.fit_info_.items() if k != "history"},
                                "anomaly_threshold": est.anomaly_threshold_,
@@ -231,6 +259,7 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
     base = base or ("flat" if kernel_model else "empirical")
     if kernel_model != (base in ("flat", "gaussian")):
         raise click.BadParameter(f"{base!r} is not a base of --model {method}", param_hint="--base")
+    _check_out(out, "model", overwrite)  # after the options (usage errors first), before any work
     with _runtime_errors():
         src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
         if kernel_model:
@@ -248,7 +277,7 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
         t0 = time.perf_counter()
         with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client):
             est.fit(src)
-        est.save(out)
+        est.save(out, overwrite=overwrite)
         click.echo(json.dumps({
             "model": out, "method": method, "rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_,
             "columns": src.columns, "n_features": None if kernel_model else n_features, "bandwidth": est.bandwidth_,
@@ -301,12 +330,13 @@ def _numbers(text: str, hint: str, single: bool = False) -> Any:
 @click.argument("model")
 @click.argument("source")
 @click.option("--out", required=True, help="Output Parquet dataset (a directory), written atomically.")
+@_overwrite
 @_columns
 @_scheduler
 @_bad_rows
 @_progress_opt
-def score(model: str, source: str, out: str, columns: str | None, scheduler: str | None, on_bad_rows: str,
-          progress_mode: str) -> None:
+def score(model: str, source: str, out: str, overwrite: bool, columns: str | None, scheduler: str | None,
+          on_bad_rows: str, progress_mode: str) -> None:
     """Stream SOURCE through MODEL and write per-row log density, anomaly score (−log p) and, when the
     model learned a threshold at fit time, the anomaly flag, as Parquet."""
     import dask.dataframe as dd
@@ -316,6 +346,7 @@ def score(model: str, source: str, out: str, columns: str | None, scheduler: str
     from tgpflow.io.sources import as_source
     from tgpflow.stats.reduce import compute
 
+    _check_out(out, "scores", overwrite)
     with _runtime_errors():
         est = _load(model)
         if not hasattr(est, "log_density"):
@@ -326,7 +357,8 @@ def score(model: str, source: str, out: str, columns: str | None, scheduler: str
         cols = _split(columns) or ([str(c) for c in names] if names is not None else None)
         src = as_source(source, columns=cols, on_bad_rows=on_bad_rows)
         work = float(src.n_rows or 0) * getattr(est, "n_features", 0) ** 2 if src.n_rows is not None else None
-        with dask_client(scheduler, work=work) as client, _progress(progress_mode, client), atomic_path(out) as tmp:
+        with dask_client(scheduler, work=work) as client, _progress(progress_mode, client), \
+                atomic_path(out, "scores", overwrite=overwrite, marker=True) as tmp:
             import dask.array as da
 
             values = est.log_density(src)
@@ -342,6 +374,7 @@ def score(model: str, source: str, out: str, columns: str | None, scheduler: str
 @click.argument("model")
 @click.option("-n", "n_samples", required=True, type=click.IntRange(min=1))
 @click.option("--out", required=True, help="Output Parquet file, written atomically.")
+@_overwrite
 @click.option("--method", default="resample", show_default=True,
               type=click.Choice(["resample", "langevin", "mala", "svgd"]),
               help="resample: importance resampling from the model's base (its ESS is reported); langevin/mala: "
@@ -362,7 +395,7 @@ def score(model: str, source: str, out: str, columns: str | None, scheduler: str
 @_columns
 @click.option("--seed", default=0, show_default=True, type=int)
 @_scheduler
-def sample(model: str, n_samples: int, out: str, method: str, steps: int, chains: int, warmup: int,
+def sample(model: str, n_samples: int, out: str, overwrite: bool, method: str, steps: int, chains: int, warmup: int,
            step_size: float, init_source: str | None, columns: str | None, seed: int, scheduler: str | None) -> None:
     """Draw N rows from MODEL into a Parquet file, by resampling or on the model's score."""
     import pyarrow as pa
@@ -370,6 +403,7 @@ def sample(model: str, n_samples: int, out: str, method: str, steps: int, chains
 
     from tgpflow.io.atomic import atomic_path
 
+    _check_out(out, "samples", overwrite)
     with _runtime_errors():
         est = _load(model)
         info: dict[str, Any] = {"samples": out, "rows": n_samples, "method": method}
@@ -385,8 +419,9 @@ def sample(model: str, n_samples: int, out: str, method: str, steps: int, chains
             info.update(extra)
         names = getattr(est, "feature_names_in_", None)
         names = [str(c) for c in names] if names is not None else [f"x{j}" for j in range(rows.shape[1])]
-        with atomic_path(out) as tmp:
-            pq.write_table(pa.table({n: rows[:, j] for j, n in enumerate(names)}), tmp)
+        table = pa.table({n: rows[:, j] for j, n in enumerate(names)})
+        with atomic_path(out, "samples", overwrite=overwrite) as tmp:
+            pq.write_table(table.replace_schema_metadata({"tgpflow.output": "samples"}), tmp)
         click.echo(json.dumps(info))
 
 
@@ -451,6 +486,7 @@ def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, chains
 @click.argument("model")
 @click.argument("source")
 @click.option("--out", required=True, help="Report directory (metrics.json and PNG figures), written atomically.")
+@_overwrite
 @_columns
 @click.option("--directions", default=500, show_default=True, type=click.IntRange(min=1),
               help="Random 1-D projections of the sliced KS/WD.")
@@ -458,12 +494,13 @@ def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, chains
               help="Weighted base draws for the model's marginal CDFs.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @_scheduler
-def report(model: str, source: str, out: str, columns: str | None, directions: int, model_samples: int, seed: int,
+def report(model: str, source: str, out: str, overwrite: bool, columns: str | None, directions: int, model_samples: int, seed: int,
            scheduler: str | None) -> None:
     """Metrics (sliced KS/WD, Hyvärinen loss) and figures of MODEL against SOURCE, into --out."""
     from tgpflow.cluster import dask_client
     from tgpflow.pipeline.report import write_report
 
+    _check_out(out, "report", overwrite)
     with _runtime_errors():
         est = _load(model)
         if type(est).__name__ != "GPTiltedDensity":
@@ -471,7 +508,7 @@ def report(model: str, source: str, out: str, columns: str | None, directions: i
                                        f"not for a {type(est).__name__}")
         with dask_client(scheduler, work=None):
             metrics = write_report(est, source, out, n_directions=directions, n_model_samples=model_samples,
-                                   random_state=seed, columns=_split(columns))
+                                   random_state=seed, columns=_split(columns), overwrite=overwrite)
         click.echo(json.dumps({"report": out, **metrics["sliced"], "hyvarinen_loss": metrics["hyvarinen_loss"],
                                "figures": metrics["figures"]}))
 

@@ -29,3 +29,8 @@ class TgpflowWarning(UserWarning):
 class DiagnosticWarning(TgpflowWarning):
     """A fitted model or a sample failed a quality check (mass without data, too few effective draws,
     chains that disagree); the message says what to change."""
+
+
+class OutputExistsError(TgpflowError, FileExistsError):
+    """An output path exists and may not be replaced: it is not a tgpflow output of the requested kind,
+    or replacing it was not asked for (``--overwrite``). Nothing was written."""

@@ -52,8 +52,13 @@ def _check_arrays(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def write_artifact(path: str | Path, kind: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
-    """Write ``arrays`` and ``meta`` atomically to ``path`` (``.npz`` file or Zarr group)."""
+def write_artifact(path: str | Path, kind: str, arrays: dict[str, np.ndarray], meta: dict[str, Any], *,
+                   overwrite: bool = True) -> Path:
+    """Write ``arrays`` and ``meta`` atomically to ``path`` (``.npz`` file or Zarr group).
+
+    An existing ``path`` is replaced only when it is a tgpflow artifact of the same family (a model
+    by a model, statistics by statistics) and ``overwrite``; anything else is refused untouched.
+    """
     path = Path(path)
     arrays = _check_arrays(arrays)
     header = {
@@ -63,7 +68,9 @@ def write_artifact(path: str | Path, kind: str, arrays: dict[str, np.ndarray], m
         "checksums": {k: _checksum(a) for k, a in arrays.items()},
     }
     json.dumps(header)  # fail before touching the disk if meta is not JSON
-    with atomic_path(path) as tmp:
+    from tgpflow.io.outputs import artifact_output
+
+    with atomic_path(path, artifact_output(kind), overwrite=overwrite) as tmp:
         if path.suffix == ".npz":
             with open(tmp, "wb") as fh:
                 np.savez(fh, **arrays, **{_META_KEY: np.array(json.dumps(header))})

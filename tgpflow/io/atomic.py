@@ -7,6 +7,9 @@ replaced atomically when the target exists, so the old one is first renamed asid
 deleted only after the new one is in place; if the swap fails, the old one is renamed
 back. A failed or killed writer leaves at most a ``.tmp-*`` sibling, never a half-written
 target.
+
+Only a tgpflow output of the same kind is ever replaced (:func:`tgpflow.io.outputs.check_replace`):
+the rule is checked when the context is entered, before any work, and again just before the swap.
 """
 
 from __future__ import annotations
@@ -30,18 +33,28 @@ def _remove(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_path(target: str | os.PathLike[str], kind: str, *, overwrite: bool = True,
+                marker: bool = False) -> Iterator[Path]:
     """Yield a temporary path to write; on success it replaces ``target`` atomically.
 
-    On an exception the temporary is removed and ``target`` is left exactly as it was.
+    ``target`` may exist only as a tgpflow ``kind`` output, and then only with ``overwrite``
+    (:class:`~tgpflow.errors.OutputExistsError` otherwise, before anything is written). With
+    ``marker`` the written directory gets the marker that names its kind. On an exception the
+    temporary is removed and ``target`` is left exactly as it was.
     """
+    from tgpflow.io.outputs import check_replace, write_marker
+
     target = Path(target)
+    check_replace(target, kind, overwrite=overwrite)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:12]}")
     try:
         yield tmp
         if not tmp.exists():
             raise RuntimeError(f"nothing was written to {tmp} for {target}")
+        if marker:
+            write_marker(tmp, kind)
+        check_replace(target, kind, overwrite=overwrite)  # again: something may have appeared meanwhile
         if tmp.is_dir():
             old = None
             if target.exists():

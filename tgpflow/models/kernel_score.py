@@ -445,8 +445,9 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         return self._evaluator
 
     # -- persistence ------------------------------------------------------------------
-    def save(self, path: str | Path) -> Path:
-        """Write the fitted model atomically as a Zarr group (schema version, checksums)."""
+    def save(self, path: str | Path, *, overwrite: bool = True) -> Path:
+        """Write the fitted model atomically as a Zarr group (schema version, checksums); an existing path
+        is replaced only if it holds a tgpflow model and ``overwrite`` (never a user's file or directory)."""
         check_is_fitted(self, "coef_")
         arrays = {f"basis.{k}": v for k, v in self.basis_.to_arrays().items()}
         arrays.update({f"stats.{k}": v for k, v in self.stats_.to_arrays().items()})
@@ -463,7 +464,7 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
                 "fit_diagnostics": getattr(self, "fit_diagnostics_", None),
                 "support": None if getattr(self, "support_", None) is None else self.support_.to_dict(),
                 "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
-        return write_artifact(path, type(self).__name__, arrays, meta)
+        return write_artifact(path, type(self).__name__, arrays, meta, overwrite=overwrite)
 
     @classmethod
     def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path) -> ScoreEstimator:

@@ -353,16 +353,17 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
         return self
 
-    def save(self, path: Any) -> Any:
-        """Write the fitted model atomically (Zarr group, checksums, no pickle)."""
-        return _save(self, path)
+    def save(self, path: Any, *, overwrite: bool = True) -> Any:
+        """Write the fitted model atomically (Zarr group, checksums, no pickle); an existing path is replaced
+        only if it holds a tgpflow model and ``overwrite`` (never a user's file or directory)."""
+        return _save(self, path, overwrite)
 
     @classmethod
     def _from_artifact(cls, arrays: dict[str, Any], meta: dict[str, Any], path: Any) -> RootSobolevDensity:
         return _from_artifact(arrays, meta, path)
 
 
-def _save(est: RootSobolevDensity, path: Any) -> Any:
+def _save(est: RootSobolevDensity, path: Any, overwrite: bool = True) -> Any:
     from tgpflow.io.artifact import write_artifact
 
     check_is_fitted(est, "coef_")
@@ -377,7 +378,7 @@ def _save(est: RootSobolevDensity, path: Any) -> Any:
             "anomaly_threshold": getattr(est, "anomaly_threshold_", None), "selection": getattr(est, "selection_", None),
             "whitening": getattr(est, "whitening_", None),
             "feature_names_in": [str(c) for c in getattr(est, "feature_names_in_", [])] or None}
-    return write_artifact(path, "RootSobolevDensity", arrays, meta)
+    return write_artifact(path, "RootSobolevDensity", arrays, meta, overwrite=overwrite)
 
 
 def _from_artifact(arrays: dict[str, Any], meta: dict[str, Any], path: Any) -> RootSobolevDensity:

@@ -59,8 +59,13 @@ def _contours(ax: Any, model: Any, rows: np.ndarray, sigma: float | None = None)
 
 
 def write_report(model: Any, X: Any, out: str | Path, *, n_directions: int = 500, n_model_samples: int = 250_000,
-                 n_plot_rows: int = 20_000, random_state: int = 0, columns: list[str] | None = None) -> dict[str, Any]:
-    """Compute the metrics of ``model`` on ``X`` and write ``out/`` (see module docstring)."""
+                 n_plot_rows: int = 20_000, random_state: int = 0, columns: list[str] | None = None,
+                 overwrite: bool = True) -> dict[str, Any]:
+    """Compute the metrics of ``model`` on ``X`` and write ``out/`` (see module docstring); an existing
+    ``out`` is replaced only if it is a tgpflow report and ``overwrite``."""
+    from tgpflow.io.outputs import check_replace
+
+    check_replace(out, "report", overwrite=overwrite)  # before the metrics, which take minutes
     plt = _pyplot()
     names = getattr(model, "feature_names_in_", None)
     if columns is None and names is not None and not isinstance(X, np.ndarray):
@@ -81,7 +86,7 @@ def write_report(model: Any, X: Any, out: str | Path, *, n_directions: int = 500
         "figures": [],
     }
     rows = pilot_sample(source, rows=n_plot_rows, random_state=random_state).rows
-    with atomic_path(out) as tmp:
+    with atomic_path(out, "report", overwrite=overwrite, marker=True) as tmp:
         tmp.mkdir(parents=True)
         if d == 2:
             fig, ax = plt.subplots(figsize=(5, 5))

@@ -354,9 +354,9 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], fs: Any) -> list[str]:
         if manifest["preprocess"]:
             logp = logp - float(np.log(np.asarray(manifest["preprocess"]["scale"])).sum())
         table = pa.table({"log_density": logp, "anomaly": logp < info["anomaly_threshold"]})
-        table = table.replace_schema_metadata({"tgpflow.partition": part["fingerprint"],
+        table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": part["fingerprint"],
                                                "tgpflow.model_version": version, "tgpflow.source": f})
-        with atomic_path(target) as tmp:
+        with atomic_path(target, "scores") as tmp:
             pq.write_table(table, tmp)
         written.append(str(target))
     return written
