@@ -154,14 +154,11 @@ class _Refused(click.ClickException):
 
 
 def _check_out(out: str, kind: str, overwrite: bool) -> None:
-    """Refuse an --out that may not be replaced, before any work (tgpflow.io.outputs)."""
-    from tgpflow.errors import OutputExistsError
+    """Refuse an --out that may not be replaced, before any work (tgpflow.io.outputs; exit 2)."""
     from tgpflow.io.outputs import check_replace
 
-    try:
+    with _runtime_errors():
         check_replace(out, kind, overwrite=overwrite)
-    except OutputExistsError as exc:
-        raise _Refused(str(exc)) from exc
 
 
 _overwrite = click.option("--overwrite", is_flag=True, help="Replace --out if it already holds a tgpflow output of "

@@ -10,11 +10,11 @@ sample, or given by the user. float64.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from functools import cached_property
 
 import numpy as np
 
+from tgpflow.features.digest import array_hash
 from tgpflow.features.kernels import RadialKernel
 
 __all__ = ["NystromBasis"]
@@ -75,11 +75,8 @@ class NystromBasis:
 
     @cached_property
     def fingerprint(self) -> str:
-        h = hashlib.sha256(b"tgpflow.NystromBasis.v1")
-        h.update(self.kernel_name.encode())
-        h.update(np.array(self.Y.shape, dtype="<i8").tobytes())
-        for a in (self.Y, np.array([self.bandwidth]), self.shift):
-            h.update(np.ascontiguousarray(a, dtype="<f8").tobytes())
+        h = array_hash(b"tgpflow.NystromBasis.v1", self.Y.shape, (self.Y, np.array([self.bandwidth]), self.shift),
+                       prefix=self.kernel_name.encode())
         if self.components is not None:
             h.update(b"components")
             h.update(np.ascontiguousarray(self.components, dtype="u1").tobytes())

@@ -13,7 +13,6 @@ at ``‖x‖ ~ 10⁶`` the raw angle would lose its phase. All arithmetic here i
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from functools import cached_property
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tgpflow.backend import is_numpy, namespace
+from tgpflow.features.digest import array_hash
 from tgpflow.features.sincos import MAX_ANGLE, sincos_rows
 
 __all__ = ["RandomFourierFeatures", "scott_bandwidth", "paper_kernel_cov"]
@@ -83,11 +83,8 @@ class RandomFourierFeatures:
     @cached_property
     def fingerprint(self) -> str:
         """SHA-256 of (S, d, Z, c, γ, x₀) as little-endian float64 bytes."""
-        h = hashlib.sha256(b"tgpflow.RandomFourierFeatures.v1")
-        h.update(np.array(self.Z.shape, dtype="<i8").tobytes())
-        for a in (self.Z, self.c, np.array([self.gamma]), self.shift):
-            h.update(np.ascontiguousarray(a, dtype="<f8").tobytes())
-        return h.hexdigest()
+        return array_hash(b"tgpflow.RandomFourierFeatures.v1", self.Z.shape,
+                          (self.Z, self.c, np.array([self.gamma]), self.shift)).hexdigest()
 
     def describe(self) -> str:
         seed = "" if self.seed is None else f", seed={self.seed}"

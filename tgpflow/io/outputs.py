@@ -32,6 +32,7 @@ MARKER = "_tgpflow_output.json"
 #: The Parquet schema-metadata key that names a file output's kind.
 PARQUET_KEY = b"tgpflow.output"
 
+
 def output_kind(path: str | Path) -> str | None:
     """``"model"``, ``"statistics"``, ``"scores"``, ``"samples"``, ``"report"`` … for a tgpflow output; None otherwise.
 
@@ -56,10 +57,12 @@ def output_kind(path: str | Path) -> str | None:
         if zipfile.is_zipfile(path):
             import numpy as np
 
+            from tgpflow.io.artifact import _META_KEY  # the .npz entry that holds an artifact's header
+
             with np.load(path, allow_pickle=False) as npz:
-                if "__tgpflow_meta__" not in npz.files:
+                if _META_KEY not in npz.files:
                     return None
-                return _artifact_output(json.loads(str(npz["__tgpflow_meta__"])))
+                return _artifact_output(json.loads(str(npz[_META_KEY])))
         import pyarrow.parquet as pq
 
         meta = pq.read_schema(path).metadata or {}

@@ -30,13 +30,14 @@ from tgpflow.features.kernels import curl_free_blocks
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.io.artifact import read_artifact, write_artifact
 from tgpflow.stats.moments import Moments
+from tgpflow.stats.summable import Summable
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
 __all__ = ["KEFStats", "DiagStats", "LiteStats", "kef_chunk_stats", "diag_chunk_stats", "lite_chunk_stats",
            "kef_block_rows"]
 
 
-class _ArrayStats:
+class _ArrayStats(Summable):
     """Shared algebra of statistics made of a fingerprint, moments and summed arrays."""
 
     FIELDS: ClassVar[tuple[str, ...]] = ()
@@ -66,10 +67,6 @@ class _ArrayStats:
     def __add__(self, other: Any) -> Any:
         return self._combine(other, 1.0)
 
-    def __radd__(self, other: Any) -> Any:
-        if isinstance(other, int) and other == 0:
-            return self
-        return NotImplemented
 
     def __sub__(self, other: Any) -> Any:
         return self._combine(other, -1.0)

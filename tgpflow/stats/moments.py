@@ -14,12 +14,13 @@ from typing import Any
 import numpy as np
 
 from tgpflow.backend import namespace, to_numpy
+from tgpflow.stats.summable import Summable
 
 __all__ = ["Moments"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Moments:
+class Moments(Summable):
     """Row count, mean and centred scatter matrix of a set of rows (float64).
 
     ``n`` is an int, or a float for weighted rows (a forgetting factor: :meth:`scaled`).
@@ -72,10 +73,6 @@ class Moments:
         m2 = self.m2 + other.m2 + np.outer(delta, delta) * (self.n * other.n / n)
         return Moments(n, mean, m2)
 
-    def __radd__(self, other: Any) -> Moments:
-        if isinstance(other, int) and other == 0:  # sum(parts)
-            return self
-        return NotImplemented
 
     def __sub__(self, other: Moments) -> Moments:
         """The moments of the rows of ``self`` that are not in ``other`` (reverse Chan)."""

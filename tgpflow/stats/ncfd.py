@@ -30,6 +30,7 @@ from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.artifact import read_artifact, write_artifact
 from tgpflow.stats.moments import Moments
+from tgpflow.stats.summable import Summable
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, TGPStats, _mismatch, block_rows_for, level_products
 
 __all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights"]
@@ -59,7 +60,7 @@ def _same_levels(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class NCFDStats:
+class NCFDStats(Summable):
     """The one-pass statistics of NCFD for one feature draw and one noise schedule."""
 
     fingerprint: str
@@ -114,10 +115,6 @@ class NCFDStats:
     def __add__(self, other: Any) -> NCFDStats:
         return self._combine(other, 1.0)
 
-    def __radd__(self, other: Any) -> NCFDStats:
-        if isinstance(other, int) and other == 0:
-            return self
-        return NotImplemented
 
     def __sub__(self, other: Any) -> NCFDStats:
         return self._combine(other, -1.0)

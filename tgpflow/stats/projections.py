@@ -13,12 +13,13 @@ one bin's mass. float64 counts (so that forgetting can weight them).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any
 
 import numpy as np
 
 from tgpflow.errors import FeaturesMismatchError
+from tgpflow.features.digest import array_hash
+from tgpflow.stats.summable import Summable
 
 __all__ = ["ProjectionGrid", "ProjectionCounts", "projection_counts", "ks_by_direction"]
 
@@ -51,11 +52,7 @@ class ProjectionGrid:
 
     @property
     def fingerprint(self) -> str:
-        h = hashlib.sha256(b"tgpflow.ProjectionGrid.v1")
-        h.update(np.array([self.n_bins], dtype="<i8").tobytes())
-        for a in (self.directions, self.lower, self.step):
-            h.update(np.ascontiguousarray(a, dtype="<f8").tobytes())
-        return h.hexdigest()
+        return array_hash(b"tgpflow.ProjectionGrid.v1", [self.n_bins], (self.directions, self.lower, self.step)).hexdigest()
 
     def bins(self, x: np.ndarray) -> np.ndarray:
         """Flat bin indices (n, K) into a (K·G) histogram: bin of row i along direction k, plus k·G."""
@@ -81,7 +78,7 @@ class ProjectionGrid:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ProjectionCounts:
+class ProjectionCounts(Summable):
     """Per-direction bin counts of a set of rows on a :class:`ProjectionGrid` (a value: +, −, scaled)."""
 
     fingerprint: str
@@ -98,10 +95,6 @@ class ProjectionCounts:
         self._check(other)
         return ProjectionCounts(self.fingerprint, self.counts + other.counts, self.n + other.n)
 
-    def __radd__(self, other: Any) -> ProjectionCounts:
-        if isinstance(other, int) and other == 0:
-            return self
-        return NotImplemented
 
     def __sub__(self, other: Any) -> ProjectionCounts:
         if not isinstance(other, ProjectionCounts):

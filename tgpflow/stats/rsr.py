@@ -20,13 +20,14 @@ import numpy as np
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.sincos import MAX_ANGLE
 from tgpflow.stats.rsr_kernel import rsr_rows
+from tgpflow.stats.summable import Summable
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
 
 __all__ = ["RSRIterStats", "rsr_chunk_stats"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class RSRIterStats:
+class RSRIterStats(Summable):
     """Sums of one RSR iteration over a set of rows."""
 
     g: np.ndarray
@@ -39,10 +40,6 @@ class RSRIterStats:
         return RSRIterStats(self.g + other.g, self.n + other.n, self.sum_log_f2 + other.sum_log_f2,
                             self.n_nonpositive + other.n_nonpositive, self.sum_hyvarinen + other.sum_hyvarinen)
 
-    def __radd__(self, other: Any) -> RSRIterStats:
-        if isinstance(other, int) and other == 0:
-            return self
-        return NotImplemented
 
 
 def rsr_chunk_stats(x: np.ndarray, features: RandomFourierFeatures, w: np.ndarray,

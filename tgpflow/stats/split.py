@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, projection_counts
+from tgpflow.stats.summable import Summable
 
 __all__ = ["validation_mask", "StatsBundle", "HeldOut", "split_chunk_stats", "SPLIT_SALT"]
 
@@ -48,7 +49,7 @@ def validation_mask(keys: np.ndarray, fraction: float, salt: int = 0) -> np.ndar
     return u < fraction
 
 
-class StatsBundle(Mapping):
+class StatsBundle(Summable, Mapping):
     """Statistics values under keys; ``+``/``−`` act key by key (keys must match)."""
 
     def __init__(self, parts: Mapping[Any, Any]):
@@ -74,10 +75,6 @@ class StatsBundle(Mapping):
         self._check(other)
         return StatsBundle({k: v + other[k] for k, v in self._parts.items()})
 
-    def __radd__(self, other: Any) -> StatsBundle:
-        if isinstance(other, int) and other == 0:
-            return self
-        return NotImplemented
 
     def __sub__(self, other: Any) -> StatsBundle:
         if not isinstance(other, StatsBundle):
@@ -138,7 +135,7 @@ class StatsBundle(Mapping):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class HeldOut:
+class HeldOut(Summable):
     """The validation part of a split pass: the model's statistics of the held-out rows and their
     projection counts (the data side of a held-out sliced KS distance, :mod:`tgpflow.stats.projections`)."""
 
@@ -158,10 +155,6 @@ class HeldOut:
             return NotImplemented
         return HeldOut(self.stats + other.stats, self.projections + other.projections)
 
-    def __radd__(self, other: Any) -> HeldOut:
-        if isinstance(other, int) and other == 0:
-            return self
-        return NotImplemented
 
     def __sub__(self, other: Any) -> HeldOut:
         if not isinstance(other, HeldOut):

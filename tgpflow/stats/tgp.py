@@ -30,6 +30,7 @@ from tgpflow.errors import FeaturesMismatchError
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.artifact import read_artifact, write_artifact
 from tgpflow.stats.moments import Moments
+from tgpflow.stats.summable import Summable
 
 __all__ = ["TGPStats", "tgp_chunk_stats", "level_products", "block_rows_for", "DEFAULT_BLOCK_BYTES", "PRECISIONS"]
 
@@ -60,7 +61,7 @@ def _mismatch(a: str, b: str, what: str) -> FeaturesMismatchError:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TGPStats:
+class TGPStats(Summable):
     """The one-pass statistics of FD/FVPD for one feature draw (a value: +, −, save/load)."""
 
     fingerprint: str
@@ -98,10 +99,6 @@ class TGPStats:
                         self.u + other.u, self.U + other.U, self.psi + other.psi,
                         _optional(self.phi_gram, other.phi_gram, 1.0))
 
-    def __radd__(self, other: Any) -> TGPStats:
-        if isinstance(other, int) and other == 0:
-            return self
-        return NotImplemented
 
     def __sub__(self, other: TGPStats) -> TGPStats:
         if not isinstance(other, TGPStats):
