@@ -1,7 +1,8 @@
 """The ``tgpflow`` command line (click); also ``dask tgpflow`` through dask's CLI entry point.
 
-Exit codes: 0 success, 2 usage error (click), 1 runtime failure (bad data, unreadable
-model, numerical failure) with a one-line message on stderr.
+Exit codes: 0 success, 2 usage error (click, or an --out that may not be replaced), 1 runtime
+failure (bad data, unreadable model, numerical failure) with a one-line message on stderr; the
+Python traceback only with ``tgpflow --debug``.
 """
 
 from __future__ import annotations
@@ -59,7 +60,20 @@ def _runtime_errors() -> Iterator[None]:
     except OutputExistsError as exc:  # a refused --out is a usage error: exit 2, nothing touched
         raise _Refused(str(exc)) from exc
     except _RUNTIME_ERRORS as exc:
+        if _debug():
+            raise
         raise click.ClickException(str(exc)) from exc
+    except Exception as exc:  # a defect of tgpflow: still one line, the traceback with --debug
+        if _debug():
+            raise
+        raise click.ClickException(f"internal error ({type(exc).__name__}: {exc}); rerun with --debug for the "
+                                   f"traceback, and report it") from exc
+
+
+def _debug() -> bool:
+    """Whether ``tgpflow --debug`` asked for tracebacks instead of one-line errors."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.find_root().params.get("debug"))
 
 
 @contextlib.contextmanager
@@ -136,7 +150,8 @@ def _load(path: str) -> Any:
 @click.version_option(package_name="tgpflow")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
-def main(log_level: str) -> None:
+@click.option("--debug", is_flag=True, help="On an error, raise it with its Python traceback instead of one line.")
+def main(log_level: str, debug: bool) -> None:
     """tgpflow: fit densities and score functions to big tabular data on Dask."""
     _setup_logging(log_level)
 
@@ -171,6 +186,40 @@ def _split(columns: str | None) -> list[str] | None:
     return [c.strip() for c in columns.split(",") if c.strip()] if columns else None
 
 
+class _Numbers(click.ParamType):
+    """A positive number (or one ≥ 0 with ``zero_ok``), a comma list of them (``single=False``), or one of
+    ``words``: click converts it before the command runs, so a bad value is a usage error (exit 2)."""
+
+    name = "number"
+
+    def __init__(self, words: Sequence[str] = (), *, single: bool = False, zero_ok: bool = False):
+        self.words = tuple(words)
+        self.single = single
+        self.each = click.FloatRange(min=0.0, min_open=not zero_ok)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str) or value in self.words:
+            return value
+        parts = [v.strip() for v in value.split(",") if v.strip()]
+        if not parts or (self.single and len(parts) != 1):
+            self.fail(f"expected {self._what()}; got {value!r}", param, ctx)
+        values = []
+        for v in parts:
+            try:
+                x = self.each.convert(v, param, ctx)
+            except click.BadParameter:
+                self.fail(f"{v!r} is not {self._what()}", param, ctx)
+            if not math.isfinite(x):
+                self.fail(f"{v!r} is not finite; expected {self._what()}", param, ctx)
+            values.append(x)
+        return values[0] if self.single else values
+
+    def _what(self) -> str:
+        kind = "a number >= 0" if not self.each.min_open else "a positive number"
+        options = [repr(w) for w in self.words] + [kind if self.single else f"{kind} or a comma list of them"]
+        return " or ".join([", ".join(options[:-1]), options[-1]] if len(options) > 1 else options)
+
+
 @main.command()
 @click.argument("source")
 @click.option("--model", "method",
@@ -183,17 +232,20 @@ def _split(columns: str | None) -> list[str] | None:
 @_columns
 @_scheduler
 @click.option("--n-features", default=1000, show_default=True, type=click.IntRange(min=1))
-@click.option("--lam", default=None, help="A positive number, or 'auto' (held-out selection). Default: the model's "
+@click.option("--lam", default=None, type=_Numbers(["auto"], single=True),
+              help="A positive number, or 'auto' (held-out selection). Default: the model's "
               "('auto' for GP-tilted, 1e-3 for kernel models). The paper's settings: --lam 0.1 --bandwidth scott.")
-@click.option("--bandwidth", default=None, help="'auto' (GP-tilted default: selected on the pilot sample), 'scott', "
+@click.option("--bandwidth", default=None, type=_Numbers(["auto", "scott", "median"]),
+              help="'auto' (GP-tilted default: selected on the pilot sample), 'scott', "
               "'median' (kernel default), a positive number, or a comma list of them (a held-out grid).")
 @click.option("--noise-levels", default=10, show_default=True, type=click.IntRange(min=1), help="NCFD levels H.")
 @click.option("--sigma-max", default="auto", show_default=True,
+              type=_Numbers(["auto", "paper"], single=True, zero_ok=True),
               help="NCFD σ_max: 'auto' (the kernel width γ), 'paper' (√trΣ/d) or a number.")
 @click.option("--base", default=None, type=click.Choice(["empirical", "learn", "flat", "gaussian"]),
               help="GP-tilted: empirical (default) or learn; kernel models: flat (default) or gaussian.")
 @click.option("--n-basis", default=100, show_default=True, type=click.IntRange(min=1), help="Kernel models: basis points m.")
-@click.option("--smoothness", default="1.0", show_default=True,
+@click.option("--smoothness", default="1.0", show_default=True, type=_Numbers(),
               help="rsr: the smoothness a, or a comma list selected by the held-out Hyvärinen loss.")
 @click.option("--kernel", default="curl_free", show_default=True, type=click.Choice(["curl_free", "diagonal"]),
               help="--model score: the matrix kernel.")
@@ -216,10 +268,10 @@ def _split(columns: str | None) -> list[str] | None:
               help="Without --scheduler: threads (auto; measured fastest on one machine) or an embedded LocalCluster.")
 @_progress_opt
 def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
-        lam: str | None, bandwidth: str | None, noise_levels: int, sigma_max: str, base: str | None, n_basis: int,
-        smoothness: str, kernel: str, regularizer: str, device: str, precision: str, validation_fraction: float,
-        criterion: str, bounds_text: str | None, seed: int, on_bad_rows: str, local: str, progress_mode: str,
-        overwrite: bool) -> None:
+        lam: str | float | None, bandwidth: str | list[float] | None, noise_levels: int, sigma_max: str | float,
+        base: str | None, n_basis: int, smoothness: list[float], kernel: str, regularizer: str, device: str,
+        precision: str, validation_fraction: float, criterion: str, bounds_text: str | None, seed: int,
+        on_bad_rows: str, local: str, progress_mode: str, overwrite: bool) -> None:
     """Fit a model to SOURCE and write it to --out: a GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF
     baseline), a Nyström kernel exponential family (nkef) or a kernel score estimator (score)."""
     from tgpflow import GPTiltedDensity, NystromKEF, RootSobolevDensity, ScoreEstimator
@@ -227,11 +279,11 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
     from tgpflow.io.sources import as_source
 
     if method in ("rsr", "kde_sdo"):
-        a = _numbers(smoothness, "--smoothness")
         _check_out(out, "model", overwrite)
         with _runtime_errors():
             src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
-            est = RootSobolevDensity(method=method, n_features=n_features, smoothness=a[0] if len(a) == 1 else a,
+            a = smoothness[0] if len(smoothness) == 1 else smoothness
+            est = RootSobolevDensity(method=method, n_features=n_features, smoothness=a,
                                      random_state=seed, on_bad_rows=on_bad_rows, device=device)
             t0 = time.perf_counter()
             with dask_client(scheduler, local=local) as client, _progress(progress_mode, client):
@@ -243,16 +295,15 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
                                "seconds": round(time.perf_counter() - t0, 2)}, default=str))
         return
     kernel_model = method in ("nkef", "score")
-    bandwidth = bandwidth or ("median" if kernel_model else "auto")
-    bw: Any = bandwidth if bandwidth in ("scott", "median", "auto") else _numbers(bandwidth, "--bandwidth")
+    bw: Any = bandwidth or ("median" if kernel_model else "auto")
+    if isinstance(bw, str) and (bw == "median") != kernel_model:
+        raise click.BadParameter(f"{bw!r} is not a bandwidth rule of --model {method}", param_hint="--bandwidth")
     if isinstance(bw, list) and len(bw) == 1:
         bw = bw[0]
-    lam = lam or ("1e-3" if kernel_model else "auto")
-    lam_value: Any = "auto" if lam == "auto" else _numbers(lam, "--lam", single=True)
+    lam_value: Any = lam or (1e-3 if kernel_model else "auto")
     bounds = _bounds(bounds_text)
     if bounds is not None and kernel_model:
         raise click.BadParameter("bounds apply to GP-tilted models", param_hint="--bounds")
-    smax: Any = sigma_max if sigma_max in ("auto", "paper") else _numbers(sigma_max, "--sigma-max", single=True)
     base = base or ("flat" if kernel_model else "empirical")
     if kernel_model != (base in ("flat", "gaussian")):
         raise click.BadParameter(f"{base!r} is not a base of --model {method}", param_hint="--base")
@@ -268,7 +319,7 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
         else:
             work = float(src.n_rows or 0) * n_features**2 if src.n_rows is not None else None
             est = GPTiltedDensity(method=method, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
-                                  noise_levels=noise_levels, sigma_max=smax, base=base, device=device,
+                                  noise_levels=noise_levels, sigma_max=sigma_max, base=base, device=device,
                                   precision=precision, validation_fraction=validation_fraction,
                                   criterion=criterion, bounds=bounds, on_bad_rows=on_bad_rows)
         t0 = time.perf_counter()
@@ -312,17 +363,6 @@ def _bounds(text: str | None) -> dict[str, list[float | None]] | None:
     return out
 
 
-def _numbers(text: str, hint: str, single: bool = False) -> Any:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise click.BadParameter(f"expected a number{'' if single else ' or a comma list of numbers'}; got {text!r}",
-                                 param_hint=hint) from exc
-    if not values or (single and len(values) != 1):
-        raise click.BadParameter(f"expected {'one number' if single else 'numbers'}; got {text!r}", param_hint=hint)
-    return values[0] if single else values
-
-
 @main.command()
 @click.argument("model")
 @click.argument("source")
@@ -335,7 +375,9 @@ def _numbers(text: str, hint: str, single: bool = False) -> Any:
 def score(model: str, source: str, out: str, overwrite: bool, columns: str | None, scheduler: str | None,
           on_bad_rows: str, progress_mode: str) -> None:
     """Stream SOURCE through MODEL and write per-row log density, anomaly score (−log p) and, when the
-    model learned a threshold at fit time, the anomaly flag, as Parquet."""
+    model learned a threshold at fit time, the anomaly flag, as Parquet; with --on-bad-rows drop, also each
+    row's position in SOURCE (the rows dropped have none)."""
+    import dask
     import dask.dataframe as dd
 
     from tgpflow.cluster import dask_client
@@ -356,15 +398,30 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
         work = float(src.n_rows or 0) * getattr(est, "n_features", 0) ** 2 if src.n_rows is not None else None
         with dask_client(scheduler, work=work) as client, _progress(progress_mode, client), \
                 atomic_path(out, "scores", overwrite=overwrite, marker=True) as tmp:
-            import dask.array as da
-
-            values = est.log_density(src)
-            frame = dd.from_dask_array(da.stack([values, -values], axis=1), columns=["log_density", "anomaly_score"])
+            # one frame per chunk: its length is known only once read when bad rows may be dropped
             threshold = getattr(est, "anomaly_threshold_", None)
-            if threshold is not None:  # learned at fit time: the training threshold_quantile is flagged
-                frame["anomaly"] = frame["anomaly_score"] > threshold
-            compute(frame.to_parquet(str(tmp), write_index=False, compute=False))
-        click.echo(json.dumps({"scores": out, "model": model, "source": source}))
+            drop = on_bad_rows == "drop"
+            keys = src.row_keys() if drop else [None] * src.n_chunks
+            frame_of = dask.delayed(_score_frame, pure=True)
+            parts = [frame_of(v, k, threshold) for v, k in zip(est.log_density(src).to_delayed(), keys, strict=True)]
+            frame = dd.from_delayed(parts, meta=_score_frame(np.empty(0), np.empty(0, np.int64) if drop else None,
+                                                             threshold))
+            write = frame.to_parquet(str(tmp), write_index=False, compute=False).to_delayed()  # one graph: no mixing
+            _, dropped = compute(write, dask.delayed(sum, pure=True)(src.dropped_counts()))
+        click.echo(json.dumps({"scores": out, "model": model, "source": source, "rows_dropped": int(dropped)}))
+
+
+def _score_frame(values: np.ndarray, keys: np.ndarray | None, threshold: float | None) -> Any:
+    """The score columns of one chunk: log density, anomaly score (−log p), the anomaly flag when the model
+    learned a threshold at fit time, and with ``--on-bad-rows drop`` the row's position in SOURCE."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"log_density": values, "anomaly_score": -values})
+    if threshold is not None:  # learned at fit time: the training threshold_quantile is flagged
+        frame["anomaly"] = frame["anomaly_score"] > threshold
+    if keys is not None:
+        frame.insert(0, "row", keys)
+    return frame
 
 
 @main.command()
@@ -387,8 +444,9 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
 @click.option("--step-size", default=0.1, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--init", "init_source", default=None, metavar="SOURCE|base",
               help="Start points: 'base' (the model's Gaussian base, the default where it has one: over-dispersed, "
-                   "so R-hat can see chains that disagree), or rows drawn from SOURCE (e.g. the training data); "
-                   "otherwise the model's resampler or its Nyström basis points.")
+                   "so R-hat can see chains that disagree), or rows drawn from SOURCE (e.g. the training data; "
+                   "rows with missing or non-finite values are skipped); otherwise the model's resampler or its "
+                   "Nyström basis points.")
 @_columns
 @click.option("--seed", default=0, show_default=True, type=int)
 @_scheduler
@@ -431,14 +489,16 @@ def _start_points(est: Any, model: str, n: int, init_source: str | None, columns
             raise click.ClickException(f"{model}: a {type(est).__name__} has no Gaussian base; pass --init SOURCE")
         return est.base_draws(n, random_state=int(rng.integers(2**31)))
     if init_source is not None:
+        from tgpflow.io.degenerate import check_pilot_rows
         from tgpflow.io.pilot import pilot_sample
         from tgpflow.io.sources import as_source
 
         names = getattr(est, "feature_names_in_", None)
         cols = columns or ([str(c) for c in names] if names is not None else None)
-        rows = pilot_sample(as_source(init_source, columns=cols), rows=max(n, 10_000),
-                            random_state=int(rng.integers(2**31))).rows
-        return rows[rng.choice(len(rows), n, replace=len(rows) < n)]
+        pilot = pilot_sample(as_source(init_source, columns=cols, on_bad_rows="drop"), rows=max(n, 10_000),
+                             random_state=int(rng.integers(2**31)))
+        check_pilot_rows(pilot, init_source, 1, "the start points")
+        return pilot.rows[rng.choice(len(pilot.rows), n, replace=len(pilot.rows) < n)]
     if hasattr(est, "sample"):
         return est.sample(n, random_state=int(rng.integers(2**31)))
     basis = getattr(est, "basis_", None)
@@ -490,9 +550,10 @@ def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, chains
 @click.option("--model-samples", default=250_000, show_default=True, type=click.IntRange(min=100),
               help="Weighted base draws for the model's marginal CDFs.")
 @click.option("--seed", default=0, show_default=True, type=int)
+@_bad_rows
 @_scheduler
-def report(model: str, source: str, out: str, overwrite: bool, columns: str | None, directions: int, model_samples: int, seed: int,
-           scheduler: str | None) -> None:
+def report(model: str, source: str, out: str, overwrite: bool, columns: str | None, directions: int, model_samples: int,
+           seed: int, on_bad_rows: str, scheduler: str | None) -> None:
     """Metrics (sliced KS/WD, Hyvärinen loss) and figures of MODEL against SOURCE, into --out."""
     from tgpflow.cluster import dask_client
     from tgpflow.pipeline.report import write_report
@@ -505,7 +566,8 @@ def report(model: str, source: str, out: str, overwrite: bool, columns: str | No
                                        f"not for a {type(est).__name__}")
         with dask_client(scheduler, work=None):
             metrics = write_report(est, source, out, n_directions=directions, n_model_samples=model_samples,
-                                   random_state=seed, columns=_split(columns), overwrite=overwrite)
+                                   random_state=seed, columns=_split(columns), on_bad_rows=on_bad_rows,
+                                   overwrite=overwrite)
         click.echo(json.dumps({"report": out, **metrics["sliced"], "hyvarinen_loss": metrics["hyvarinen_loss"],
                                "figures": metrics["figures"]}))
 

@@ -34,3 +34,11 @@ class DiagnosticWarning(TgpflowWarning):
 class OutputExistsError(TgpflowError, FileExistsError):
     """An output path exists and may not be replaced: it is not a tgpflow output of the requested kind,
     or replacing it was not asked for (``--overwrite``). Nothing was written."""
+
+
+def cause(exc: BaseException) -> str:
+    """``"TypeName: first sentence"`` of a library's exception, to quote inside a one-sentence message
+    (pyarrow's, for one, run to several sentences and lines)."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0].split(". ")[0].rstrip(".") if lines else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.errors import ModelFileError
+from tgpflow.errors import ModelFileError, cause
 from tgpflow.io.atomic import atomic_path
 
 __all__ = ["SCHEMA_VERSION", "write_artifact", "read_artifact"]
@@ -97,7 +97,7 @@ def read_artifact(path: str | Path, expected_kinds: tuple[str, ...] | None = Non
     except ModelFileError:
         raise
     except Exception as exc:  # corrupt container: zarr/json/zip errors of every kind
-        raise ModelFileError(f"{path}: not a readable tgpflow artifact ({type(exc).__name__}: {exc})") from exc
+        raise ModelFileError(f"{path}: not a readable tgpflow artifact ({cause(exc)})") from exc
     version = header.get("tgpflow_schema")
     if version != SCHEMA_VERSION:
         raise ModelFileError(

@@ -35,12 +35,14 @@ DEFAULT_PILOT_CHUNKS = 16
 
 @dataclasses.dataclass(frozen=True)
 class PilotSample:
-    """Pilot rows, the total row count N (exact or estimated) and what was read."""
+    """Pilot rows, the total row count N (exact or estimated) and what was read (chunks, and the rows
+    of those chunks that validation dropped)."""
 
     rows: np.ndarray
     n_total: int
     n_total_exact: bool
     chunks_read: int
+    rows_dropped: int = 0
 
     @property
     def moments(self) -> Moments:
@@ -62,11 +64,8 @@ def _systematic(weights: np.ndarray, k: int, rng: np.random.Generator) -> tuple[
 def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: int | None = 0,
                  max_chunks: int = DEFAULT_PILOT_CHUNKS) -> PilotSample:
     """Draw the pilot sample of ``source`` (see the module docstring)."""
-    from tgpflow.stats.reduce import compute
-
     rng = np.random.default_rng(random_state)
     sizes = np.asarray(source.sizes, dtype=np.float64)
-    blocks = source.blocks()
     k_all = len(sizes)
     known = not np.isnan(sizes).any()
     if known:
@@ -83,18 +82,27 @@ def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: i
             per = max(1, rows // max_chunks)
             wanted = {int(c): np.sort(rng.choice(int(sizes[c]), size=min(per * h, int(sizes[c])), replace=False))
                       for c, h in zip(chosen, hits, strict=True)}
-        data = compute(*[blocks[c] for c in wanted])
+        data, dropped = _read(source, list(wanted))
         parts = []
         for (c, r), block in zip(wanted.items(), data, strict=True):
             # Rows dropped as bad shift positions; keep the draw inside the rows that remain.
             parts.append(block[r[r < block.shape[0]]])
         sample = np.concatenate(parts) if parts else np.empty((0, source.n_columns))
-        return PilotSample(sample, n_total, True, len(wanted))
+        return PilotSample(sample, n_total, True, len(wanted), dropped)
     chosen, _ = _systematic(np.ones(k_all), min(max_chunks, k_all), rng)
-    data = compute(*[blocks[c] for c in chosen])
+    data, dropped = _read(source, [int(c) for c in chosen])
     per = max(1, rows // len(chosen))
     parts = [b[np.sort(rng.choice(b.shape[0], size=min(per, b.shape[0]), replace=False))] for b in data]
     sample = np.concatenate(parts)
     mean_size = float(np.mean([b.shape[0] for b in data]))
     n_est = max(1, int(round(mean_size * k_all)))
-    return PilotSample(sample, n_est, False, len(chosen))
+    return PilotSample(sample, n_est, False, len(chosen), dropped)
+
+
+def _read(source: Source, chunks: list[int]) -> tuple[list[np.ndarray], int]:
+    """The validated rows of the given chunks, and how many rows validation dropped from them (one compute)."""
+    from tgpflow.stats.reduce import compute
+
+    blocks, counts = source.blocks(), source.dropped_counts()
+    out = compute(*[blocks[c] for c in chunks], *[counts[c] for c in chunks])
+    return list(out[:len(chunks)]), int(sum(out[len(chunks):]))

@@ -21,10 +21,10 @@ import dask
 import dask.array as da
 import numpy as np
 
-from tgpflow.errors import SourceError
-from tgpflow.io.validate import OnBadRows, check_on_bad_rows, validate_block
+from tgpflow.errors import SourceError, cause
+from tgpflow.io.validate import OnBadRows, check_exact_ints, check_numeric, check_on_bad_rows, validate_block
 
-__all__ = ["Source", "as_source", "NUMPY_CHUNK_BYTES"]
+__all__ = ["Source", "as_source", "select_frame", "NUMPY_CHUNK_BYTES"]
 
 #: Chunk size when an in-memory NumPy array is split into tasks.
 NUMPY_CHUNK_BYTES = 64 * 2**20
@@ -143,19 +143,35 @@ def _make(description: str, columns: tuple[str, ...], named: bool, raws: list[An
 
 
 def _select_indices(columns: Any, names: list[str], where: str) -> list[int]:
+    """Positions of the selected columns (names or indices; all when None), refusing an ambiguous name."""
     if columns is None:
-        return list(range(len(names)))
-    out = []
-    for c in columns:
-        if isinstance(c, (int, np.integer)):
-            if not 0 <= int(c) < len(names):
-                raise SourceError(f"{where}: column index {c} is out of range (it has {len(names)} columns)")
-            out.append(int(c))
-        elif c in names:
-            out.append(names.index(c))
-        else:
-            raise SourceError(f"{where}: missing column {c!r}; it has {names}")
+        out = list(range(len(names)))
+    else:
+        out = []
+        for c in columns:
+            if isinstance(c, (int, np.integer)):
+                if not 0 <= int(c) < len(names):
+                    raise SourceError(f"{where}: column index {c} is out of range (it has {len(names)} columns)")
+                out.append(int(c))
+            elif c in names:
+                out.append(names.index(c))
+            else:
+                raise SourceError(f"{where}: missing column {c!r}; it has {names}")
+    for i in out:
+        if names.count(names[i]) > 1:
+            raise SourceError(f"{where}: column {names[i]!r} appears {names.count(names[i])} times; rename the "
+                              f"duplicates, or select other columns with columns=[...] (CLI: --columns)")
     return out
+
+
+def select_frame(frame: Any, columns: Any, where: str) -> Any:
+    """The selected columns (names or indices; all when None) of an in-memory pandas DataFrame, each
+    checked to be numeric and exactly convertible to float64 (the errors name the column)."""
+    idx = _select_indices(columns, [str(c) for c in frame.columns], where)
+    frame = frame.iloc[:, idx]
+    check_numeric(frame.dtypes.items(), where)
+    check_exact_ints(frame.items(), where)
+    return frame
 
 
 def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str = "raise",
@@ -182,15 +198,9 @@ def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str =
     if _is_dask_dataframe(data):
         return _dask_dataframe_source(data, columns, on_bad_rows)
     if hasattr(data, "dtypes") and hasattr(data, "to_numpy") and hasattr(data, "columns"):  # pandas
-        names = [str(c) for c in data.columns]
-        idx = _select_indices(columns, names, "DataFrame")
-        frame = data.iloc[:, idx]
-        for name, dtype in frame.dtypes.items():
-            if dtype.kind not in "biuf":
-                raise SourceError(f"DataFrame: column {name!r} has non-numeric dtype {dtype}; select numeric columns")
+        frame = select_frame(data, columns, "pandas DataFrame")
         arr = frame.to_numpy(dtype=np.float64, na_value=np.nan)
-        src = _numpy_source(arr, "pandas DataFrame", [names[i] for i in idx], on_bad_rows)
-        return dataclasses.replace(src, named=True)
+        return _numpy_source(arr, "pandas DataFrame", [str(c) for c in frame.columns], on_bad_rows)
     if hasattr(data, "__array__") or isinstance(data, (list, tuple)):
         arr = np.asarray(data)
         if arr.ndim != 2:
@@ -215,10 +225,7 @@ def _numpy_source(arr: np.ndarray, description: str, names: list[str] | None, on
     n, d = arr.shape
     rows = max(1, min(NUMPY_CHUNK_BYTES // max(1, 8 * d), max(-(-n // 16), NUMPY_MIN_CHUNK_ROWS)))
     x = da.from_array(arr, chunks=(rows, d)) if n > 0 else da.from_array(arr)
-    src = _dask_array_source(x, description, None, on_bad_rows)
-    if names is not None:
-        src = dataclasses.replace(src, columns=tuple(names))
-    return src
+    return _dask_array_source(x, description, None, on_bad_rows, names=names)
 
 
 def _dask_array_source(x: da.Array, description: str, columns: Any, on_bad_rows: OnBadRows,
@@ -253,9 +260,7 @@ def _dask_dataframe_source(df: Any, columns: Any, on_bad_rows: OnBadRows) -> Sou
     idx = _select_indices(columns, names, "dask DataFrame")
     selected = [df.columns[i] for i in idx]
     frame = df[selected]
-    for name, dtype in frame.dtypes.items():
-        if dtype.kind not in "biuf":
-            raise SourceError(f"dask DataFrame: column {name!r} has non-numeric dtype {dtype}; select numeric columns")
+    check_numeric(frame.dtypes.items(), "dask DataFrame")
     raws = list(frame.to_delayed())
     labels = [f"dask DataFrame partition {i}" for i in range(len(raws))]
     return _make("dask DataFrame", tuple(names[i] for i in idx), True, raws, labels, [math.nan] * len(raws), on_bad_rows)
@@ -286,7 +291,7 @@ def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows) -> Source:
     try:
         node = zarr.open(store=path, mode="r")
     except Exception as exc:
-        raise SourceError(f"{path}: not a readable Zarr store ({type(exc).__name__}: {exc})") from exc
+        raise SourceError(f"{path}: not a readable Zarr store ({cause(exc)})") from exc
     if not isinstance(node, zarr.Array):
         arrays = [name for name, _ in node.arrays()]
         raise SourceError(f"{path}: is a Zarr group, not an array; pass the array's path "

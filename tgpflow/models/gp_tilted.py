@@ -25,6 +25,7 @@ from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, sug
 from tgpflow.features.noise import level_bandwidth, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
 from tgpflow.io.artifact import write_artifact
+from tgpflow.io.degenerate import check_covariance, check_pilot_rows, check_rows_left
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
@@ -242,21 +243,21 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         pilot_seed = self._seeds()[0]
         with phase("pilot", mode=self.pilot, chunks=source.n_chunks) as info:
             if self.pilot == "exact":
-                moments, _ = run_pass(source, Moments.from_rows, split_every=self.split_every)
-                n_total, mean, cov = moments.n, moments.mean, moments.covariance if moments.n else None
+                moments, dropped = run_pass(source, Moments.from_rows, split_every=self.split_every)
+                check_rows_left(int(moments.n), dropped, source.n_chunks, source.description, 1,
+                                "the GP-tilted density")
+                n_total = n_rows = int(moments.n)
+                mean, cov = moments.mean, moments.covariance
                 info.update(rows=moments.n, chunks_read=source.n_chunks)
             else:
                 pilot = pilot_sample(source, rows=self.pilot_rows, random_state=pilot_seed)
-                if pilot.rows.shape[0] < 2:
-                    raise ValueError(f"{source.description}: the pilot sample has {pilot.rows.shape[0]} row(s); "
-                                     f"the GP-tilted density needs at least 2 samples (got 1 sample or fewer)")
-                n_total, mean = pilot.n_total, pilot.rows.mean(axis=0)
+                check_pilot_rows(pilot, source.description, 1, "the GP-tilted density")
+                n_total, n_rows, mean = pilot.n_total, pilot.rows.shape[0], pilot.rows.mean(axis=0)
                 self._pilot_rows = pilot.rows
                 cov = np.cov(pilot.rows, rowvar=False, bias=True).reshape(source.n_columns, source.n_columns)
                 info.update(rows=pilot.rows.shape[0], chunks_read=pilot.chunks_read, n_total=n_total,
                             n_total_exact=pilot.n_total_exact)
-            if n_total < 2 or cov is None:
-                raise ValueError(f"{source.description}: needs at least 2 rows; got {n_total} sample(s)")
+            check_covariance(n_rows, mean, cov, self._column_names(source), source.description)
         return n_total, mean, cov, dict(info)
 
     def _draw_features(self, n_total: int, mean: np.ndarray, cov: np.ndarray,

@@ -18,6 +18,7 @@ from sklearn.neighbors import KernelDensity
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from tgpflow.features.rff import paper_kernel_cov, scott_bandwidth
+from tgpflow.io.degenerate import check_covariance, check_pilot_rows
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import as_source
 
@@ -45,7 +46,10 @@ class ExactKDE(BaseEstimator):
         self.n_features_in_ = source.n_columns
         pilot = pilot_sample(source, rows=int(self.max_rows), random_state=self.random_state)
         rows = pilot.rows
+        check_pilot_rows(pilot, source.description, 1, "the exact KDE")
         cov = np.atleast_2d(np.cov(rows, rowvar=False, bias=True))
+        if self.kernel_cov == "paper":
+            check_covariance(rows.shape[0], rows.mean(axis=0), cov, source.columns, source.description, "the exact KDE")
         self.bandwidth_ = scott_bandwidth(pilot.n_total, cov) if self.bandwidth == "scott" else float(self.bandwidth)
         self.kernel_cov_ = paper_kernel_cov(cov) if self.kernel_cov == "paper" else np.eye(cov.shape[0])
         self.transform_ = np.linalg.cholesky(self.kernel_cov_)  # y = Lᵀx

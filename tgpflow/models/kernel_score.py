@@ -28,6 +28,7 @@ from tgpflow.backend import resolve_device
 from tgpflow.features.kernels import KERNELS, median_heuristic
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.io.artifact import write_artifact
+from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
@@ -213,9 +214,7 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
                 rows = pilot.rows
                 info.update(rows=rows.shape[0])
             self._pilot_rows = rows
-            if rows.shape[0] < 2:
-                raise ValueError(f"{source.description}: the pilot sample has {rows.shape[0]} row(s); the kernel "
-                                 f"models need at least 2 samples (got 1 sample or fewer)")
+            check_pilot_rows(pilot, source.description, 2, "a kernel model")
         if given is None:
             m = min(int(self.n_basis), rows.shape[0])
             if m < self.n_basis:
@@ -311,7 +310,8 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         if not isinstance(stats, expected):
             raise TypeError(f"this model ({self._kind}) needs {expected.__name__}, got {type(stats).__name__}")
         stats.check_basis(basis)
-        base = base_from_moments(stats.moments) if self.base == "gaussian" else None
+        names = tuple(getattr(self, "feature_names_in_", ())) or None
+        base = base_from_moments(stats.moments, names) if self.base == "gaussian" else None
         with phase("solve", kernel=self._kind, regularizer=self.regularizer, n_basis=basis.n_basis):
             self.lam_ = self._chosen_lam()
             self.coef_, self.solver_info_ = self._solve(stats, basis, base, self.lam_)

@@ -53,6 +53,7 @@ from tgpflow.backend import resolve_device
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.sdo import default_order, draw_sdo_features, sdo_width
 from tgpflow.features.whiten import ROBUST_TRIM, Whitening, whitening
+from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
@@ -188,8 +189,7 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         with phase("pilot", chunks=source.n_chunks) as info:
             pilot = pilot_sample(source, rows=self.pilot_rows, random_state=self.random_state)
             info.update(rows=pilot.rows.shape[0])
-        if pilot.rows.shape[0] < 2:
-            raise ValueError(f"{source.description}: needs at least 2 samples (got 1 sample or fewer)")
+        check_pilot_rows(pilot, source.description, 2, "the root-Sobolev density")
         d = source.n_columns
         if self.whiten != "none":
             wh = whitening(pilot.rows, trim=ROBUST_TRIM if self.whiten == "robust" else 0.0)

@@ -19,7 +19,8 @@ import dask.array as da
 import numpy as np
 from sklearn.utils.validation import validate_data
 
-from tgpflow.io.sources import Source, as_source
+from tgpflow.io.sources import Source, as_source, select_frame
+from tgpflow.io.validate import check_exact_ints
 from tgpflow.logs import phase
 from tgpflow.stats.reduce import accumulate as run_pass
 from tgpflow.stats.split import SPLIT_SALT, split_chunk_stats
@@ -59,12 +60,16 @@ class StreamingMixin:
     def _source(self, X: Any, columns: list[str] | None, reset: bool) -> Source:
         """A validated source; in-memory arrays go through sklearn's validate_data."""
         if not is_lazy(X):
+            if hasattr(X, "iloc") and hasattr(X, "columns"):  # pandas: select by name, then check each column
+                frame = select_frame(X, columns, "pandas DataFrame")
+                validate_data(self, frame, reset=reset, skip_check_array=True)  # names and width only
+                return as_source(frame, on_bad_rows=self.on_bad_rows)
             finite = self.on_bad_rows == "raise"
+            if isinstance(X, np.ndarray) and X.ndim == 2:
+                check_exact_ints(((str(j), x) for j, x in enumerate(X.T)), "array")
             X = validate_data(self, X, reset=reset, dtype=np.float64, ensure_all_finite=finite,
                               ensure_min_samples=1)
-            if columns is not None:
-                X = X[:, list(columns)]
-            return as_source(X, on_bad_rows=self.on_bad_rows)
+            return as_source(X, columns=columns, on_bad_rows=self.on_bad_rows)
         source = as_source(X, columns=columns, on_bad_rows=self.on_bad_rows)
         if reset:
             self.n_features_in_ = source.n_columns
@@ -77,8 +82,8 @@ class StreamingMixin:
     def _check_width(self, source: Source) -> None:
         """Refuse a source whose column count differs from the fitted ``n_features_in_``."""
         if source.n_columns != self.n_features_in_:
-            raise ValueError(f"X has {source.n_columns} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input")
+            raise ValueError(f"{source.description}: X has {source.n_columns} features, but {type(self).__name__} is "
+                             f"expecting {self.n_features_in_} features as input")
 
     def _stream_pass(self, source: Source, chunk_fn: Any, draw: Any, args: tuple[Any, ...],
                      variants: dict[float, Any] | None, val_args: tuple[Any, ...] | None = None,

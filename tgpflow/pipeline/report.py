@@ -60,9 +60,10 @@ def _contours(ax: Any, model: Any, rows: np.ndarray, sigma: float | None = None)
 
 def write_report(model: Any, X: Any, out: str | Path, *, n_directions: int = 500, n_model_samples: int = 250_000,
                  n_plot_rows: int = 20_000, random_state: int = 0, columns: list[str] | None = None,
-                 overwrite: bool = True) -> dict[str, Any]:
+                 on_bad_rows: str = "raise", overwrite: bool = True) -> dict[str, Any]:
     """Compute the metrics of ``model`` on ``X`` and write ``out/`` (see module docstring); an existing
-    ``out`` is replaced only if it is a tgpflow report and ``overwrite``."""
+    ``out`` is replaced only if it is a tgpflow report and ``overwrite``. ``on_bad_rows="drop"`` leaves
+    the rows with missing or non-finite values out of every metric and figure."""
     from tgpflow.io.outputs import check_replace
 
     check_replace(out, "report", overwrite=overwrite)  # before the metrics, which take minutes
@@ -70,7 +71,7 @@ def write_report(model: Any, X: Any, out: str | Path, *, n_directions: int = 500
     names = getattr(model, "feature_names_in_", None)
     if columns is None and names is not None and not isinstance(X, np.ndarray):
         columns = [str(c) for c in names]
-    source = as_source(X, columns=columns)
+    source = as_source(X, columns=columns, on_bad_rows=on_bad_rows)
     d = source.n_columns
     sliced = sliced_distances(source, model, n_directions=n_directions, n_model_samples=n_model_samples,
                               random_state=random_state)

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.linalg
 
 from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.io.degenerate import check_covariance
 from tgpflow.solve.linalg import SPDFactor, spd_factor, spd_solve
 from tgpflow.stats.moments import Moments
 from tgpflow.stats.tgp import TGPStats
@@ -37,6 +38,8 @@ def base_from_moments(moments: Moments, columns: tuple[str, ...] | None = None) 
         raise ValueError(f"the GP-tilted density needs at least 2 rows; got {moments.n} sample"
                          f"{'s' if moments.n != 1 else ''} (n_samples = {moments.n})")
     cov = moments.covariance
+    names = columns or tuple(str(j) for j in range(moments.d))
+    check_covariance(int(moments.n), moments.mean, cov, names, "the data", "a Gaussian base")
     var = np.diag(cov)
     scale = max(float(var.max()), np.finfo(float).tiny)
     flat = np.flatnonzero(var <= 1e-14 * scale)
