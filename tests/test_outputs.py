@@ -2,7 +2,6 @@
 input model and a tgpflow output of another kind are refused with exit 2 and left byte-identical; an
 output of the same kind is replaced only with --overwrite."""
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -16,19 +15,9 @@ from tgpflow.cli import main
 from tgpflow.errors import OutputExistsError
 from tgpflow.io.outputs import check_replace, output_kind
 from tests.conftest import write_parquet
+from tests.oracles import tree_hash
 
 FAST_FIT = ["--model", "fd", "--n-features", "16", "--lam", "0.1", "--bandwidth", "0.5", "--progress", "none"]
-
-
-def tree_hash(root: Path) -> str:
-    """SHA-256 over every path and file content under root (or of root itself, a file)."""
-    h = hashlib.sha256()
-    paths = [root] if root.is_file() else sorted(p for p in root.rglob("*"))
-    for p in paths:
-        h.update(str(p.relative_to(root.parent)).encode())
-        if p.is_file():
-            h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 @pytest.fixture(scope="module")
