@@ -26,6 +26,11 @@ class TgpflowWarning(UserWarning):
     """A documented numerical fallback was taken (jitter, CG) or data were dropped."""
 
 
+class UnverifiedMetadataWarning(TgpflowWarning):
+    """A file written before tgpflow checksummed metadata was read: its arrays are verified, its JSON
+    metadata (parameters, thresholds, run info) is not. Re-saving it adds the checksum."""
+
+
 class DiagnosticWarning(TgpflowWarning):
     """A fitted model or a sample failed a quality check (mass without data, too few effective draws,
     chains that disagree); the message says what to change."""
