@@ -19,6 +19,8 @@ from typing import Any
 import click
 import numpy as np
 
+from tgpflow.cluster import DEFAULT_CONNECT_TIMEOUT
+
 logger = logging.getLogger("tgpflow")
 
 #: Draws each MCMC chain keeps at least (split-R̂ halves every chain).
@@ -50,13 +52,13 @@ def _setup_logging(level: str) -> None:
 
 @contextlib.contextmanager
 def _runtime_errors() -> Iterator[None]:
-    from tgpflow.errors import OutputExistsError
+    from tgpflow.errors import OutputExistsError, SchedulerAddressError
 
     try:
         yield
     except click.ClickException:
         raise
-    except OutputExistsError as exc:  # a refused --out is a usage error: exit 2, nothing touched
+    except (OutputExistsError, SchedulerAddressError) as exc:  # a refused --out, no such scheduler: usage, exit 2
         raise _Refused(str(exc)) from exc
     except _RUNTIME_ERRORS as exc:
         raise click.ClickException(str(exc)) from exc
@@ -141,14 +143,34 @@ def main(log_level: str) -> None:
     _setup_logging(log_level)
 
 
-_scheduler = click.option("--scheduler", default=None, metavar="ADDR",
-                          help="Dask scheduler address or scheduler file; default: this machine (see --local).")
+def _set_connect_timeout(ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    from tgpflow.cluster import connect_timeout
+
+    token = connect_timeout.set(value)
+    ctx.call_on_close(lambda: connect_timeout.reset(token))
+    return value
+
+
+_scheduler_timeout = click.option(
+    "--scheduler-timeout", default=DEFAULT_CONNECT_TIMEOUT, show_default=True, type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS", expose_value=False, callback=_set_connect_timeout, envvar="TGPFLOW_SCHEDULER_TIMEOUT",
+    help="How long to wait for the Dask scheduler (--scheduler, or a pipeline's cluster) before giving up.")
+_scheduler_address = click.option("--scheduler", default=None, metavar="ADDR",
+                                  help="Dask scheduler address or scheduler file; default: this machine (see --local).")
+
+
+def _scheduler(fn: Any) -> Any:
+    """--scheduler ADDR and --scheduler-timeout SECONDS."""
+    return _scheduler_address(_scheduler_timeout(fn))
+
+
 _progress_opt = click.option("--progress", "progress_mode", default="auto", show_default=True,
                              type=click.Choice(["auto", "bar", "log", "none"]))
 
 
 class _Refused(click.ClickException):
-    """A request refused before any work (an --out that may not be replaced): exit 2, like a usage error."""
+    """A request refused before any work (an --out that may not be replaced, a --scheduler that names
+    nothing): exit 2, like a usage error."""
 
     exit_code = 2
 
@@ -516,6 +538,7 @@ def report(model: str, source: str, out: str, overwrite: bool, columns: str | No
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a spec field before validation, e.g. --set refit.policy=full (repeatable).")
 @_progress_opt
+@_scheduler_timeout
 def run(spec_path: str, date: str | None, overrides: tuple[str, ...], progress_mode: str) -> None:
     """Run a pipeline spec once: refit from new partitions (incremental/window/full), version, score."""
     from tgpflow.cluster import spec_client

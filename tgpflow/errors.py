@@ -39,3 +39,11 @@ class DiagnosticWarning(TgpflowWarning):
 class OutputExistsError(TgpflowError, FileExistsError):
     """An output path exists and may not be replaced: it is not a tgpflow output of the requested kind,
     or replacing it was not asked for (``--overwrite``). Nothing was written."""
+
+
+class SchedulerError(TgpflowError, ConnectionError):
+    """No Dask scheduler to use: a malformed scheduler file, or none answered in time. Names the address or file."""
+
+
+class SchedulerAddressError(TgpflowError, ValueError):
+    """A scheduler named by neither an existing scheduler file nor an address: the request is wrong (CLI exit 2)."""
