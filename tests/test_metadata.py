@@ -91,3 +91,19 @@ def test_statistics_metadata_is_covered_too(tmp_path):
     with pytest.raises(ModelFileError, match="zarr.json: the metadata does not match its checksum"):
         load_stats(tmp_path / "s.zarr")
 
+
+def test_a_versions_run_info_is_checksummed(saved, tmp_path):
+    """The run info beside a pipeline's model version (its anomaly threshold scores partitions) too."""
+    from tgpflow.pipeline.versions import ModelVersions
+
+    vers = ModelVersions(tmp_path / "models" / "fd")
+    name = vers.write(tgpflow.load(saved / "m.zarr"))
+    assert vers.list() == [] and vers.unpublished() == [name]  # written, not yet published
+    vers.publish(name, {"run": 1, "anomaly_threshold": -3.5, "rows": 600.0})
+    assert vers.list() == [name] and vers.info()["anomaly_threshold"] == -3.5
+    path = vers.root / f"{name}.json"
+    path.write_text(path.read_text().replace("-3.5", "-350.0"))
+    with pytest.raises(ModelFileError, match=f"^{path}: the version's run info does not match its checksum"):
+        vers.info(name)
+    r = CliRunner().invoke(main, ["info", str(vers.root)])
+    assert r.exit_code == 1 and str(path) in r.output and "Traceback" not in r.output

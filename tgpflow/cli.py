@@ -568,6 +568,23 @@ def validate(spec_path: str, date: str | None, overrides: tuple[str, ...]) -> No
 
 
 @main.command()
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--date", default=None, help="Run date substituted for {date} in the spec (default: today).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
+def gc(spec_path: str, dry_run: bool, date: str | None, overrides: tuple[str, ...]) -> None:
+    """Remove what killed runs of a pipeline left: unpublished model versions, statistics the store's
+    manifest does not reference, writers' temporaries. Nothing else is ever removed."""
+    from tgpflow.pipeline.journal import collect_pipeline
+    from tgpflow.pipeline.spec import load_spec
+
+    with _runtime_errors():
+        spec = load_spec(spec_path, date=date, overrides=list(overrides))
+        removed = collect_pipeline(spec, dry_run=dry_run)
+    click.echo(json.dumps({"spec": spec_path, "dry_run": dry_run, "removed": removed}))
+
+
+@main.command()
 def schema() -> None:
     """Print the JSON schema of pipeline specs."""
     from tgpflow.pipeline.spec import PipelineSpec
