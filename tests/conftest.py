@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 from pathlib import Path
 
@@ -52,17 +51,6 @@ def write_parquet(path: Path, X: np.ndarray, names=None, row_group_size: int | N
     names = names or [f"x{j}" for j in range(X.shape[1])]
     pq.write_table(pa.table({n: X[:, j] for j, n in enumerate(names)}), path, row_group_size=row_group_size)
     return path
-
-
-def tree_hash(root: Path) -> str:
-    """SHA-256 over every path and file content under root (or of root itself, a file)."""
-    h = hashlib.sha256()
-    paths = [root] if root.is_file() else sorted(p for p in root.rglob("*"))
-    for p in paths:
-        h.update(str(p.relative_to(root.parent)).encode())
-        if p.is_file():
-            h.update(p.read_bytes())
-    return h.hexdigest()
 
 
 @pytest.fixture

@@ -1,12 +1,29 @@
-"""Plain-NumPy reference implementations (small n only), independent of tgpflow's pass.
+"""Oracles independent of what they check: plain-NumPy reference implementations and a tree hash.
 
-They evaluate the models' defining formulas row by row with ``numpy.cos``/``numpy.sin``
-from the raw ``cos(Z x/γ + c)`` form (no shift, no compiled kernel, no statistics).
+The references (small n only) evaluate the models' defining formulas row by row with
+``numpy.cos``/``numpy.sin`` from the raw ``cos(Z x/γ + c)`` form (no shift, no compiled kernel,
+no statistics). :func:`tree_hash` says whether anything under a path changed (names and bytes).
 """
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import numpy as np
+
+
+def tree_hash(root: Path, skip: tuple[str, ...] = ()) -> str:
+    """SHA-256 over every path and file content under root (or of root itself, a file), but names in ``skip``."""
+    h = hashlib.sha256()
+    paths = [root] if root.is_file() else sorted(p for p in root.rglob("*"))
+    for p in paths:
+        if p.name in skip:
+            continue
+        h.update(str(p.relative_to(root.parent)).encode())
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
 
 
 def phi_raw(X, Z, c, gamma):

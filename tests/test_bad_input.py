@@ -22,7 +22,8 @@ import tgpflow
 from tgpflow import GPTiltedDensity, RootSobolevDensity
 from tgpflow.cli import main
 from tgpflow.errors import SourceError
-from tests.conftest import tree_hash, write_parquet
+from tests.conftest import write_parquet
+from tests.oracles import tree_hash
 
 REPO = Path(__file__).resolve().parents[1]
 FAST = ["--n-features", "16", "--progress", "none"]

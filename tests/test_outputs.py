@@ -14,7 +14,8 @@ from tgpflow import GPTiltedDensity
 from tgpflow.cli import main
 from tgpflow.errors import OutputExistsError
 from tgpflow.io.outputs import check_replace, output_kind
-from tests.conftest import tree_hash, write_parquet
+from tests.conftest import write_parquet
+from tests.oracles import tree_hash
 
 FAST_FIT = ["--model", "fd", "--n-features", "16", "--lam", "0.1", "--bandwidth", "0.5", "--progress", "none"]
 

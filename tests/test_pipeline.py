@@ -11,13 +11,17 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from click.testing import CliRunner
 
 import tgpflow
+from tgpflow.cli import main
 from tgpflow.pipeline.runner import run_pipeline
 from tgpflow.pipeline.spec import PipelineSpec, SpecError, load_spec
 from tgpflow.pipeline.store import StatsStore
 from tgpflow.pipeline.versions import ModelVersions
 from tests.conftest import write_parquet
+from tests.faults import run_cli
+from tests.oracles import tree_hash
 
 
 def _partition(path: Path, seed: int, n: int = 1500) -> np.ndarray:
@@ -210,22 +214,74 @@ def _cli(*args, env=None, **kw):
                           env={**os.environ, **(env or {})}, timeout=240, **kw)
 
 
-@pytest.mark.parametrize("point", ["after_parts", "before_manifest"])
-def test_a_job_killed_mid_write_leaves_store_and_model_intact(tmp_path, point):
-    data = _data(tmp_path, range(2))
+def _scores_of(directory: Path) -> dict[str, tuple[int, int]]:
+    """name -> (inode, mtime) of every entry: a rewrite changes the inode (atomic replace)."""
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in sorted(directory.iterdir())}
+
+
+def test_a_run_killed_while_scoring_is_finished_by_the_rerun_exactly_once(tmp_path):
+    """Issue 15.2: the rerun scores what the killed run did not, into the killed run's dated directory,
+    rewrites nothing already scored and leaves no temporary; the run after that has nothing to do."""
+    _data(tmp_path, range(3))
+    spec_path = _spec(tmp_path, outputs={"store": str(tmp_path / "store.zarr"), "models": str(tmp_path / "models"),
+                                         "scores": {"path": str(tmp_path / "scores" / "{date}"), "model": "fd"}})
+    run = ["run", str(spec_path), "--progress", "none", "--date"]
+    killed = run_cli([*run, "2026-01-02"], tmp_path, kill="p001.parquet")
+    assert killed.killed
+    day = tmp_path / "scores" / "2026-01-02"
+    before = _scores_of(day)
+    assert "p000.parquet" in before and "p001.parquet" not in before
+    done = run_cli([*run, "2026-01-03"], tmp_path)  # the next day, no new partition
+    assert done.code == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert not result["changed"] and [Path(p).name for p in result["scored"]] == ["p001.parquet", "p002.parquet"]
+    after = _scores_of(day)
+    assert sorted(after) == ["p000.parquet", "p001.parquet", "p002.parquet"]  # no temporary, no duplicate
+    assert after["p000.parquet"] == before["p000.parquet"]  # not rewritten
+    assert not (tmp_path / "scores" / "2026-01-03").exists()  # nothing new to score that day
+    again = run_cli([*run, "2026-01-03"], tmp_path)
+    assert again.code == 0 and again.steps == [] and "nothing to do" in json.loads(again.stdout)["message"]
+
+
+def test_an_unpublished_version_is_invisible_and_removed_by_gc_or_the_next_run(tmp_path):
+    """Issue 15.3: a run killed after writing its model versions, before publishing them (the manifest
+    swap): `info` does not list them, `gc --dry-run` names them and changes nothing, `gc` removes them
+    (and the run's orphan statistics), and a rerun after the same crash publishes v000002, not v000003."""
+    _data(tmp_path, range(2))
     spec_path = _spec(tmp_path)
-    assert _cli("run", str(spec_path), "--progress", "none").returncode == 0
-    before = (tmp_path / "store.zarr" / "manifest.json").read_text()
-    data.update(_data(tmp_path, [2]))
-    killed = _cli("run", str(spec_path), "--progress", "none", env={"TGPFLOW_FAULT": point})
-    assert killed.returncode == 137
-    assert (tmp_path / "store.zarr" / "manifest.json").read_text() == before
-    assert ModelVersions(tmp_path / "models" / "fd").current() == "v000001"
-    tgpflow.load(tmp_path / "models" / "fd")  # the current model still loads
-    done = _cli("run", str(spec_path), "--progress", "none")
-    assert done.returncode == 0, done.stderr
-    got, ref = _oracle(tmp_path, [data[k] for k in sorted(data)])
-    assert _rel(got, ref) <= 1e-10
+    run = ["run", str(spec_path), "--progress", "none", "--date", "2026-01-02"]
+    assert run_cli(run, tmp_path).code == 0
+    published = tree_hash(tmp_path / "models")
+    _data(tmp_path, [2])
+    assert run_cli(run, tmp_path, kill="manifest.json").killed
+    orphan = tmp_path / "models" / "fd" / "v000002.zarr"
+    assert orphan.is_dir()
+    for model in ("fd", "kef"):
+        r = CliRunner().invoke(main, ["info", str(tmp_path / "models" / model)])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["current"] == "v000001" and list(json.loads(r.stdout)["versions"]) == ["v000001"]
+    assert ModelVersions(tmp_path / "models" / "fd").list() == ["v000001"]
+    lock = (".lock", ".lock.holder")  # the store lock's own files (the killed run's holder note goes)
+    everything = tree_hash(tmp_path, skip=lock)
+    r = CliRunner().invoke(main, ["gc", str(spec_path), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)
+    assert plan["dry_run"] and str(orphan) in plan["removed"] and tree_hash(tmp_path, skip=lock) == everything
+    r = CliRunner().invoke(main, ["gc", str(spec_path)])
+    assert r.exit_code == 0 and json.loads(r.stdout)["removed"] == plan["removed"], r.output
+    assert tree_hash(tmp_path / "models") == published  # exactly the unpublished versions went
+    store = StatsStore(tmp_path / "store.zarr")
+    referenced = {rel for p in store.read_manifest()["partitions"].values() for rel in p["stats"].values()}
+    on_disk = {p.relative_to(store.root).as_posix() for p in (store.root / "parts").glob("*/*.zarr")}
+    assert on_disk == referenced
+    assert run_cli(run, tmp_path, kill="manifest.json").killed
+    done = run_cli(run, tmp_path)
+    assert done.code == 0, done.stderr
+    for model in ("fd", "kef"):
+        vers = ModelVersions(tmp_path / "models" / model)
+        assert vers.list() == ["v000001", "v000002"] and vers.current() == "v000002"
+        assert sorted(p.name for p in vers.root.iterdir()) == ["CURRENT", "v000001.json", "v000001.zarr",
+                                                               "v000002.json", "v000002.zarr"]
 
 
 def test_two_runs_at_once_never_lose_or_double_count_a_partition(tmp_path):

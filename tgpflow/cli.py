@@ -20,6 +20,8 @@ from typing import Any
 import click
 import numpy as np
 
+from tgpflow.cluster import DEFAULT_CONNECT_TIMEOUT
+
 logger = logging.getLogger("tgpflow")
 
 #: Draws each MCMC chain keeps at least (split-R̂ halves every chain).
@@ -51,13 +53,13 @@ def _setup_logging(level: str) -> None:
 
 @contextlib.contextmanager
 def _runtime_errors() -> Iterator[None]:
-    from tgpflow.errors import OutputExistsError
+    from tgpflow.errors import OutputExistsError, SchedulerAddressError
 
     try:
         yield
     except click.ClickException:
         raise
-    except OutputExistsError as exc:  # a refused --out is a usage error: exit 2, nothing touched
+    except (OutputExistsError, SchedulerAddressError) as exc:  # a refused --out, no such scheduler: usage, exit 2
         raise _Refused(str(exc)) from exc
     except _RUNTIME_ERRORS as exc:
         if _debug():
@@ -156,14 +158,34 @@ def main(log_level: str, debug: bool) -> None:
     _setup_logging(log_level)
 
 
-_scheduler = click.option("--scheduler", default=None, metavar="ADDR",
-                          help="Dask scheduler address or scheduler file; default: this machine (see --local).")
+def _set_connect_timeout(ctx: click.Context, _param: click.Parameter, value: float) -> float:
+    from tgpflow.cluster import connect_timeout
+
+    token = connect_timeout.set(value)
+    ctx.call_on_close(lambda: connect_timeout.reset(token))
+    return value
+
+
+_scheduler_timeout = click.option(
+    "--scheduler-timeout", default=DEFAULT_CONNECT_TIMEOUT, show_default=True, type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS", expose_value=False, callback=_set_connect_timeout, envvar="TGPFLOW_SCHEDULER_TIMEOUT",
+    help="How long to wait for the Dask scheduler (--scheduler, or a pipeline's cluster) before giving up.")
+_scheduler_address = click.option("--scheduler", default=None, metavar="ADDR",
+                                  help="Dask scheduler address or scheduler file; default: this machine (see --local).")
+
+
+def _scheduler(fn: Any) -> Any:
+    """--scheduler ADDR and --scheduler-timeout SECONDS."""
+    return _scheduler_address(_scheduler_timeout(fn))
+
+
 _progress_opt = click.option("--progress", "progress_mode", default="auto", show_default=True,
                              type=click.Choice(["auto", "bar", "log", "none"]))
 
 
 class _Refused(click.ClickException):
-    """A request refused before any work (an --out that may not be replaced): exit 2, like a usage error."""
+    """A request refused before any work (an --out that may not be replaced, a --scheduler that names
+    nothing): exit 2, like a usage error."""
 
     exit_code = 2
 
@@ -578,6 +600,7 @@ def report(model: str, source: str, out: str, overwrite: bool, columns: str | No
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a spec field before validation, e.g. --set refit.policy=full (repeatable).")
 @_progress_opt
+@_scheduler_timeout
 def run(spec_path: str, date: str | None, overrides: tuple[str, ...], progress_mode: str) -> None:
     """Run a pipeline spec once: refit from new partitions (incremental/window/full), version, score."""
     from tgpflow.cluster import spec_client
@@ -604,6 +627,23 @@ def validate(spec_path: str, date: str | None, overrides: tuple[str, ...]) -> No
         spec = load_spec(spec_path, date=date, overrides=list(overrides))
     click.echo(json.dumps({"spec": spec_path, "valid": True, "name": spec.name,
                            "models": [m.name for m in spec.models], "refit": spec.refit.policy}))
+
+
+@main.command()
+@click.argument("spec_path", metavar="SPEC")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--date", default=None, help="Run date substituted for {date} in the spec (default: today).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
+def gc(spec_path: str, dry_run: bool, date: str | None, overrides: tuple[str, ...]) -> None:
+    """Remove what killed runs of a pipeline left: unpublished model versions, statistics the store's
+    manifest does not reference, writers' temporaries. Nothing else is ever removed."""
+    from tgpflow.pipeline.journal import collect_pipeline
+    from tgpflow.pipeline.spec import load_spec
+
+    with _runtime_errors():
+        spec = load_spec(spec_path, date=date, overrides=list(overrides))
+        removed = collect_pipeline(spec, dry_run=dry_run)
+    click.echo(json.dumps({"spec": spec_path, "dry_run": dry_run, "removed": removed}))
 
 
 @main.command()

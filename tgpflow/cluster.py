@@ -12,19 +12,79 @@ users who want the same choice, call :func:`dask_client`:
   inter-process transfers and gain nothing;
 * ``local="cluster"``: an embedded ``LocalCluster`` with one single-threaded worker
   process per core — for process isolation, memory limits and spilling, or the dashboard.
+
+Connecting waits at most :data:`connect_timeout` seconds (default
+:data:`DEFAULT_CONNECT_TIMEOUT`, 10 s, not distributed's 30 s; the CLI's ``--scheduler-timeout``
+sets it) and every failure is one sentence naming the address or the file:
+:class:`~tgpflow.errors.SchedulerAddressError` for a ``scheduler`` that is neither an existing
+scheduler file nor an address (a usage error), :class:`~tgpflow.errors.SchedulerError` for a
+malformed scheduler file or a scheduler that does not answer in time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import json
 import logging
 import os
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["dask_client", "spec_client", "load_cluster_file", "cluster_from_file"]
+from tgpflow.errors import SchedulerAddressError, SchedulerError
+
+__all__ = ["dask_client", "spec_client", "load_cluster_file", "cluster_from_file", "scheduler_address", "connect",
+           "connect_timeout", "DEFAULT_CONNECT_TIMEOUT"]
 
 logger = logging.getLogger("tgpflow")
+
+#: Seconds to wait for a Dask scheduler before giving up.
+DEFAULT_CONNECT_TIMEOUT = 10.0
+#: The connect timeout in effect (the CLI's ``--scheduler-timeout`` sets it for one command).
+connect_timeout: contextvars.ContextVar[float] = contextvars.ContextVar("tgpflow_connect_timeout",
+                                                                         default=DEFAULT_CONNECT_TIMEOUT)
+_HOST_PORT_PROTOCOLS = ("tcp", "tls", "ws", "wss", "ucx")
+
+
+def scheduler_address(scheduler: str) -> tuple[str, str | None]:
+    """``(address, file)``: the address ``scheduler`` names — itself, or the one in the scheduler file
+    it names (then ``file`` is that file). Raises the errors of the module docstring."""
+    if os.path.isfile(scheduler):
+        try:
+            with open(scheduler) as fh:
+                address = json.load(fh).get("address")
+        except (OSError, ValueError, AttributeError) as exc:
+            raise SchedulerError(f"{scheduler}: not a Dask scheduler file ({type(exc).__name__}: {exc})") from None
+        if not isinstance(address, str) or not address:
+            raise SchedulerError(f"{scheduler}: not a Dask scheduler file (no \"address\" string in it)")
+        return address, scheduler
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        protocol, location = parse_address(scheduler)
+        if protocol in _HOST_PORT_PROTOCOLS:
+            parse_host_port(location)
+    except (ValueError, TypeError):
+        a_file = "://" not in scheduler and (scheduler.endswith((".json", ".yaml")) or os.sep in scheduler)
+        what = "no such scheduler file" if a_file else "neither a scheduler file nor an address (tcp://host:port)"
+        raise SchedulerAddressError(f"{scheduler}: {what}") from None
+    return scheduler, None
+
+
+def connect(address: str, *, source: str | None = None, timeout: float | None = None, **kwargs: Any) -> Any:
+    """A ``distributed.Client`` of the scheduler at ``address`` (named after ``source``, the file it came
+    from, in errors), waiting at most ``timeout`` seconds (default: :data:`connect_timeout`)."""
+    from distributed import Client
+
+    timeout = connect_timeout.get() if timeout is None else timeout
+    where = f"{address} (from {source})" if source else address
+    try:
+        return Client(address=address, timeout=timeout, **kwargs)
+    except (OSError, TimeoutError):
+        raise SchedulerError(f"{where}: no Dask scheduler answered within {timeout:g} s; check that it runs and is "
+                             f"reachable, or wait longer with --scheduler-timeout") from None
+    except Exception as exc:  # noqa: BLE001 - whatever answered there is not a scheduler we can use
+        raise SchedulerError(f"{where}: could not connect to a Dask scheduler ({type(exc).__name__}: {exc})") from None
 
 
 @contextlib.contextmanager
@@ -38,8 +98,8 @@ def dask_client(scheduler: str | None = None, *, work: float | None = None, n_wo
     from distributed import Client, LocalCluster
 
     if scheduler:
-        kwargs = {"scheduler_file": scheduler} if os.path.isfile(scheduler) else {"address": scheduler}
-        with Client(**kwargs) as client:
+        address, source = scheduler_address(scheduler)
+        with connect(address, source=source) as client:
             logger.info("connected to scheduler %s (%d workers)", client.scheduler.address,
                         len(client.scheduler_info().get("workers", {})))
             yield client
@@ -80,7 +140,10 @@ def cluster_from_file(path: str | os.PathLike[str]) -> Iterator[Any]:
             from distributed.security import Security
 
             kw["security"] = Security(**security)
-        with Client(**kw) as client:
+        address = kw.pop("address", None)
+        if not isinstance(address, str):
+            raise SchedulerError(f"{path}: a scheduler cluster file needs address: tcp://host:port")
+        with connect(address, source=str(path), **kw) as client:
             yield client
         return
     jobs = kw.pop("jobs", None)

@@ -26,6 +26,11 @@ class TgpflowWarning(UserWarning):
     """A documented numerical fallback was taken (jitter, CG) or data were dropped."""
 
 
+class UnverifiedMetadataWarning(TgpflowWarning):
+    """A file written before tgpflow checksummed metadata was read: its arrays are verified, its JSON
+    metadata (parameters, thresholds, run info) is not. Re-saving it adds the checksum."""
+
+
 class DiagnosticWarning(TgpflowWarning):
     """A fitted model or a sample failed a quality check (mass without data, too few effective draws,
     chains that disagree); the message says what to change."""
@@ -42,3 +47,11 @@ def cause(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     first = lines[0].split(". ")[0].rstrip(".") if lines else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+class SchedulerError(TgpflowError, ConnectionError):
+    """No Dask scheduler to use: a malformed scheduler file, or none answered in time. Names the address or file."""
+
+
+class SchedulerAddressError(TgpflowError, ValueError):
+    """A scheduler named by neither an existing scheduler file nor an address: the request is wrong (CLI exit 2)."""

@@ -6,11 +6,19 @@ Two containers: a Zarr v3 group (``*.zarr``, the default for models) and a NumPy
 * ``tgpflow_schema`` — the schema version of this layout (:data:`SCHEMA_VERSION`);
 * ``kind`` — what the artifact is (e.g. ``"GPTiltedDensity"``, ``"TGPStats"``);
 * ``meta`` — JSON metadata (parameters, provenance);
-* ``checksums`` — SHA-256 of every array's dtype, shape and little-endian bytes.
+* ``checksums`` — SHA-256 of every array's dtype, shape and little-endian bytes;
+* ``header_checksum`` — SHA-256 of the canonical JSON (:func:`json_checksum`) of the schema
+  version, ``kind``, ``meta`` and ``checksums``: the metadata is covered like the arrays.
 
-Loading verifies the schema version and every checksum, accepts only numeric dtypes, and
-reads ``.npz`` with ``allow_pickle=False``: a tampered, truncated or foreign file is
-refused with :class:`~tgpflow.errors.ModelFileError`, and no code path unpickles.
+Loading verifies the schema version, the header checksum and every array checksum, accepts
+only numeric dtypes, and reads ``.npz`` with ``allow_pickle=False``: a tampered, truncated or
+foreign file is refused with :class:`~tgpflow.errors.ModelFileError` naming the file (for an
+edited header of a Zarr group, its ``zarr.json``), and no code path unpickles.
+
+Files written before ``header_checksum`` existed (same schema version) still load: their
+arrays are verified, their metadata cannot be, and loading says so with an
+:class:`~tgpflow.errors.UnverifiedMetadataWarning` (re-saving adds the checksum). Refusing them
+would strand every model and statistics store already written.
 """
 
 from __future__ import annotations
@@ -23,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.errors import ModelFileError, cause
+from tgpflow.errors import ModelFileError, UnverifiedMetadataWarning, cause
 from tgpflow.io.atomic import atomic_path
 
-__all__ = ["SCHEMA_VERSION", "write_artifact", "read_artifact"]
+__all__ = ["SCHEMA_VERSION", "write_artifact", "read_artifact", "json_checksum", "read_json_object"]
 
 SCHEMA_VERSION = 1
 _ALLOWED_KINDS = "fiub"  # float, signed int, unsigned int, bool
@@ -38,6 +46,28 @@ def _checksum(a: np.ndarray) -> str:
     h = hashlib.sha256(f"{a.dtype.str}|{a.shape}".encode())
     h.update(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
     return h.hexdigest()
+
+
+def json_checksum(value: Any) -> str:
+    """SHA-256 of a JSON value in canonical form (sorted keys, no whitespace, ASCII): equal values, equal sums."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (a manifest, a version's run info); :class:`ModelFileError` naming the
+    file and ``what`` it should be otherwise."""
+    try:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelFileError(f"{path}: {what} is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ModelFileError(f"{path}: {what} is not a JSON object")
+    return value
+
+
+def _header_checksum(header: dict[str, Any]) -> str:
+    return json_checksum({k: header.get(k) for k in ("tgpflow_schema", "kind", "meta", "checksums")})
 
 
 def _check_arrays(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -67,7 +97,8 @@ def write_artifact(path: str | Path, kind: str, arrays: dict[str, np.ndarray], m
         "meta": meta,
         "checksums": {k: _checksum(a) for k, a in arrays.items()},
     }
-    json.dumps(header)  # fail before touching the disk if meta is not JSON
+    header = json.loads(json.dumps(header))  # fail before touching the disk if meta is not JSON; as it reads back
+    header["header_checksum"] = _header_checksum(header)
     from tgpflow.io.outputs import artifact_output
 
     with atomic_path(path, artifact_output(kind), overwrite=overwrite) as tmp:
@@ -103,6 +134,7 @@ def read_artifact(path: str | Path, expected_kinds: tuple[str, ...] | None = Non
         raise ModelFileError(
             f"{path}: schema version {version!r} is not supported (this tgpflow reads version "
             f"{SCHEMA_VERSION}); re-save it with the tgpflow that wrote it, or refit")
+    _verify_header(path, header)
     kind = header.get("kind")
     if expected_kinds is not None and kind not in expected_kinds:
         raise ModelFileError(f"{path}: holds a {kind!r}, expected one of {list(expected_kinds)}")
@@ -116,6 +148,20 @@ def read_artifact(path: str | Path, expected_kinds: tuple[str, ...] | None = Non
         if _checksum(a) != sums[name]:
             raise ModelFileError(f"{path}: checksum mismatch in array {name!r}; the file is corrupt or was modified after it was written")
     return kind, arrays, header.get("meta", {})
+
+
+def _verify_header(path: Path, header: dict[str, Any]) -> None:
+    stored = header.get("header_checksum")
+    where = path / "zarr.json" if path.is_dir() else path
+    if stored is None:
+        import warnings
+
+        warnings.warn(f"{where}: written before tgpflow checksummed metadata; its arrays are verified, its "
+                      f"metadata (parameters, thresholds, selection) is not. Load and save it again to add the "
+                      f"checksum", UnverifiedMetadataWarning, stacklevel=3)
+    elif stored != _header_checksum(header):
+        raise ModelFileError(f"{where}: the metadata does not match its checksum (parameters, thresholds or "
+                             f"selection were edited after the file was written); refit, or restore the file")
 
 
 def _read_zarr(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -10,22 +10,23 @@ A run (under the store's lock):
    graph for all of them, one pass over each — and writes them to the store;
 4. updates each model's running total: ``total + new − (changed, disappeared, left the window)``;
    the old partitions are never re-read;
-5. solves each model from its total, writes a new model version and, after the store's
-   manifest swap (the commit point), swaps the ``CURRENT`` pointer;
-6. scores the new partitions (per-row log density of the raw rows and an anomaly flag below
-   the ``threshold_quantile`` of the training log density), one Parquet file per partition,
-   each written atomically, so a rerun resumes.
+5. solves each model from its total and writes a new, unpublished, model version;
+6. swaps the store's manifest: the commit point, and the journal of the steps that follow
+   (:mod:`tgpflow.pipeline.journal`) — publish each version (its run info, then ``CURRENT``),
+   score the new partitions (per-row log density of the raw rows and an anomaly flag below the
+   ``threshold_quantile`` of the training log density; one Parquet file per partition, each
+   written atomically) and write the reports.
 
-A rerun with no new or changed partitions changes nothing and says so (and repairs a
-``CURRENT`` pointer that a crash left behind the manifest). Fault points for tests are named
-by the environment variable ``TGPFLOW_FAULT`` (``after_parts``, ``before_manifest``).
+Before it looks for new partitions a run removes what a killed run left uncommitted and
+finishes the steps the last committed run left undone, each output once (a run killed while
+scoring is completed by the next one, even with no new partition). A rerun with nothing new and
+nothing owed changes nothing and says so.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ from tgpflow.io.parquet import list_parquet_files
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import Source, as_source
 from tgpflow.logs import phase
+from tgpflow.pipeline.journal import collect, finish, steps_after_commit
+from tgpflow.pipeline.partitions import partition_source, preprocessor, union_source
 from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore, partition_fingerprint
 from tgpflow.pipeline.versions import ModelVersions
@@ -50,11 +53,6 @@ from tgpflow.stats.support import SupportBox
 __all__ = ["run_pipeline", "RunResult"]
 
 logger = logging.getLogger("tgpflow")
-
-
-def _fault(point: str) -> None:
-    if os.environ.get("TGPFLOW_FAULT") == point:  # test hook: die here as a killed job would
-        os._exit(137)
 
 
 class RunResult(dict):
@@ -97,32 +95,6 @@ def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], column
     est.feature_names_in_ = np.asarray(columns, dtype=object)
 
 
-def _preprocessor(pre: dict[str, Any] | None) -> Any:
-    if not pre:
-        return None
-    center, scale = np.asarray(pre["center"]), np.asarray(pre["scale"])
-    return lambda x: (x - center) / scale
-
-
-def _partition_source(spec: PipelineSpec, path: str, columns: list[str] | None, pre: dict[str, Any] | None) -> Source:
-    src = as_source(path, columns=columns, on_bad_rows=spec.source.on_bad_rows,
-                    filters=[tuple(f) for f in spec.source.filters] if spec.source.filters else None)
-    fn = _preprocessor(pre)
-    return src.map_rows(fn) if fn is not None else src
-
-
-def _union_source(spec: PipelineSpec, files: list[str], columns: list[str] | None, pre: dict[str, Any] | None) -> Source:
-    """All partitions as one source (for the pilot that freezes preprocessing and draws)."""
-    import dataclasses
-
-    parts = [_partition_source(spec, f, columns, pre) for f in files]
-    first = parts[0]
-    return dataclasses.replace(first, description=spec.source.path,
-                               labels=tuple(lb for p in parts for lb in p.labels),
-                               sizes=tuple(s for p in parts for s in p.sizes),
-                               _validated=tuple(v for p in parts for v in p._validated))
-
-
 def _freeze_preprocess(spec: PipelineSpec, src: Source, seed: int) -> dict[str, Any] | None:
     if not (spec.preprocess.center or spec.preprocess.scale):
         return None
@@ -139,10 +111,14 @@ def run_pipeline(spec: PipelineSpec, *, date: str | None = None) -> RunResult:
     """Run one refit of ``spec`` (see the module docstring); returns what it did."""
     store = StatsStore(spec.outputs.store)
     with store.lock(spec.lock_timeout):
-        return _run(spec, store, date or datetime.date.today().isoformat())
+        manifest = store.read_manifest()
+        collect(spec, store, manifest)  # what a killed run left uncommitted
+        owed = finish(spec, manifest)  # what the last committed run left undone
+        return _run(spec, store, manifest, date or datetime.date.today().isoformat(), owed)
 
 
-def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
+def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, date: str,
+         owed: dict[str, list[str]]) -> RunResult:
     fs, files = list_parquet_files(spec.source.path)
     if not files:
         raise TgpflowError(f"{spec.source.path}: no Parquet partitions match")
@@ -151,7 +127,6 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
     if policy == "window":
         files = files[-spec.refit.partitions:]
     fps = {f: partition_fingerprint(fs, f, mode) for f in files}
-    manifest = store.read_manifest()
     params = {m.name: {"estimator": m.estimator, "params": m.params} for m in spec.models}
     rebuild = manifest is None or policy == "full"
     if manifest is not None and not rebuild:
@@ -171,19 +146,20 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
     added = [f for f in files if f not in old_parts or old_parts[f]["fingerprint"] != fps[f]]
     removed = [f for f in old_parts if f not in fps or old_parts[f]["fingerprint"] != fps[f]]
     if manifest is not None and not rebuild and not added and not removed:
-        repaired = _repair_pointers(spec, manifest)
-        logger.info("%s: no new or changed partitions; nothing to do", spec.name)
-        return RunResult(changed=False, added=[], removed=[], run=manifest["run"], repaired=repaired,
-                         message="no new or changed partitions; nothing to do")
+        message = "no new or changed partitions; " + _owed_message(owed)
+        logger.info("%s: %s", spec.name, message)
+        return RunResult(changed=False, added=[], removed=[], run=manifest["run"], repaired=owed["published"],
+                         scored=owed["scored"], reports=owed["reports"], message=message)
+    _check_scoring_model(spec)
 
     # -- frozen preprocessing and draws --------------------------------------------------
     columns = spec.source.columns
     if rebuild:
         probe = as_source(files[0], columns=columns)
         columns = list(probe.columns)
-        union = _union_source(spec, files, columns, None)
+        union = union_source(spec, files, columns, None)
         pre = _freeze_preprocess(spec, union, seed)
-        union = _union_source(spec, files, columns, pre)
+        union = union_source(spec, files, columns, pre)
         models: dict[str, Any] = {}
         for m in spec.models:
             est = _estimator(m)
@@ -204,7 +180,7 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
     with phase("partitions", added=len(added), removed=len(removed), models=len(ests)) as facts:
         roots, dropped = [], []
         for f in added:
-            src = _partition_source(spec, f, columns, pre)
+            src = partition_source(spec, f, columns, pre)
             for est in ests.values():
                 fn, args, with_keys = est._pass_spec()  # with keys: the hashed split of a held-out selection
                 task = dask.delayed(fn, pure=True)
@@ -225,7 +201,6 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
             k += 1
             new_parts[f]["stats"][name] = store.save(stats, f"parts/{fps[f]}/{name}.zarr")
             new_parts[f]["rows"] = int(stats.n)
-    _fault("after_parts")
 
     # -- totals: old + new − removed ----------------------------------------------------
     partitions = {f: old_parts[f] for f in old_parts if f not in removed}
@@ -233,9 +208,9 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
     versions = {}
     # one bounded pilot read per run, for every model: the rows the anomaly thresholds are learned
     # on, and (preprocessed) the support box the fit diagnostics compare the model's mass with
-    pilot_rows = pilot_sample(_union_source(spec, files, columns, None), rows=20_000, random_state=seed).rows
+    pilot_rows = pilot_sample(union_source(spec, files, columns, None), rows=20_000, random_state=seed).rows
     threshold_rows = pilot_rows if spec.outputs.scores else None
-    prep = _preprocessor(pre)
+    prep = preprocessor(pre)
     box = SupportBox.from_rows(prep(pilot_rows) if prep is not None else pilot_rows) if len(pilot_rows) > 1 else None
     for m in spec.models:
         name, est = m.name, ests[m.name]
@@ -258,50 +233,42 @@ def _run(spec: PipelineSpec, store: StatsStore, date: str) -> RunResult:
         run_info = {"run": run, "date": date, "rows": float(total.n), "partitions": sorted(partitions),
                     "preprocess": pre, "columns": columns, "anomaly_threshold": threshold, "policy": policy,
                     "threshold_quantile": spec.outputs.scores.threshold_quantile if spec.outputs.scores else None}
-        vers = ModelVersions(Path(spec.outputs.models) / name)
-        models[name]["version"] = versions[name] = vers.write(est, run_info)
-    _fault("before_manifest")
+        models[name]["version"] = versions[name] = ModelVersions(Path(spec.outputs.models) / name).write(est)
+        models[name]["info"] = run_info  # published after the commit (the journal)
     new_manifest = {"schema": MANIFEST_SCHEMA, "name": spec.name, "run": run, "date": date, "columns": columns,
                     "preprocess": pre, "preprocess_spec": spec.preprocess.model_dump(), "policy": policy,
-                    "models": models, "partitions": partitions,
+                    "models": models, "partitions": partitions, "steps": steps_after_commit(spec, ests, versions, added),
                     "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
-    store.write_manifest(new_manifest)
-    for name, version in versions.items():
-        ModelVersions(Path(spec.outputs.models) / name).set_current(version)
-    store.collect_garbage(new_manifest)
-    scored = _score(spec, new_manifest, fs) if spec.outputs.scores else []
-    reports = _reports(spec, ests, versions, files, columns, pre) if spec.outputs.report else []
+    store.write_manifest(new_manifest)  # the commit point
+    collect(spec, store, new_manifest)  # the totals and draws it replaced
+    done = finish(spec, new_manifest)
     rows = {name: ModelVersions(Path(spec.outputs.models) / name).info()["rows"] for name in versions}
     logger.info("%s: run %d added %d and removed %d partition(s); models %s", spec.name, run, len(added),
                 len(removed), versions)
-    return RunResult(changed=True, added=added, removed=removed, run=run, versions=versions, rows=rows, scored=scored,
-                     reports=reports)
+    return RunResult(changed=True, added=added, removed=removed, run=run, versions=versions, rows=rows,
+                     scored=owed["scored"] + done["scored"], reports=owed["reports"] + done["reports"])
 
 
-def _reports(spec: PipelineSpec, ests: dict[str, Any], versions: dict[str, str], files: list[str], columns: list[str],
-             pre: dict[str, Any] | None) -> list[str]:
-    """``tgpflow report`` of each GP-tilted model on the current (preprocessed) partitions, per version."""
-    from tgpflow.pipeline.report import write_report
-
-    written = []
-    for name, est in ests.items():
-        if type(est).__name__ != "GPTiltedDensity":
-            logger.info("report: %s is a %s; reports cover GP-tilted densities", name, type(est).__name__)
-            continue
-        out = Path(spec.outputs.report) / name / versions[name]
-        write_report(est, _union_source(spec, files, columns, pre), out)
-        written.append(str(out))
-    return written
+def _owed_message(owed: dict[str, list[str]]) -> str:
+    """What a run finished for the last one, in words ("nothing to do" when nothing)."""
+    parts = [f"published {', '.join(owed['published'])}" if owed["published"] else "",
+             f"scored {len(owed['scored'])} partition(s)" if owed["scored"] else "",
+             f"wrote {len(owed['reports'])} report(s)" if owed["reports"] else ""]
+    done = "; ".join(p for p in parts if p)
+    return f"finished what the last run left undone: {done}" if done else "nothing to do"
 
 
-def _repair_pointers(spec: PipelineSpec, manifest: dict[str, Any]) -> list[str]:
-    repaired = []
-    for name, model in manifest["models"].items():
-        vers = ModelVersions(Path(spec.outputs.models) / name)
-        if vers.current() != model.get("version") and model.get("version") in vers.list():
-            vers.set_current(model["version"])
-            repaired.append(name)
-    return repaired
+def _check_scoring_model(spec: PipelineSpec) -> None:
+    """Refuse, before any work, a scores model that has no log density (a ScoreEstimator)."""
+    import tgpflow
+
+    if spec.outputs.scores is None:
+        return
+    name = spec.outputs.scores.model or spec.models[0].name
+    estimator = next(m.estimator for m in spec.models if m.name == name)
+    if not hasattr(getattr(tgpflow, estimator), "log_density"):
+        raise TgpflowError(f"model {name!r} is a {estimator}: it has no log density to score with; name a density "
+                           f"in outputs.scores.model")
 
 
 def _raw_log_density(est: Any, x: np.ndarray, pre: dict[str, Any] | None) -> np.ndarray:
@@ -320,43 +287,3 @@ def _threshold(spec: PipelineSpec, est: Any, rows: np.ndarray | None, columns: l
 
     values = _raw_log_density(est, pd.DataFrame(rows, columns=columns), pre)
     return float(np.quantile(values[np.isfinite(values)], spec.outputs.scores.threshold_quantile))
-
-
-def _score(spec: PipelineSpec, manifest: dict[str, Any], fs: Any) -> list[str]:
-    """Per partition: raw-row log density and anomaly flag, one Parquet file each, atomic, resumable."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from tgpflow.io.atomic import atomic_path
-
-    cfg = spec.outputs.scores
-    name = cfg.model or spec.models[0].name
-    vers = ModelVersions(Path(spec.outputs.models) / name)
-    version = manifest["models"][name]["version"]
-    est = vers.load(version)
-    info = vers.info(version)
-    if not hasattr(est, "log_density"):
-        raise TgpflowError(f"model {name!r} has no log density to score with")
-    out_dir = Path(cfg.path)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for f, part in sorted(manifest["partitions"].items()):
-        target = out_dir / f"{Path(f).stem}.parquet"
-        if target.exists():
-            md = pq.read_schema(target).metadata or {}
-            if md.get(b"tgpflow.partition") == part["fingerprint"].encode():
-                continue  # scored before (resume): the same partition content
-        # chunk by chunk on the scheduler: the model's log density of the preprocessed rows,
-        # minus Σ log scale, is the density of the raw rows; only the scores come back
-        src = _partition_source(spec, f, manifest["columns"], manifest["preprocess"])
-        density = dask.delayed(est._evaluator_at(None).log_density, pure=True)
-        logp = np.concatenate(compute(*[density(b) for b in src.blocks()]))
-        if manifest["preprocess"]:
-            logp = logp - float(np.log(np.asarray(manifest["preprocess"]["scale"])).sum())
-        table = pa.table({"log_density": logp, "anomaly": logp < info["anomaly_threshold"]})
-        table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": part["fingerprint"],
-                                               "tgpflow.model_version": version, "tgpflow.source": f})
-        with atomic_path(target, "scores") as tmp:
-            pq.write_table(table, tmp)
-        written.append(str(target))
-    return written

@@ -13,9 +13,11 @@ Layout (the root is a Zarr group; every artifact below is a checksummed Zarr gro
 
 A run writes new part and total artifacts first, then swaps ``manifest.json``; a run that dies
 before the swap leaves the previous manifest — and everything it references — intact, and its
-orphans are removed by the next run. A second run on the same store waits ``lock_timeout``
-seconds for the lock and then fails, naming the holder. A partition's fingerprint is a hash of
-its path, size and modification time (or of its bytes, ``fingerprint: content``).
+orphans are removed by the next run (or ``tgpflow gc``). The manifest is also the run's journal
+of what follows the swap (:mod:`tgpflow.pipeline.journal`). A second run on the same store
+waits ``lock_timeout`` seconds for the lock and then fails, naming the holder. A partition's
+fingerprint is a hash of its path, size and modification time (or of its bytes,
+``fingerprint: content``).
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ import datetime
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tgpflow.errors import ModelFileError, TgpflowError
-from tgpflow.io.artifact import read_artifact, write_artifact
+from tgpflow.io.artifact import read_artifact, read_json_object, write_artifact
+from tgpflow.io.atomic import atomic_write_text, discard, remove_temporaries
+from tgpflow.io.outputs import output_kind
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 from tgpflow.stats.ncfd import NCFDStats
 from tgpflow.stats.split import StatsBundle
@@ -112,23 +115,15 @@ class StatsStore:
     def read_manifest(self) -> dict[str, Any] | None:
         if not self.manifest_path.exists():
             return None
-        try:
-            manifest = json.loads(self.manifest_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ModelFileError(f"{self.manifest_path}: the store manifest is not valid JSON ({exc})") from None
+        manifest = read_json_object(self.manifest_path, "the store manifest")
         if manifest.get("schema") != MANIFEST_SCHEMA:
             raise ModelFileError(f"{self.manifest_path}: manifest schema {manifest.get('schema')!r}, "
                                  f"this tgpflow reads {MANIFEST_SCHEMA}")
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        """Replace the manifest atomically (write a temporary, fsync, os.replace)."""
-        tmp = self.root / f".manifest.json.tmp-{os.getpid()}"
-        with open(tmp, "w") as fh:
-            json.dump(manifest, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.manifest_path)
+        """Replace the manifest atomically (write a temporary, fsync, os.replace): the commit point."""
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=1, sort_keys=True))
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, stats: Any, rel: str) -> str:
@@ -151,24 +146,30 @@ class StatsStore:
         _, arrays, meta = read_artifact(self.root / rel, expected_kinds=("Draw",))
         return arrays, meta
 
-    def collect_garbage(self, manifest: dict[str, Any]) -> list[str]:
-        """Remove part/total artifacts (and temporaries) that the manifest does not reference."""
-        keep = {manifest["models"][m]["total"] for m in manifest["models"]}
-        keep |= {rel for p in manifest["partitions"].values() for rel in p["stats"].values()}
-        keep |= {manifest["models"][m]["draw"] for m in manifest["models"]}
-        removed = []
+    def collect_garbage(self, manifest: dict[str, Any] | None, *, dry_run: bool = False) -> list[str]:
+        """Remove the part/total/draw artifacts that ``manifest`` does not reference (all of them without a
+        committed manifest; only tgpflow statistics artifacts) and writers' temporaries; returns the paths
+        (``dry_run``: only lists them)."""
+        keep: set[str] = set()
+        if manifest is not None:
+            keep = {manifest["models"][m]["total"] for m in manifest["models"]}
+            keep |= {rel for p in manifest["partitions"].values() for rel in p["stats"].values()}
+            keep |= {manifest["models"][m]["draw"] for m in manifest["models"]}
+        removed = remove_temporaries(self.root, dry_run=dry_run)
         for sub in ("parts", "totals", "draws"):
             base = self.root / sub
             if not base.exists():
                 continue
+            for directory in [base, *sorted(p for p in base.iterdir() if p.is_dir() and not p.name.endswith(".zarr"))]:
+                removed += remove_temporaries(directory, dry_run=dry_run)
             for path in sorted(base.rglob("*.zarr")):
                 rel = path.relative_to(self.root).as_posix()
-                if rel not in keep and not any(k.startswith(rel + "/") for k in keep):
-                    shutil.rmtree(path, ignore_errors=True)
-                    removed.append(rel)
-            for path in sorted(base.rglob(".*tmp-*")):
-                shutil.rmtree(path, ignore_errors=True)
+                if rel in keep or any(k.startswith(rel + "/") for k in keep) or output_kind(path) != "statistics":
+                    continue
+                if not dry_run:
+                    discard(path)  # a kill midway leaves a temporary, removed next time
+                removed.append(str(path))
             for d in sorted(base.glob("*"), reverse=True):
-                if d.is_dir() and not any(d.iterdir()):
+                if not dry_run and d.is_dir() and not any(d.iterdir()):
                     d.rmdir()
         return removed

@@ -1,29 +1,46 @@
-"""Model versions: every run writes a new version; a ``CURRENT`` pointer is swapped atomically.
+"""Model versions: every run writes a new version; only a published one is ever seen.
 
 Layout of ``<models>/<model>/``: ``v000001.zarr`` … (each a saved model, checksummed),
-``v000001.json`` … (the run that made it: rows, partitions, preprocessing, anomaly threshold),
-and ``CURRENT`` holding the name of the live version, replaced with ``os.replace`` only after
-the version is written whole. Earlier versions are kept. ``tgpflow.load(<models>/<model>)``
-loads the current one.
+``v000001.json`` … (the run that made it: rows, partitions, preprocessing, anomaly threshold;
+with the SHA-256 of its content), and ``CURRENT`` holding the name of the live version.
+
+A version goes through two steps. :meth:`ModelVersions.write` saves the model (atomically) and
+nothing else: the version is *unpublished*. After the run's commit point (the statistics store's
+manifest swap, which records the run info), :meth:`ModelVersions.publish` writes the run info
+and then swaps ``CURRENT`` (each atomically). A version is **published** when its run info
+exists and it is not newer than ``CURRENT``; ``CURRENT`` only moves forward. Everything that
+lists, describes or loads versions sees published ones only; an unpublished one is what a run
+killed before (or while) publishing left behind, and :meth:`ModelVersions.remove_unpublished`
+deletes it (the next run, or ``tgpflow gc``) unless the store's manifest names it — then the
+next run publishes it. Earlier versions are kept. ``tgpflow.load(<models>/<model>)`` loads the
+current one.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
-from tgpflow.errors import ModelFileError
+from tgpflow.errors import ModelFileError, UnverifiedMetadataWarning
+from tgpflow.io.artifact import json_checksum, read_json_object
+from tgpflow.io.atomic import atomic_write_text, discard, remove_temporaries
+from tgpflow.io.outputs import output_kind
 
 __all__ = ["ModelVersions", "is_versions_dir"]
 
-_VERSION = re.compile(r"^v(\d{6})\.zarr$")
+_VERSION = re.compile(r"^v(\d{6})\.(zarr|json)$")
+_CHECKSUM_KEY = "sha256"
 
 
 def is_versions_dir(path: str | Path) -> bool:
     return (Path(path) / "CURRENT").is_file()
+
+
+def _number(name: str) -> int:
+    return int(name[1:])
 
 
 class ModelVersions:
@@ -32,42 +49,71 @@ class ModelVersions:
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
-    def list(self) -> list[str]:
-        if not self.root.exists():
+    def on_disk(self, suffix: str = "zarr") -> list[str]:
+        """Every version with a ``.zarr`` (or ``.json``) on disk, published or not."""
+        if not self.root.is_dir():
             return []
-        return sorted(p.name[:-5] for p in self.root.iterdir() if _VERSION.match(p.name))
+        return sorted(m[0][:-len(suffix) - 1] for p in self.root.iterdir()
+                      if (m := _VERSION.match(p.name)) and m[2] == suffix)
 
     def current(self) -> str | None:
         pointer = self.root / "CURRENT"
         return pointer.read_text().strip() if pointer.exists() else None
 
-    def next_name(self) -> str:
-        versions = self.list()
-        return f"v{(int(versions[-1][1:]) + 1) if versions else 1:06d}"
+    def list(self) -> list[str]:
+        """The published versions, oldest first."""
+        current = self.current()
+        if current is None:
+            return []
+        described = set(self.on_disk("json"))
+        return [v for v in self.on_disk() if v in described and _number(v) <= _number(current)]
 
-    def write(self, est: Any, info: dict[str, Any]) -> str:
-        """Save ``est`` as the next version with its run info (not yet current)."""
+    def unpublished(self, keep: str | None = None) -> list[str]:
+        """Versions on disk that are not published (but ``keep``, the one a committed manifest names)."""
+        published = set(self.list())
+        return [v for v in sorted(set(self.on_disk()) | set(self.on_disk("json")))
+                if v not in published and v != keep]
+
+    def next_name(self) -> str:
+        versions = self.on_disk()
+        return f"v{(_number(versions[-1]) + 1) if versions else 1:06d}"
+
+    def write(self, est: Any) -> str:
+        """Save ``est`` as the next version, unpublished; returns its name."""
         name = self.next_name()
         self.root.mkdir(parents=True, exist_ok=True)
         est.save(self.root / f"{name}.zarr")
-        tmp = self.root / f".{name}.json.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps(info, indent=1, sort_keys=True, default=float))
-        os.replace(tmp, self.root / f"{name}.json")
         return name
 
-    def set_current(self, name: str) -> None:
+    def publish(self, name: str, info: dict[str, Any]) -> None:
+        """Write the run info of ``name`` and make it current (each step atomic; repeating it is harmless)."""
         if not (self.root / f"{name}.zarr").exists():
             raise ModelFileError(f"{self.root}: version {name} does not exist")
-        tmp = self.root / f".CURRENT.tmp-{os.getpid()}"
-        tmp.write_text(name + "\n")
-        os.replace(tmp, self.root / "CURRENT")
+        info = json.loads(json.dumps(info, default=float))
+        text = json.dumps({**info, _CHECKSUM_KEY: json_checksum(info)}, indent=1, sort_keys=True)
+        path = self.root / f"{name}.json"
+        if not path.exists() or path.read_text() != text:
+            atomic_write_text(path, text)
+        if self.current() != name:
+            atomic_write_text(self.root / "CURRENT", name + "\n")
 
     def info(self, name: str | None = None) -> dict[str, Any]:
+        """The run info of a published version (the current one by default), its checksum verified."""
         name = name or self.current()
         if name is None:
             raise ModelFileError(f"{self.root}: no current model version")
         path = self.root / f"{name}.json"
-        return json.loads(path.read_text()) if path.exists() else {}
+        if not path.exists():
+            return {}
+        info = read_json_object(path, "the version's run info")
+        stored = info.pop(_CHECKSUM_KEY, None)
+        if stored is None:
+            warnings.warn(f"{path}: written before run info had checksums; its content is not verified",
+                          UnverifiedMetadataWarning, stacklevel=2)
+        elif stored != json_checksum(info):
+            raise ModelFileError(f"{path}: the version's run info does not match its checksum; the file was "
+                                 f"modified after it was written")
+        return info
 
     def load(self, name: str | None = None) -> Any:
         import tgpflow
@@ -76,3 +122,19 @@ class ModelVersions:
         if name is None:
             raise ModelFileError(f"{self.root}: no current model version (CURRENT is missing)")
         return tgpflow.load(self.root / f"{name}.zarr")
+
+    def remove_unpublished(self, keep: str | None = None, *, dry_run: bool = False) -> list[str]:
+        """Delete the unpublished versions (not ``keep``) and writers' temporaries; returns their paths.
+
+        Only tgpflow's own files go: a ``vNNNNNN.zarr`` that is a tgpflow model, its run info, and the
+        temporaries of :mod:`tgpflow.io.atomic`. Call it under the store's lock.
+        """
+        removed = remove_temporaries(self.root, dry_run=dry_run)
+        for name in self.unpublished(keep):
+            for path in (self.root / f"{name}.json", self.root / f"{name}.zarr"):  # run info first
+                if not path.exists() or (path.suffix == ".zarr" and output_kind(path) != "model"):
+                    continue
+                if not dry_run:
+                    discard(path)
+                removed.append(str(path))
+        return removed

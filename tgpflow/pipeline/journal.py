@@ -1,0 +1,183 @@
+"""What a committed run still owes, how a rerun finishes it, and what a killed run left to collect.
+
+A run commits by swapping the store's manifest (:mod:`tgpflow.pipeline.store`). The manifest it
+commits is also the run's journal of the steps after that point:
+
+* **publish** — for each model, the version (``models.<name>.version``) and its run info
+  (``models.<name>.info``): :meth:`ModelVersions.publish` writes the info, then ``CURRENT``;
+* **scores** — ``steps.scores``: the directory (the spec's, with the run's ``{date}``), the model
+  and version that score, and the partitions the run added; one Parquet file per partition;
+* **reports** — ``steps.reports``: the directory and the GP-tilted models' versions.
+
+Nothing records that a step is done: a step is done when its output is on disk — a published
+version, a score file whose ``tgpflow.partition`` is the partition's fingerprint, a report
+directory. :func:`finish` runs at the start of every run (before it looks for new partitions)
+and after its commit, does what is missing and rewrites nothing that is there: a run killed
+anywhere is completed by the next run, and each output is written once.
+
+:func:`collect` removes what a killed run left uncommitted: statistics the manifest does not
+reference, unpublished model versions, and writers' temporaries (the next run calls it, and
+``tgpflow gc`` through :func:`collect_pipeline`). It deletes tgpflow's own files only.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tgpflow.errors import TgpflowError
+from tgpflow.io.atomic import atomic_path, remove_temporaries
+from tgpflow.io.outputs import output_kind
+from tgpflow.pipeline.partitions import partition_source, union_source
+from tgpflow.pipeline.spec import PipelineSpec
+from tgpflow.pipeline.store import StatsStore
+from tgpflow.pipeline.versions import ModelVersions
+
+__all__ = ["steps_after_commit", "finish", "collect", "collect_pipeline"]
+
+logger = logging.getLogger("tgpflow")
+
+
+def _versions(spec: PipelineSpec, name: str) -> ModelVersions:
+    return ModelVersions(Path(spec.outputs.models) / name)
+
+
+def _score_target(directory: str | Path, partition: str) -> Path:
+    return Path(directory) / f"{Path(partition).stem}.parquet"
+
+
+def steps_after_commit(spec: PipelineSpec, ests: dict[str, Any], versions: dict[str, str],
+                       added: list[str]) -> dict[str, Any]:
+    """The journal's ``steps`` for a run that wrote ``versions`` of ``ests`` and added ``added``."""
+    steps: dict[str, Any] = {"scores": None, "reports": None}
+    cfg = spec.outputs.scores
+    if cfg is not None and added:
+        name = cfg.model or spec.models[0].name
+        steps["scores"] = {"path": cfg.path, "model": name, "version": versions[name], "partitions": sorted(added)}
+    if spec.outputs.report:
+        reported = {}
+        for name, est in ests.items():
+            if type(est).__name__ == "GPTiltedDensity":
+                reported[name] = versions[name]
+            else:
+                logger.info("report: %s is a %s; reports cover GP-tilted densities", name, type(est).__name__)
+        steps["reports"] = {"path": spec.outputs.report, "models": reported} if reported else None
+    return steps
+
+
+def finish(spec: PipelineSpec, manifest: dict[str, Any] | None) -> dict[str, list[str]]:
+    """Do what the run that committed ``manifest`` left undone: publish, score, report (module docstring)."""
+    done: dict[str, list[str]] = {"published": [], "scored": [], "reports": []}
+    if manifest is None:
+        return done
+    for name, model in manifest["models"].items():
+        vers = _versions(spec, name)
+        version = model.get("version")
+        if version is None or (vers.current() == version and version in vers.list()):
+            continue
+        if "info" in model:
+            vers.publish(version, model["info"])
+        elif version in vers.on_disk():  # a manifest written before the journal: its run info is on disk
+            vers.publish(version, vers.info(version))
+        done["published"].append(name)
+    steps = manifest.get("steps") or {}
+    if steps.get("scores"):
+        done["scored"] = _score(spec, manifest, steps["scores"])
+    if steps.get("reports"):
+        done["reports"] = _report(spec, manifest, steps["reports"])
+    return done
+
+
+def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) -> list[str]:
+    """Per partition: raw-row log density and anomaly flag, one Parquet file each, atomic, written once."""
+    import dask
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tgpflow.stats.reduce import compute
+
+    parts = manifest["partitions"]
+    directory = Path(step["path"])
+    remove_temporaries(directory, [_score_target(directory, f).name for f in step["partitions"]])
+    todo = [f for f in step["partitions"] if not _scored(_score_target(directory, f), parts[f]["fingerprint"])]
+    if not todo:
+        return []
+    vers = _versions(spec, step["model"])
+    est, info = vers.load(step["version"]), vers.info(step["version"])
+    if not hasattr(est, "log_density"):
+        raise TgpflowError(f"model {step['model']!r} has no log density to score with")
+    directory.mkdir(parents=True, exist_ok=True)
+    pre = manifest["preprocess"]
+    written = []
+    for f in todo:
+        # chunk by chunk on the scheduler: the model's log density of the preprocessed rows,
+        # minus Σ log scale, is the density of the raw rows; only the scores come back
+        src = partition_source(spec, f, manifest["columns"], pre)
+        density = dask.delayed(est._evaluator_at(None).log_density, pure=True)
+        logp = np.concatenate(compute(*[density(b) for b in src.blocks()]))
+        if pre:
+            logp = logp - float(np.log(np.asarray(pre["scale"])).sum())
+        table = pa.table({"log_density": logp, "anomaly": logp < info["anomaly_threshold"]})
+        table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": parts[f]["fingerprint"],
+                                               "tgpflow.model_version": step["version"], "tgpflow.source": f})
+        target = _score_target(directory, f)
+        with atomic_path(target, "scores") as tmp:
+            pq.write_table(table, tmp)
+        written.append(str(target))
+    return written
+
+
+def _scored(target: Path, fingerprint: str) -> bool:
+    """Whether ``target`` holds the scores of the partition content ``fingerprint``."""
+    if not target.exists():
+        return False
+    import pyarrow.parquet as pq
+
+    try:
+        md = pq.read_schema(target).metadata or {}
+    except Exception:  # noqa: BLE001 - not a Parquet file: not our scores (atomic_path will refuse it)
+        return False
+    return md.get(b"tgpflow.partition") == fingerprint.encode()
+
+
+def _report(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) -> list[str]:
+    """``tgpflow report`` of each listed GP-tilted version on the committed partitions; once per version."""
+    from tgpflow.pipeline.report import write_report
+
+    written = []
+    for name, version in step["models"].items():
+        out = Path(step["path"]) / name / version
+        remove_temporaries(out.parent, [version])
+        if output_kind(out) == "report":
+            continue
+        source = union_source(spec, sorted(manifest["partitions"]), manifest["columns"], manifest["preprocess"])
+        write_report(_versions(spec, name).load(version), source, out)
+        written.append(str(out))
+    return written
+
+
+def collect(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, *,
+            dry_run: bool = False) -> list[str]:
+    """Remove what no committed manifest references (module docstring); returns the paths."""
+    removed = store.collect_garbage(manifest, dry_run=dry_run)
+    models = manifest["models"] if manifest is not None else {}
+    for name in sorted({m.name for m in spec.models} | set(models)):
+        removed += _versions(spec, name).remove_unpublished(models.get(name, {}).get("version"), dry_run=dry_run)
+    step = ((manifest or {}).get("steps") or {}).get("scores")
+    if step:
+        directory = Path(step["path"])
+        removed += remove_temporaries(directory, [_score_target(directory, f).name for f in step["partitions"]],
+                                      dry_run=dry_run)
+    return removed
+
+
+def collect_pipeline(spec: PipelineSpec, *, dry_run: bool = False) -> list[str]:
+    """``tgpflow gc``: :func:`collect` under the store's lock; the store must exist (it is never created)."""
+    store = StatsStore(spec.outputs.store)
+    if not (store.root / "zarr.json").is_file():
+        raise TgpflowError(f"{store.root}: no statistics store here (outputs.store of the spec); nothing to collect")
+    with store.lock(spec.lock_timeout):
+        return collect(spec, store, store.read_manifest(), dry_run=dry_run)

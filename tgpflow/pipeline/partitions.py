@@ -1,0 +1,45 @@
+"""A pipeline's partitions as sources: one Parquet file, or all of them, with the store's frozen preprocessing.
+
+Shared by the run (statistics, pilot) and the steps after its commit (scores, reports), which
+read the same rows the same way: the spec's columns, filters and bad-row policy, then
+``(x − center) / scale`` when the store froze a preprocessing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tgpflow.io.sources import Source, as_source
+from tgpflow.pipeline.spec import PipelineSpec
+
+__all__ = ["preprocessor", "partition_source", "union_source"]
+
+
+def preprocessor(pre: dict[str, Any] | None) -> Callable[[Any], Any] | None:
+    """The frozen preprocessing as a function of rows (None without one)."""
+    if not pre:
+        return None
+    center, scale = np.asarray(pre["center"]), np.asarray(pre["scale"])
+    return lambda x: (x - center) / scale
+
+
+def partition_source(spec: PipelineSpec, path: str, columns: list[str] | None, pre: dict[str, Any] | None) -> Source:
+    """One partition's rows, filtered, validated and preprocessed as the spec says."""
+    src = as_source(path, columns=columns, on_bad_rows=spec.source.on_bad_rows,
+                    filters=[tuple(f) for f in spec.source.filters] if spec.source.filters else None)
+    fn = preprocessor(pre)
+    return src.map_rows(fn) if fn is not None else src
+
+
+def union_source(spec: PipelineSpec, files: list[str], columns: list[str] | None, pre: dict[str, Any] | None) -> Source:
+    """All partitions as one source (the pilot that freezes preprocessing and draws; reports)."""
+    parts = [partition_source(spec, f, columns, pre) for f in files]
+    first = parts[0]
+    return dataclasses.replace(first, description=spec.source.path,
+                               labels=tuple(lb for p in parts for lb in p.labels),
+                               sizes=tuple(s for p in parts for s in p.sizes),
+                               _validated=tuple(v for p in parts for v in p._validated))
