@@ -75,12 +75,6 @@ def _content(kind: str, out: Path) -> Any:
     return pq.read_table(out).to_pydict()
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return bool(np.array_equal(np.asarray(a), np.asarray(b)))
-
-
 def _strays(ws: Path, name: str) -> list[str]:
     """Visible names in a case's directory other than the output (hidden temporaries are allowed)."""
     return [n for n in os.listdir(ws) if n != name and not TEMPORARY.match(n)]
@@ -116,7 +110,7 @@ def test_a_command_killed_at_any_write_step_loses_nothing_and_a_rerun_completes(
         steps = clean_run(args, tmp_path).steps
         assert steps and all(dst.startswith(str(reference.parent)) for _, _, dst in steps)
         new = _content(kind, reference)
-        assert not _same(new, _content(kind, first))  # so that the old and the new output can be told apart
+        assert not _equal(new, _content(kind, first))  # so that the old and the new output can be told apart
         for k, when in _cases(steps):
             n += 1
             case = f"{kind} {'--overwrite' if replacing else 'new'} killed {when} step {k} of {len(steps)}"
@@ -130,13 +124,13 @@ def test_a_command_killed_at_any_write_step_loses_nothing_and_a_rerun_completes(
             _check(failures, case, killed.killed, f"not killed (exit {killed.code}): {killed.stderr[-300:]}")
             _check(failures, case, tree_hash(inputs) == inputs_hash, "an input changed")
             if out.exists() and tree_hash(out) != previous:
-                _check(failures, case, _same(_content(kind, out), new), "the output is neither the old nor the new")
+                _check(failures, case, _equal(_content(kind, out), new), "the output is neither the old nor the new")
             else:
                 _check(failures, case, out.exists() == replacing, "the previous output is gone")
             _check(failures, case, _strays(ws, name) == [], f"visible stray files {_strays(ws, name)}")
             rerun = run_cli(_command(kind, inputs, out, 1) + ["--overwrite"], tmp_path)
             _check(failures, case, rerun.code == 0, f"the rerun failed: {rerun.stderr[-300:]}")
-            _check(failures, case, out.exists() and _same(_content(kind, out), new), "the rerun's output differs")
+            _check(failures, case, out.exists() and _equal(_content(kind, out), new), "the rerun's output differs")
             _check(failures, case, _strays(ws, name) == [], "visible stray files after the rerun")
     assert not failures, "\n".join(failures)
     assert n >= 4

@@ -53,7 +53,7 @@ def _setup_logging(level: str) -> None:
 
 @contextlib.contextmanager
 def _runtime_errors() -> Iterator[None]:
-    from tgpflow.errors import OutputExistsError, SchedulerAddressError
+    from tgpflow.errors import OutputExistsError, SchedulerAddressError, cause
 
     try:
         yield
@@ -68,7 +68,7 @@ def _runtime_errors() -> Iterator[None]:
     except Exception as exc:  # a defect of tgpflow: still one line, the traceback with --debug
         if _debug():
             raise
-        raise click.ClickException(f"internal error ({type(exc).__name__}: {exc}); rerun with --debug for the "
+        raise click.ClickException(f"internal error ({cause(exc)}); rerun with --debug for the "
                                    f"traceback, and report it") from exc
 
 

@@ -31,7 +31,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from tgpflow.errors import SchedulerAddressError, SchedulerError
+from tgpflow.errors import SchedulerAddressError, SchedulerError, cause
 
 __all__ = ["dask_client", "spec_client", "load_cluster_file", "cluster_from_file", "scheduler_address", "connect",
            "connect_timeout", "DEFAULT_CONNECT_TIMEOUT"]
@@ -54,7 +54,7 @@ def scheduler_address(scheduler: str) -> tuple[str, str | None]:
             with open(scheduler) as fh:
                 address = json.load(fh).get("address")
         except (OSError, ValueError, AttributeError) as exc:
-            raise SchedulerError(f"{scheduler}: not a Dask scheduler file ({type(exc).__name__}: {exc})") from None
+            raise SchedulerError(f"{scheduler}: not a Dask scheduler file ({cause(exc)})") from None
         if not isinstance(address, str) or not address:
             raise SchedulerError(f"{scheduler}: not a Dask scheduler file (no \"address\" string in it)")
         return address, scheduler
@@ -84,7 +84,7 @@ def connect(address: str, *, source: str | None = None, timeout: float | None = 
         raise SchedulerError(f"{where}: no Dask scheduler answered within {timeout:g} s; check that it runs and is "
                              f"reachable, or wait longer with --scheduler-timeout") from None
     except Exception as exc:  # noqa: BLE001 - whatever answered there is not a scheduler we can use
-        raise SchedulerError(f"{where}: could not connect to a Dask scheduler ({type(exc).__name__}: {exc})") from None
+        raise SchedulerError(f"{where}: could not connect to a Dask scheduler ({cause(exc)})") from None
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ import numpy as np
 from tgpflow.errors import TgpflowError
 from tgpflow.io.atomic import atomic_path, remove_temporaries
 from tgpflow.io.outputs import output_kind
-from tgpflow.pipeline.partitions import partition_source, union_source
+from tgpflow.pipeline.partitions import log_jacobian, partition_source, union_source
 from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import StatsStore
 from tgpflow.pipeline.versions import ModelVersions
@@ -117,9 +117,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) -
         # minus Σ log scale, is the density of the raw rows; only the scores come back
         src = partition_source(spec, f, manifest["columns"], pre)
         density = dask.delayed(est._evaluator_at(None).log_density, pure=True)
-        logp = np.concatenate(compute(*[density(b) for b in src.blocks()]))
-        if pre:
-            logp = logp - float(np.log(np.asarray(pre["scale"])).sum())
+        logp = np.concatenate(compute(*[density(b) for b in src.blocks()])) + log_jacobian(pre)
         table = pa.table({"log_density": logp, "anomaly": logp < info["anomaly_threshold"]})
         table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": parts[f]["fingerprint"],
                                                "tgpflow.model_version": step["version"], "tgpflow.source": f})
@@ -147,13 +145,14 @@ def _report(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) 
     """``tgpflow report`` of each listed GP-tilted version on the committed partitions; once per version."""
     from tgpflow.pipeline.report import write_report
 
-    written = []
+    written, source = [], None
     for name, version in step["models"].items():
         out = Path(step["path"]) / name / version
         remove_temporaries(out.parent, [version])
         if output_kind(out) == "report":
             continue
-        source = union_source(spec, sorted(manifest["partitions"]), manifest["columns"], manifest["preprocess"])
+        if source is None:  # reads every partition's metadata: once, and only when a report is owed
+            source = union_source(spec, sorted(manifest["partitions"]), manifest["columns"], manifest["preprocess"])
         write_report(_versions(spec, name).load(version), source, out)
         written.append(str(out))
     return written

@@ -16,7 +16,7 @@ import numpy as np
 from tgpflow.io.sources import Source, as_source
 from tgpflow.pipeline.spec import PipelineSpec
 
-__all__ = ["preprocessor", "partition_source", "union_source"]
+__all__ = ["preprocessor", "log_jacobian", "partition_source", "union_source"]
 
 
 def preprocessor(pre: dict[str, Any] | None) -> Callable[[Any], Any] | None:
@@ -25,6 +25,12 @@ def preprocessor(pre: dict[str, Any] | None) -> Callable[[Any], Any] | None:
         return None
     center, scale = np.asarray(pre["center"]), np.asarray(pre["scale"])
     return lambda x: (x - center) / scale
+
+
+def log_jacobian(pre: dict[str, Any] | None) -> float:
+    """log |d preprocessed / d raw| = −Σ log scale (0 without a preprocessing): a model's log density of
+    the preprocessed rows plus this is the log density of the raw rows."""
+    return -float(np.log(np.asarray(pre["scale"])).sum()) if pre else 0.0
 
 
 def partition_source(spec: PipelineSpec, path: str, columns: list[str] | None, pre: dict[str, Any] | None) -> Source:

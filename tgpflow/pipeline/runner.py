@@ -42,7 +42,7 @@ from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import Source, as_source
 from tgpflow.logs import phase
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
-from tgpflow.pipeline.partitions import partition_source, preprocessor, union_source
+from tgpflow.pipeline.partitions import log_jacobian, partition_source, preprocessor, union_source
 from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore, partition_fingerprint
 from tgpflow.pipeline.versions import ModelVersions
@@ -272,11 +272,9 @@ def _check_scoring_model(spec: PipelineSpec) -> None:
 
 
 def _raw_log_density(est: Any, x: np.ndarray, pre: dict[str, Any] | None) -> np.ndarray:
-    """Log density of raw rows: the model's on the preprocessed rows minus Σ log scale (Jacobian)."""
-    if not pre:
-        return est.log_density(x)
-    scale = np.asarray(pre["scale"])
-    return est.log_density((x - np.asarray(pre["center"])) / scale) - float(np.log(scale).sum())
+    """Log density of raw rows: the model's on the preprocessed rows plus the log Jacobian."""
+    prep = preprocessor(pre)
+    return est.log_density(prep(x) if prep is not None else x) + log_jacobian(pre)
 
 
 def _threshold(spec: PipelineSpec, est: Any, rows: np.ndarray | None, columns: list[str],
