@@ -39,7 +39,7 @@ from tgpflow.solve.base_learning import learn_base
 from tgpflow.solve.map import base_draws, solve_map
 from tgpflow.solve.ncfd import level_base, ncfd_system, solve_ncfd
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
-from tgpflow.solve.select import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_ROWS, DEFAULT_LAM_GRID, DEFAULT_LOGLIK_LAM_GRID,
+from tgpflow.solve.select import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS, DEFAULT_LAM_GRID, DEFAULT_LOGLIK_LAM_GRID,
                                   MIN_SELECT_ESS_FRACTION, GridScorer, TooFewRowsError, choose, healthy, heldout_loss,
                                   pilot_bandwidth, score_fvpd, score_tilts)
 from tgpflow.solve.tgp import (Base, base_from_moments, fd_system, feature_moments_under_base, fvpd_predictive,
@@ -48,7 +48,7 @@ from tgpflow.stats.moments import Moments
 from tgpflow.stats.ncfd import NCFDStats, ncfd_chunk_stats
 from tgpflow.stats.reduce import accumulate as run_pass
 from tgpflow.stats.projections import ProjectionGrid
-from tgpflow.stats.split import SPLIT_SALT, HeldOut, StatsBundle, split_chunk_stats, validation_mask
+from tgpflow.stats.split import SPLIT_SALT, HeldOut, StatsBundle, fold_index, split_chunk_stats
 from tgpflow.stats.support import SupportBox
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, PRECISIONS, TGPStats, tgp_chunk_stats
 
@@ -84,8 +84,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         λ means less and less as N grows (the penalty stands beside a sum over rows): the paper's
         0.1 put 12 % of the demo mixture's mass outside the data at 200k rows.
     bandwidth : "auto", "scott", float, or a list of floats — γ. "auto" (the default) selects γ
-        from multiples of Scott's rule by the held-out log-likelihood of FD fits on the pilot
-        sample (no extra read; see :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FACTORS`).
+        from multiples of Scott's rule by the 3-fold cross-validated log-likelihood of FD fits on
+        the pilot sample (no extra read; see :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FACTORS`).
         "scott" is the paper's rule, which shrinks γ as N grows while S stays fixed (2M rows of
         the demo mixture: held-out log-likelihood 0.11 nats/row below the selected γ). A list is
         a grid selected on held-out rows of the full pass, every γ accumulated in it (G× its cost).
@@ -280,11 +280,12 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return features
 
     def _auto_bandwidth(self, features: RandomFourierFeatures, source: Source | None) -> float:
-        """``bandwidth="auto"``: γ by the held-out log-likelihood of FD fits on (≤ 30 000 rows of) the pilot.
+        """``bandwidth="auto"``: γ by the cross-validated log-likelihood of FD fits on (≤ 30 000 rows of)
+        the pilot.
 
         The grid is :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FACTORS` × Scott's γ for those rows;
-        they are split by a hash of their position, every γ shares the draw (Z, c) and the
-        normaliser's base draws, and λ runs over the λ grid; only healthy candidates compete (ESS and
+        they go to :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FOLDS` folds by a hash of their position,
+        every γ shares the draw (Z, c) and the normaliser's base draws, and λ runs over the λ grid; only healthy candidates compete (ESS and
         mass outside the support box, :func:`~tgpflow.solve.select.healthy`). The log-likelihood, a
         proper scoring rule, is smooth in γ where the sliced KS on a few thousand pilot rows is noisy
         (measured on the demo mixture: the KS curve over γ jumped by ±1 KS point between neighbours,
@@ -306,12 +307,11 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         base_gamma = scott_bandwidth(rows.shape[0], cov)
         gammas = [base_gamma * f for f in AUTO_BANDWIDTH_FACTORS]
         n_draws, seed = self._selection_draws()
-        held = validation_mask(np.arange(rows.shape[0], dtype=np.int64), max(float(self.validation_fraction), 0.2),
-                               SPLIT_SALT)
+        folds = fold_index(np.arange(rows.shape[0], dtype=np.int64), AUTO_BANDWIDTH_FOLDS, SPLIT_SALT)
         grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4])
         with phase("bandwidth", rows=rows.shape[0], candidates=len(gammas)) as info:
             try:
-                gamma, curve = pilot_bandwidth(rows[~held], rows[held], features, gammas, self._lam_grid(),
+                gamma, curve = pilot_bandwidth(rows, folds, features, gammas, self._lam_grid(),
                                                criterion="loglik", n_draws=n_draws, random_state=seed,
                                                grid=grid, block_bytes=int(self.block_bytes), data_units=self._to_data)
             except TooFewRowsError as exc:

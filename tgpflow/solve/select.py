@@ -33,7 +33,7 @@ from tgpflow.stats.support import SupportBox, mass_outside_limit
 from tgpflow.stats.tgp import TGPStats
 
 __all__ = ["DEFAULT_LAM_GRID", "DEFAULT_LOGLIK_LAM_GRID", "heldout_loss", "GridScorer", "MIN_SELECT_ESS_FRACTION",
-           "heldout_base_term", "score_tilts", "score_fvpd", "healthy", "choose", "AUTO_BANDWIDTH_FACTORS", "AUTO_BANDWIDTH_ROWS", "pilot_bandwidth",
+           "heldout_base_term", "score_tilts", "score_fvpd", "healthy", "choose", "AUTO_BANDWIDTH_FACTORS", "AUTO_BANDWIDTH_ROWS", "AUTO_BANDWIDTH_FOLDS", "pilot_bandwidth",
            "TooFewRowsError"]
 
 #: λ grid of ``lam="auto"`` with the Hyvärinen criterion: 19 values, 10⁻⁴ … 10², three per decade
@@ -232,15 +232,25 @@ class TooFewRowsError(ValueError):
 AUTO_BANDWIDTH_FACTORS = (0.5, 0.71, 1.0, 1.41, 2.0, 2.83, 4.0, 5.66)
 #: Pilot rows that ``bandwidth="auto"`` fits on (each γ costs an FD pass over them).
 AUTO_BANDWIDTH_ROWS = 30_000
+#: Cross-validation folds of those rows (:func:`pilot_bandwidth` says why more than one split).
+AUTO_BANDWIDTH_FOLDS = 3
 
 
-def pilot_bandwidth(train_rows: np.ndarray, val_rows: np.ndarray, features: RandomFourierFeatures,
-                    gammas: list[float], lams: list[float], *, criterion: str, n_draws: int, random_state: Any,
-                    grid: ProjectionGrid, block_bytes: int,
+def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourierFeatures, gammas: list[float],
+                    lams: list[float], *, criterion: str, n_draws: int, random_state: Any, grid: ProjectionGrid,
+                    block_bytes: int,
                     data_units: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[float, list[dict[str, float]]]:
     """The γ of ``gammas`` whose best FD fit (over ``lams``) scores best by ``criterion`` ("loglik" or
-    "sliced"; "hyvarinen" uses the log-likelihood here) on held-out pilot rows. Every γ shares the draw
-    (Z, c) and the normaliser's base draws. Returns γ and, per γ, its best row.
+    "sliced"; "hyvarinen" uses the log-likelihood here), cross-validated over the pilot rows' ``folds``
+    (an integer fold per row, :func:`~tgpflow.stats.split.fold_index`). Every γ shares the draw (Z, c)
+    and the normaliser's base draws. Returns γ and, per γ, its best row (scores averaged over folds).
+
+    Why folds: the held-out log-likelihood is flat in γ near its peak, so one split's choice moves
+    with the split (measured on the demo mixture, 3 feature draws × 2 sizes: one 20 % split picked
+    γ from 0.55 to 1.10; three folds picked the same γ at 200k and 2M rows for two of the three
+    draws). Each fold's statistics are computed once per γ; a fold's training statistics are the
+    sum of the others' (the statistics are additive), so K folds cost one pass over the pilot rows
+    per γ and K solves.
     """
     import dask
 
@@ -249,25 +259,46 @@ def pilot_bandwidth(train_rows: np.ndarray, val_rows: np.ndarray, features: Rand
     from tgpflow.stats.reduce import compute
     from tgpflow.stats.tgp import tgp_chunk_stats
 
-    if val_rows.shape[0] < 2 or train_rows.shape[0] < 2:
-        raise TooFewRowsError(f"bandwidth='auto' needs at least 2 training and 2 validation rows in the pilot sample; "
-                              f"got {train_rows.shape[0]} and {val_rows.shape[0]}: give a bandwidth")
+    n_folds = int(folds.max()) + 1 if folds.size else 0
+    sizes = np.bincount(folds, minlength=n_folds) if folds.size else np.zeros(0, dtype=np.int64)
+    if n_folds < 2 or sizes.min() < 2:
+        raise TooFewRowsError(f"bandwidth='auto' needs at least 2 rows in each of at least 2 folds of the pilot "
+                              f"sample; got fold sizes {sizes.tolist()}: give a bandwidth")
     criterion = "loglik" if criterion == "hyvarinen" else criterion
+    parts_rows = [rows[folds == k] for k in range(n_folds)]
     task = dask.delayed(tgp_chunk_stats, pure=True)
-    parts = compute(*[task(part, features.with_bandwidth(g), block_bytes) for g in gammas
-                      for part in (train_rows, val_rows)])
-    counts = projection_counts(val_rows, grid)
-    box = SupportBox.from_rows(data_units(train_rows) if data_units is not None else train_rows)
+    parts = compute(*[task(part, features.with_bandwidth(g), block_bytes) for g in gammas for part in parts_rows])
+    counts = [projection_counts(part, grid) for part in parts_rows]
+    boxes = []
+    for k in range(n_folds):
+        train_rows = np.concatenate([parts_rows[j] for j in range(n_folds) if j != k])
+        boxes.append(SupportBox.from_rows(data_units(train_rows) if data_units is not None else train_rows))
     best_rows = []
-    for k, g in enumerate(gammas):
-        feats, train, val = features.with_bandwidth(g), parts[2 * k], parts[2 * k + 1]
-        base = base_from_moments(train.moments)
-        A0, b = fd_system(train, feats, base, 0.0)
-        scorer = GridScorer(A0, b, val, feats, base)
-        thetas = np.array([scorer.theta(lam * g * g) for lam in lams])
-        scores = score_tilts(val, feats, base, thetas, n_draws=n_draws, random_state=random_state,
-                             projections=counts, grid=grid, box=box, data_units=data_units)
-        rows_g = [dict(bandwidth=g, lam=lam, **sc) for lam, sc in zip(lams, scores, strict=True)]
+    for i, g in enumerate(gammas):
+        feats, fold_stats = features.with_bandwidth(g), parts[i * n_folds:(i + 1) * n_folds]
+        per_fold = []
+        for k in range(n_folds):
+            train = sum(fold_stats[j] for j in range(n_folds) if j != k)
+            base = base_from_moments(train.moments)
+            A0, b = fd_system(train, feats, base, 0.0)
+            scorer = GridScorer(A0, b, fold_stats[k], feats, base)
+            thetas = np.array([scorer.theta(lam * g * g) for lam in lams])
+            per_fold.append(score_tilts(fold_stats[k], feats, base, thetas, n_draws=n_draws, random_state=random_state,
+                                        projections=counts[k], grid=grid, box=boxes[k], data_units=data_units))
+        rows_g = [dict(bandwidth=g, lam=lam, **_fold_average([pf[j] for pf in per_fold]))
+                  for j, lam in enumerate(lams)]
         best_rows.append(rows_g[choose(rows_g, criterion)])
     chosen = best_rows[choose(best_rows, criterion)]
     return float(chosen["bandwidth"]), best_rows
+
+
+def _fold_average(scores: list[dict[str, float]]) -> dict[str, float]:
+    """One candidate's scores over the folds: the mean of each score, but the worst fold's health (the
+    least ESS, the most mass outside, the tightest limit) — a candidate is healthy only if it is in every fold."""
+    out = {key: float(np.mean([sc[key] for sc in scores])) for key in scores[0]}
+    out["ess_fraction"] = min(sc["ess_fraction"] for sc in scores)
+    if "mass_outside" in out:
+        out["mass_outside"] = max(sc["mass_outside"] for sc in scores)
+    if "mass_outside_limit" in out:
+        out["mass_outside_limit"] = min(sc["mass_outside_limit"] for sc in scores)
+    return out

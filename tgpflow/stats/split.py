@@ -23,7 +23,7 @@ import numpy as np
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, projection_counts
 from tgpflow.stats.summable import Summable
 
-__all__ = ["validation_mask", "StatsBundle", "HeldOut", "split_chunk_stats", "SPLIT_SALT"]
+__all__ = ["validation_mask", "fold_index", "StatsBundle", "HeldOut", "split_chunk_stats", "SPLIT_SALT"]
 
 #: Salt of the hashed train/validation split, shared by every estimator (fixed: the same rows
 #: are held out on every refit, and by every model of a pipeline).
@@ -39,14 +39,25 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+def _uniform(keys: np.ndarray, salt: int) -> np.ndarray:
+    """u(key) in [0, 1): the fixed hash of each row's key."""
+    with np.errstate(over="ignore"):
+        h = _splitmix64(np.asarray(keys, dtype=np.int64).view(np.uint64) ^ np.uint64(salt & (2**64 - 1)))
+    return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
 def validation_mask(keys: np.ndarray, fraction: float, salt: int = 0) -> np.ndarray:
     """True for the rows held out for validation (a fixed hash of each row's key)."""
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"validation_fraction must be in (0, 1); got {fraction}")
-    with np.errstate(over="ignore"):
-        h = _splitmix64(np.asarray(keys, dtype=np.int64).view(np.uint64) ^ np.uint64(salt & (2**64 - 1)))
-    u = (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
-    return u < fraction
+    return _uniform(keys, salt) < fraction
+
+
+def fold_index(keys: np.ndarray, n_folds: int, salt: int = 0) -> np.ndarray:
+    """The cross-validation fold (0 … n_folds − 1) of each row, from the same fixed hash."""
+    if n_folds < 2:
+        raise ValueError(f"n_folds must be at least 2; got {n_folds}")
+    return np.minimum((_uniform(keys, salt) * n_folds).astype(np.int64), n_folds - 1)
 
 
 class StatsBundle(Summable, Mapping):
