@@ -263,7 +263,7 @@ class _Numbers(click.ParamType):
 @click.option("--noise-levels", default=10, show_default=True, type=click.IntRange(min=1), help="NCFD levels H.")
 @click.option("--sigma-max", default="auto", show_default=True,
               type=_Numbers(["auto", "paper"], single=True, zero_ok=True),
-              help="NCFD σ_max: 'auto' (the kernel width γ), 'paper' (√trΣ/d) or a number.")
+              help="NCFD σ_max: 'auto' (γ/4), 'paper' (√trΣ/d) or a number.")
 @click.option("--base", default=None, type=click.Choice(["empirical", "learn", "flat", "gaussian"]),
               help="GP-tilted: empirical (default) or learn; kernel models: flat (default) or gaussian.")
 @click.option("--n-basis", default=100, show_default=True, type=click.IntRange(min=1), help="Kernel models: basis points m.")

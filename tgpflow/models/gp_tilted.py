@@ -22,7 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from tgpflow.backend import resolve_device
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
-from tgpflow.features.noise import level_bandwidth, noise_levels, paper_sigma_max
+from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, level_bandwidth, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
 from tgpflow.io.artifact import write_artifact
 from tgpflow.io.degenerate import check_covariance, check_pilot_rows, check_rows_left
@@ -64,7 +64,6 @@ CRITERIA = ("loglik", "sliced", "hyvarinen")
 FALLBACK_LAM = 1.0
 
 
-
 class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     """GP-tilted density estimator (seed 003): FD, NCFD, FVPD, MAP, and the KDE-RFF baseline.
 
@@ -91,22 +90,24 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         a grid selected on held-out rows of the full pass, every γ accumulated in it (G× its cost).
         For the paper's settings: ``lam=0.1, bandwidth="scott", sigma_max="paper"``.
     noise_levels : int, H — NCFD noise levels σ_h = (h−1)σ_max/H (paper default 10).
-    sigma_max : "auto", "paper" or float — the largest NCFD noise level. "auto" is the kernel
-        width γ (for a γ grid, its smallest value): noise up to the length-scale the kernel
-        resolves. "paper" is seed 003's √(tr Σ)/d (MATH.md §11 A5), which on the demo mixture
-        (σ_max = 0.67 against γ = 0.45) smoothed the data-level density to a sample KS of 0.045,
-        where σ_max = γ gave 0.028 and a 0.03 nats/row better held-out log-likelihood.
+    sigma_max : "auto", "paper" or float — the largest NCFD noise level. "auto" is γ/4 (for a
+        γ grid, a quarter of its smallest value; :data:`~tgpflow.features.noise.AUTO_SIGMA_MAX_FACTOR`
+        gives the measurements): with λ selected on held-out rows, a wider ladder only blurs the
+        data-level density (σ_max = γ: 0.05 nats/row worse at 200k and 2M rows of the demo
+        mixture, and an over-spread 2M fit). "paper" is seed 003's √(tr Σ)/d (MATH.md §11 A5).
     eta : "auto", float or a list of floats — FVPD temperature η; "auto" is 1/γ². A list is
         selected on held-out rows.
     base : {"empirical", "learn"} — the base N(μ, Σ): the exact data moments, or learnt by
         coordinate descent from the statistics (eqs 12–16; FD and FVPD only, no extra pass).
     lam_grid : sequence of floats, optional — the λ values of ``lam="auto"`` (default: 22 values,
-        10⁻³ … 10⁴, with ``criterion="loglik"``; 19 values, 10⁻⁴ … 10², with "hyvarinen").
-    criterion : {"loglik", "hyvarinen"} — what a selection maximises/minimises on the held-out
-        rows: the normalised log-likelihood (log Z by importance sampling from the base, the
-        same seeded draws for every candidate; candidates whose normaliser rests on < 1 % of
-        the draws are skipped), or the Hyvärinen score-matching loss. Score matching cannot
-        see mass where there are no data, so only "loglik" guards against it.
+        10⁻³ … 10⁴, for the "sliced" and "loglik" criteria; 19 values, 10⁻⁴ … 10², for "hyvarinen").
+    criterion : {"sliced", "loglik", "hyvarinen"} — what a selection optimises on the held-out
+        rows: "sliced" (the default) the median sliced KS between the held-out rows and the
+        candidate's importance-weighted base draws; "loglik" the normalised log-likelihood (log Z
+        by importance sampling from the base, the same seeded draws for every candidate); for
+        both, candidates whose normaliser rests on < 1 % of the draws, or that put more mass
+        outside the training rows' box than the diagnostics allow, are skipped. "hyvarinen" is
+        the score-matching loss, which cannot see mass where there are no data.
     normalizer_draws : int — base draws of the normaliser estimated after every fit
         (``normalizer_``, ``fit_diagnostics_``); a selection uses a quarter of them per γ.
     validation_fraction : float — share of rows held out when selecting, by a fixed hash of
@@ -325,7 +326,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     def _levels(self, cov: np.ndarray | None, features: RandomFourierFeatures) -> np.ndarray:
         """The NCFD noise levels (sigma_max="paper" needs the pilot covariance)."""
         if self.sigma_max == "auto":
-            smax = min(float(g) for g in self.bandwidth) if is_grid(self.bandwidth) else features.gamma
+            gamma = min(float(g) for g in self.bandwidth) if is_grid(self.bandwidth) else features.gamma
+            smax = AUTO_SIGMA_MAX_FACTOR * gamma
         elif self.sigma_max == "paper":
             if cov is None:
                 raise ValueError("sigma_max='paper' needs the data covariance: fit from data, or give sigma_max")
