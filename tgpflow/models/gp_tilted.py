@@ -31,8 +31,8 @@ from tgpflow.logs import logger, phase
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning, fit_diagnostics
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution, write_model
-from tgpflow.models.tgp_fitted import BoundedFitted, TGPFitted
 from tgpflow.models.streaming import StreamingMixin, check_stats_kept, is_grid, is_positive
+from tgpflow.models.tgp_fitted import BoundedFitted, TGPFitted
 from tgpflow.solve.base_learning import learn_base
 from tgpflow.solve.map import base_draws, solve_map
 from tgpflow.solve.ncfd import ncfd_system, solve_ncfd
