@@ -201,7 +201,7 @@ def test_mixture_score_and_divergence(gaussian_mix):
     expected = 0.5 * np.sum(diag.grad_log_density(x) ** 2, 1) + fd_divergence(diag.grad_log_density, x)
     np.testing.assert_allclose(diag.hyvarinen_terms(x), expected, rtol=1e-5, atol=1e-5)
     with pytest.raises(AttributeError, match="no log density"):
-        diag._evaluator.log_density(x)
+        diag.fitted().log_density(x)
 
 
 def test_statistics_are_chunking_invariant_values(gaussian_mix, tmp_path):

@@ -118,6 +118,6 @@ def test_base_learn_estimator_uses_the_learnt_base(gaussian_mix):
     est = GPTiltedDensity(method="fd", n_features=30, base="learn").fit(gaussian_mix)
     emp = GPTiltedDensity(method="fd", n_features=30).fit(gaussian_mix)
     assert not np.allclose(est.mean_, emp.mean_)
-    assert est.objective_ <= fd_loss(emp.stats_, emp.features_, emp._evaluator.base, emp.theta_, 0.1) + 1e-9
+    assert est.objective_ <= fd_loss(emp.stats_, emp.features_, emp.fitted().base, emp.theta_, 0.1) + 1e-9
     with pytest.raises(ValueError, match="base='learn'"):
         GPTiltedDensity(method="ncfd", base="learn").fit(gaussian_mix)

@@ -32,7 +32,7 @@ def test_ncfd_objective_and_theta_match_quadrature_of_eq27(small):
     obj = lambda t: ncfd_objective(t, X, f.Z, f.c, f.gamma, mean, cov, lam, sigmas, n_nodes=24)  # noqa: E731
     theta, H, g, f0 = quadratic_minimiser(obj, 10)
     # the accumulated quadratic and linear terms (1/H)(λH I + ZZᵀ⊙Ā), −b/H equal the quadrature's
-    A, b = ncfd_system(est.stats_, f, est._evaluator.base, lam)
+    A, b = ncfd_system(est.stats_, f, est.fitted().base, lam)
     np.testing.assert_allclose(A / 3, H, rtol=1e-8, atol=1e-10 * np.abs(H).max())
     np.testing.assert_allclose(-b / 3, g, rtol=1e-8, atol=1e-10 * np.abs(g).max())
     np.testing.assert_allclose(est.theta_, theta, rtol=1e-7, atol=1e-9 * np.abs(theta).max())

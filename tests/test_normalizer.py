@@ -108,7 +108,7 @@ def test_heldout_loglik_and_sliced_ks_from_statistics_equal_direct_evaluation(sp
     for lam, theta, row in zip(lams, thetas, rows, strict=True):
         ref = GPTiltedDensity(method="fd", n_features=40, lam=lam, random_state=0).fit(X[~held], features=f)
         np.testing.assert_allclose(ref.theta_, theta, rtol=1e-8, atol=1e-10)
-        log_q = lambda x, r=ref: r._model_evaluator(None).log_density(x)  # noqa: E731
+        log_q = lambda x, r=ref: r.fitted().log_density(x)  # noqa: E731
         # the same 20 000 seeded draws from the training base: the same log Z
         z = estimate_log_normalizer(log_q, base, n_draws=20_000, random_state=7)
         assert row["log_z"] == pytest.approx(z.log_z, rel=1e-12)
@@ -129,7 +129,7 @@ def test_fvpd_heldout_scores_for_every_lambda_equal_direct_evaluation(split_mix)
     rows = score_fvpd(val, f, base, A0, b, eta, lams, n_draws=16_384, random_state=5)
     for lam, row in zip(lams, rows, strict=True):
         ref = GPTiltedDensity(method="fvpd", n_features=40, lam=lam, eta=eta, random_state=0).fit(X[~held], features=f)
-        log_q = ref._model_evaluator(None).log_density
+        log_q = ref.fitted().log_density
         z = estimate_log_normalizer(log_q, base, n_draws=16_384, random_state=5)
         assert row["log_z"] == pytest.approx(z.log_z, abs=1e-8)
         assert row["loglik"] == pytest.approx(float(np.mean(log_q(X[held]))) - z.log_z, abs=1e-8)

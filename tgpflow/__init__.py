@@ -30,15 +30,19 @@ _MODEL_KINDS = {"GPTiltedDensity": GPTiltedDensity, "NystromKEF": NystromKEF, "S
                 "RootSobolevDensity": RootSobolevDensity}
 
 
-def load(path: str | Path) -> Any:
-    """Load a saved model (verifies schema version and checksums; never unpickles).
+def load(path: str | Path, *, verify: bool = False) -> Any:
+    """Load a saved model: read its stored solution (no solve), after verifying the schema version and
+    the checksums of every array and of the metadata; never unpickles.
 
     ``path`` is a model (``model.zarr``) or a pipeline's model directory (its ``CURRENT`` version).
+    ``verify=True`` also solves the stored statistics again and refuses the file (ModelFileError) when
+    the stored solution differs from that solve (see :mod:`tgpflow.models.model_file`); it costs a fit's
+    solve, and needs a model saved with its statistics.
     """
     from tgpflow.io.artifact import read_artifact
     from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
 
     if is_versions_dir(path):  # a pipeline's model directory: its current version
-        return ModelVersions(path).load()
+        return ModelVersions(path).load(verify=verify)
     kind, arrays, meta = read_artifact(path, expected_kinds=tuple(_MODEL_KINDS))
-    return _MODEL_KINDS[kind]._from_artifact(arrays, meta, Path(path))
+    return _MODEL_KINDS[kind]._from_artifact(arrays, meta, Path(path), verify=verify)

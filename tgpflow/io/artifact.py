@@ -44,7 +44,7 @@ _META_KEY = "__tgpflow_meta__"
 def _checksum(a: np.ndarray) -> str:
     a = np.asarray(a)
     h = hashlib.sha256(f"{a.dtype.str}|{a.shape}".encode())
-    h.update(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+    h.update(np.ascontiguousarray(a.astype(a.dtype.newbyteorder("<"), copy=False)).reshape(-1).view(np.uint8))
     return h.hexdigest()
 
 

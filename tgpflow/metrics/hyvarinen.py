@@ -26,8 +26,7 @@ def hyvarinen_loss(model: Any, X: Any, *, sigma: float | None = None, columns: l
     """
     if not hasattr(model, "hyvarinen_terms"):
         raise TypeError(f"{type(model).__name__} has no hyvarinen_terms; it cannot be scored by score matching")
-    evaluator = model._evaluator_at(sigma) if hasattr(model, "_evaluator_at") else None
-    terms = evaluator.hyvarinen_terms if evaluator is not None else model.hyvarinen_terms
+    terms = model.fitted(sigma).hyvarinen_terms if hasattr(model, "fitted") else model.hyvarinen_terms
     return streamed_mean(model, X, terms, columns=columns, on_bad_rows=on_bad_rows)
 
 
@@ -37,5 +36,5 @@ def heldout_loglik(model: Any, X: Any, *, columns: list[str] | None = None, on_b
     if not hasattr(model, "log_normalizer"):
         raise TypeError(f"{type(model).__name__} has no normaliser estimate: its held-out log-likelihood is undefined")
     log_z = model.normalizer_.log_z if getattr(model, "normalizer_", None) is not None else model.log_normalizer().log_z
-    density = model._evaluator_at(None).log_density
+    density = model.fitted().log_density
     return streamed_mean(model, X, lambda rows: density(rows) - log_z, columns=columns, on_bad_rows=on_bad_rows)

@@ -49,23 +49,11 @@ def model_reference_sample(model: Any, n_samples: int = 250_000, random_state: i
     """Base draws ζ ~ N(μ, Σ) of a fitted tgpflow density and their normalised weights.
 
     Weights ∝ exp(log q(ζ) − log N(ζ|μ, Σ)); non-finite log densities (e.g. KDE-RFF where the
-    estimate is ≤ 0) get weight 0.
+    estimate is ≤ 0) get weight 0. ``model`` is an estimator (its ``fitted(sigma)`` value is used:
+    it knows its own space, e.g. bounded columns) or a :class:`~tgpflow.models.fitted.Fitted` value.
     """
-    if hasattr(model, "reference_sample"):  # the model knows its own space (bounded columns)
-        return model.reference_sample(n_samples, random_state, sigma)
-    ev = model._evaluator_at(sigma)
-    mean, cov = ev.base.mean, ev.base.cov
-    rng = np.random.default_rng(random_state)
-    chol = np.linalg.cholesky(cov)
-    z = rng.standard_normal((int(n_samples), mean.shape[0]))
-    points = mean + z @ chol.T
-    log_w = ev.log_density(points) + 0.5 * np.einsum("nd,nd->n", z, z)
-    finite = np.isfinite(log_w)
-    if not finite.any():
-        raise FloatingPointError("the model's log density is not finite at any reference draw")
-    log_w = np.where(finite, log_w, -np.inf)
-    w = np.exp(log_w - log_w[finite].max())
-    return points, w / w.sum()
+    fitted = model.fitted(sigma) if hasattr(model, "fitted") else model
+    return fitted.reference_sample(n_samples, random_state)
 
 
 class _Range:

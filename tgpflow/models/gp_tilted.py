@@ -8,7 +8,6 @@ model), ``partial_fit`` (add statistics of new rows, re-solve).
 
 from __future__ import annotations
 
-import datetime
 import functools
 import math
 import numbers
@@ -22,9 +21,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from tgpflow.backend import resolve_device
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
-from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, level_bandwidth, noise_levels, paper_sigma_max
+from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
-from tgpflow.io.artifact import write_artifact
 from tgpflow.io.degenerate import check_covariance, check_pilot_rows, check_rows_left
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
@@ -32,12 +30,12 @@ from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning, fit_diagnostics
-from tgpflow.models.evaluate import BoundedEvaluator, TGPEvaluator
-from tgpflow.models.streaming import StreamingMixin, is_grid, is_positive
-from tgpflow.sample.resample import importance_resample
+from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution, write_model
+from tgpflow.models.streaming import StreamingMixin, check_stats_kept, is_grid, is_positive
+from tgpflow.models.tgp_fitted import BoundedFitted, TGPFitted
 from tgpflow.solve.base_learning import learn_base
 from tgpflow.solve.map import base_draws, solve_map
-from tgpflow.solve.ncfd import level_base, ncfd_system, solve_ncfd
+from tgpflow.solve.ncfd import ncfd_system, solve_ncfd
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
 from tgpflow.solve.select import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS, DEFAULT_LAM_GRID, DEFAULT_LOGLIK_LAM_GRID,
                                   MIN_SELECT_ESS_FRACTION, GridScorer, TooFewRowsError, choose, healthy, heldout_loss,
@@ -348,12 +346,17 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             return (int(self.block_bytes), self.precision, True)
         return None
 
-    def _prepare(self, source: Source) -> None:
-        """Draw the features from a pilot of ``source`` without a pass (pipelines: per-partition passes)."""
+    def prepare(self, X: Any, *, columns: list[str] | None = None) -> GPTiltedDensity:
+        """Draw the features (and a selection's held-out grid) from a pilot sample of ``X``, without a pass.
+
+        A pipeline then accumulates each partition's statistics for this draw (:meth:`chunk_tasks`) and
+        solves their sum (:meth:`fit_from_stats`).
+        """
         self._check_params()
         self._pilot_rows = None
+        source = self._source(X, columns, reset=True)
         self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
-        source = self._bounded(source)
+        source = self._fitting_source(source)
         n_total, mean, cov, self.pilot_ = self._pilot_moments(source)
         self.features_ = self._draw_features(n_total, mean, cov, source)
         if self._selecting:
@@ -364,6 +367,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.n_features_in_ = source.n_columns
         if self.method == "ncfd":
             self.noise_levels_ = self._levels(cov, self.features_)
+        return self
 
     def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
         """(chunk statistics function, its arguments after the rows, whether it takes row keys) for
@@ -397,7 +401,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             self._check_width(source)
         else:
             self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
-        return self._accumulate_source(self._bounded(source), features)
+        return self._accumulate_source(self._fitting_source(source), features)
 
     def _accumulate_source(self, source: Source, features: RandomFourierFeatures | None) -> Any:
         fitted = hasattr(self, "features_")
@@ -438,14 +442,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         """Fit from any source: NumPy/pandas, dask array/DataFrame, Parquet path/glob, Zarr path."""
         self._check_params()
         for attr in ("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_", "heldout_grid_",
-                     "bandwidth_selection_"):
+                     "bandwidth_selection_", "_fitted"):
             if hasattr(self, attr):
                 delattr(self, attr)
         self.pilot_ = {"mode": "given"} if features is not None else {}
         self._pilot_rows = None
         source = self._source(X, columns, reset=True)
         self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
-        source = self._bounded(source)
+        source = self._fitting_source(source)
         stats = self._accumulate_source(source, features)
         self.n_rows_dropped_ = self.last_rows_dropped_
         if self._pilot_rows is None:  # pilot="exact" or given features: a bounded sample for the checks
@@ -466,7 +470,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         names = getattr(self, "feature_names_in_", None)
         return [str(c) for c in names] if names is not None else [str(c) for c in source.columns]
 
-    def _bounded(self, source: Source) -> Source:
+    def _fitting_source(self, source: Source) -> Source:
         """``source`` in the fitting space: bounded columns transformed (rows beyond a bound are bad rows)."""
         bounds = getattr(self, "bounds_", None)
         if bounds is None:
@@ -479,7 +483,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return rows if bounds is None else bounds.inverse(rows)
 
     def _raw_log_density(self, rows: np.ndarray) -> np.ndarray:
-        return self._evaluator_at(None).log_density(rows)
+        return self.fitted().log_density(rows)
 
     def fit_from_stats(self, stats: TGPStats | NCFDStats | StatsBundle,
                        features: RandomFourierFeatures | None = None) -> GPTiltedDensity:
@@ -582,6 +586,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         """
         if not hasattr(self, "stats_"):
             return self.fit(X, columns=columns)
+        check_stats_kept(self)
         stats = self.accumulate(X, columns=columns)
         self.n_rows_dropped_ = getattr(self, "n_rows_dropped_", 0) + self.last_rows_dropped_
         return self.fit_from_stats(self.stats_ + stats)
@@ -731,31 +736,28 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     # -- solutions ----------------------------------------------------------------------
     def _set_solution(self, stats: Any, features: RandomFourierFeatures, base: Base, lam: float,
                       eta: float | None) -> None:
-        self.features_ = features
         self.stats_ = stats
         self.n_samples_seen_ = int(stats.n)
-        self.n_features_in_ = features.n_dims
-        self.bandwidth_ = features.gamma
         self.lam_ = lam
         bb = int(self.block_bytes)
         if self.method == "fd":
             if self.base == "learn":
-                self.theta_, base, self.solver_info_ = learn_base(stats, features, base, lam)
+                theta, base, self.solver_info_ = learn_base(stats, features, base, lam)
                 self.objective_ = float(self.solver_info_["history"][-1])
             else:
-                self.theta_, self.objective_, self.solver_info_ = solve_fd(stats, features, base, lam)
-            self._evaluator = TGPEvaluator(features, base, theta=self.theta_, block_bytes=bb)
+                theta, self.objective_, self.solver_info_ = solve_fd(stats, features, base, lam)
+            fitted = TGPFitted(features, base, theta=theta, block_bytes=bb)
         elif self.method == "ncfd":
-            self.theta_, self.objective_, self.solver_info_ = solve_ncfd(stats, features, base, lam)
-            self._evaluator = TGPEvaluator(features, base, theta=self.theta_, block_bytes=bb)
+            theta, self.objective_, self.solver_info_ = solve_ncfd(stats, features, base, lam)
+            fitted = TGPFitted(features, base, theta=theta, block_bytes=bb)
         elif self.method == "map":
             points = base_draws(base, int(self.map_draws), self._seeds()[2])
-            self.theta_, self.objective_, self.solver_info_ = solve_map(
+            theta, self.objective_, self.solver_info_ = solve_map(
                 stats.psi, stats.n, features, points, lam, max_iter=int(self.map_max_iter), block_bytes=bb)
-            self._evaluator = TGPEvaluator(features, base, theta=self.theta_, block_bytes=bb)
+            fitted = TGPFitted(features, base, theta=theta, block_bytes=bb)
         elif self.method == "kde_rff":
             self.solver_info_ = {"method": "none"}
-            self._evaluator = TGPEvaluator(features, base, kde_weights=stats.psi / stats.n, block_bytes=bb)
+            fitted = TGPFitted(features, base, kde_weights=stats.psi / stats.n, block_bytes=bb)
         else:
             self.eta_ = eta
             info: dict[str, Any] = {}
@@ -765,13 +767,21 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             self.posterior_mean_ = sol.posterior_mean
             self.posterior_precision_ = sol.posterior_precision
             self.predictive_m_ = sol.m
-            self.predictive_chol_ = sol.M_chol
-            self.predictive_v_ = sol.v
             self.solver_info_ = dict(info, **sol.info)
-            self._evaluator = TGPEvaluator(features, base, M_chol=sol.M_chol, v=sol.v, block_bytes=bb)
-        self.mean_ = base.mean
-        self.covariance_ = base.cov
-        self.precision_ = base.precision
+            fitted = TGPFitted(features, base, M_chol=sol.M_chol, v=sol.v, block_bytes=bb)
+        self._set_fitted(fitted)
+
+    def _set_fitted(self, fitted: TGPFitted) -> None:
+        """The estimator's attributes of a solved model, read off its Fitted value (a solve and a load share this)."""
+        self._fitted = fitted
+        self.features_ = fitted.features
+        self.n_features_in_ = fitted.features.n_dims
+        self.bandwidth_ = fitted.features.gamma
+        if fitted.theta is not None:
+            self.theta_ = fitted.theta
+        if fitted.M_chol is not None:
+            self.predictive_chol_, self.predictive_v_ = fitted.M_chol, fitted.v
+        self.mean_, self.covariance_, self.precision_ = fitted.base.mean, fitted.base.cov, fitted.base.precision
 
     # -- diagnostics ------------------------------------------------------------------------
     def _diagnose(self, warn: bool = True) -> None:
@@ -813,7 +823,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         from the estimator's seed — the value stored in ``normalizer_`` after a fit. ``sigma``:
         the NCFD level.
         """
-        ev = self._model_evaluator(sigma)
+        ev = self._level(sigma)
         if ev.kde_weights is not None:
             raise ValueError("the KDE-RFF estimate φ(x)ᵀψ/N does not decay away from the data: it has no "
                              "normaliser on R^d")
@@ -824,27 +834,27 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             outside=None if box is None else box.outside, data_units=self._to_data)
 
     # -- evaluation -------------------------------------------------------------------
-    def _evaluator_at(self, sigma: float | None) -> TGPEvaluator | BoundedEvaluator:
-        """The fitted model at level σ, evaluated on rows in the data's units."""
-        ev = self._model_evaluator(sigma)
+    def fitted(self, sigma: float | None = None) -> TGPFitted | BoundedFitted:
+        """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value, on rows in the data's units:
+        ``log_density``, ``grad_log_density``, ``hyvarinen_terms``, ``sample``, ``to_arrays``. ``sigma``
+        (NCFD only): the model at noise level σ ≥ 0 (MATH.md §3)."""
+        ev = self._level(sigma)
         bounds = getattr(self, "bounds_", None)
-        return ev if bounds is None else BoundedEvaluator(ev, bounds)
+        return ev if bounds is None else BoundedFitted(ev, bounds)
 
-    def _model_evaluator(self, sigma: float | None) -> TGPEvaluator:
+    def _level(self, sigma: float | None) -> TGPFitted:
         """The fitted model at level σ in the fitting space (bounded columns transformed)."""
-        check_is_fitted(self, "stats_")
+        check_is_fitted(self, "_fitted")
         if sigma is None or sigma == 0:
-            return self._evaluator
+            return self._fitted
         if self.method != "ncfd":
             raise ValueError(f"sigma is defined for the noise-conditional model (method='ncfd'), not {self.method!r}")
         if not (isinstance(sigma, numbers.Real) and math.isfinite(sigma) and sigma > 0):
             raise ValueError(f"sigma must be a number >= 0; got {sigma!r}")
-        ev = self._evaluator
-        feats = ev.features.with_bandwidth(level_bandwidth(ev.features.gamma, float(sigma)))
-        return TGPEvaluator(feats, level_base(ev.base, float(sigma)), theta=ev.theta, block_bytes=ev.block_bytes)
+        return self._fitted.at_level(float(sigma))
 
     def _evaluate(self, X: Any, which: str, sigma: float | None = None) -> Any:
-        return self._map_rows(X, getattr(self._evaluator_at(sigma), which), per_row_dims=which == "grad_log_density")
+        return self._map_rows(X, getattr(self.fitted(sigma), which), per_row_dims=which == "grad_log_density")
 
     def log_density(self, X: Any, sigma: float | None = None, *, normalized: bool = False) -> Any:
         """Log density, shape (n,); lazy for dask/Parquet/Zarr input.
@@ -888,11 +898,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         ``n_proposals`` defaults to max(20·n_samples, 10 000); the effective sample size of
         the weights is kept in ``last_sample_ess_``. ``sigma``: NCFD level to sample from.
         """
-        ev = self._model_evaluator(sigma)
         seed = self.random_state if random_state is None else random_state
-        rng = np.random.default_rng(seed)
         n_prop = n_proposals if n_proposals is not None else max(20 * int(n_samples), 10_000)
-        rows, ess = importance_resample(ev.log_density, ev.base.mean, ev.base.cov, int(n_samples), int(n_prop), rng)
+        rows, ess = self.fitted(sigma).sample(int(n_samples), seed, n_proposals=int(n_prop), return_ess=True)
         self.last_sample_ess_ = ess
         self.last_sample_info_ = {"method": "importance resampling from the base", "ess": ess,
                                   "n_proposals": int(n_prop), "ess_fraction": ess / int(n_prop)}
@@ -901,44 +909,33 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                           f"({100 * ess / n_prop:.3g}% < {100 * MIN_ESS_FRACTION:g}%): the rows repeat a few proposals "
                           f"and do not represent the model; raise lam (or lam='auto'), or sample by MCMC from the "
                           f"base (tgpflow.sample.mcmc_sample)", DiagnosticWarning, stacklevel=2)
-        return self._to_data(rows)
+        return rows
 
     def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
         """``n_samples`` draws of the model's Gaussian base N(μ, Σ), in the data's units (e.g. MCMC starts)."""
-        base = self._model_evaluator(None).base
-        rng = np.random.default_rng(self.random_state if random_state is None else random_state)
-        z = rng.standard_normal((int(n_samples), base.mean.shape[0]))
-        return self._to_data(base.mean + z @ np.linalg.cholesky(base.cov).T)
+        return self.fitted().base_draws(n_samples, self.random_state if random_state is None else random_state)
 
     def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0,
                          sigma: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Base draws (in the data's units) and their normalised importance weights ∝ q̃(ζ)/N(ζ|μ,Σ):
         the weighted reference sample of the sliced metrics (seed 003 §IV; MATH.md §5)."""
-        ev = self._model_evaluator(sigma)
-        rng = np.random.default_rng(random_state)
-        chol = np.linalg.cholesky(ev.base.cov)
-        z = rng.standard_normal((int(n_samples), ev.base.mean.shape[0]))
-        points = ev.base.mean + z @ chol.T
-        log_w = ev.log_density(points) + 0.5 * np.einsum("nd,nd->n", z, z)
-        finite = np.isfinite(log_w)
-        if not finite.any():
-            raise FloatingPointError("the model's log density is not finite at any reference draw")
-        w = np.exp(np.where(finite, log_w, -np.inf) - log_w[finite].max())
-        return self._to_data(points), w / w.sum()
+        return self.fitted(sigma).reference_sample(n_samples, random_state)
 
     # -- persistence ------------------------------------------------------------------
-    _FITTED = {"fd": ["theta_"], "ncfd": ["theta_", "noise_levels_"], "map": ["theta_"], "kde_rff": [],
-               "fvpd": ["posterior_mean_", "posterior_precision_", "predictive_m_", "predictive_chol_",
-                        "predictive_v_"]}
+    #: A model file keeps the Fitted value's arrays under the estimator's attribute names (model_file).
+    _FILE_NAMES = {"theta": "theta_", "M_chol": "predictive_chol_", "v": "predictive_v_", "kde_weights": "kde_weights_",
+                   "base.mean": "mean_", "base.cov": "covariance_", "base.precision": "precision_"}
+    #: The solution attributes beyond the Fitted value, stored beside it.
+    _EXTRA = {"fvpd": ("posterior_mean_", "posterior_precision_", "predictive_m_"), "ncfd": ("noise_levels_",)}
+    _STATS_KINDS = {"TGPStats": TGPStats, "NCFDStats": NCFDStats}
 
-    def save(self, path: str | Path, *, overwrite: bool = True) -> Path:
-        """Write the fitted model atomically as a Zarr group (schema version, checksums); an existing path
-        is replaced only if it holds a tgpflow model and ``overwrite`` (never a user's file or directory)."""
-        check_is_fitted(self, "stats_")
-        arrays = {f"features.{k}": v for k, v in self.features_.to_arrays().items()}
-        arrays.update({f"stats.{k}": v for k, v in self.stats_.to_arrays().items()})
-        names = ["mean_", "covariance_", "precision_"] + self._FITTED[self.method]
-        arrays.update({f"fitted.{n}": getattr(self, n) for n in names})
+    def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True) -> Path:
+        """Write the fitted model atomically as a Zarr group (``.npz`` by suffix), every array and the metadata
+        checksummed: its solution, which is what :func:`tgpflow.load` reads (:mod:`tgpflow.models.model_file`),
+        and with ``stats`` its statistics (what ``partial_fit`` adds to, and ``load(verify=True)`` re-solves).
+        An existing path is replaced only if it holds a tgpflow model and ``overwrite`` (never a user's file
+        or directory)."""
+        check_is_fitted(self, "_fitted")
         params = self.get_params()
         for key in ("bandwidth", "eta", "lam_grid"):  # JSON has no tuples/arrays
             if is_grid(params[key]):
@@ -951,7 +948,6 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             "params": params,
             "fingerprint": self.features_.fingerprint,
             "feature_seed": self.features_.seed,
-            "stats_kind": type(self.stats_).__name__,
             "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None,
             "n_samples_seen": self.n_samples_seen_,
             "n_rows_dropped": int(getattr(self, "n_rows_dropped_", 0)),
@@ -967,49 +963,49 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             "bounds": None if getattr(self, "bounds_", None) is None else {"columns": list(self.bounds_.columns),
                                                                             "bounds": self.bounds_.to_dict()},
             "pilot": getattr(self, "pilot_", {}),
-            "tgpflow_version": _version(),
-            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         }
-        return write_artifact(path, type(self).__name__, arrays, meta, overwrite=overwrite)
+        extra = {name: getattr(self, name) for name in self._EXTRA.get(self.method, ())}
+        return write_model(path, type(self).__name__, self._fitted, self._FILE_NAMES, extra=extra,
+                           stats=self.stats_ if stats else None, meta=meta, overwrite=overwrite)
 
     @classmethod
-    def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path) -> GPTiltedDensity:
-        from tgpflow.errors import ModelFileError
-
+    def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path,
+                       verify: bool = False) -> GPTiltedDensity:
+        """The model of a verified artifact, read from its stored solution (no solve; ``verify``: re-solve
+        the stored statistics and compare)."""
         est = cls(**meta["params"])
-        features = RandomFourierFeatures.from_arrays(
-            {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("features.")}, seed=meta.get("feature_seed"))
-        if features.fingerprint != meta["fingerprint"]:
-            raise ModelFileError(f"{path}: the stored features do not match their fingerprint; the file was modified")
-        kind = {"TGPStats": TGPStats, "NCFDStats": NCFDStats}.get(meta.get("stats_kind", "TGPStats"))
-        if kind is None:
-            raise ModelFileError(f"{path}: unknown statistics kind {meta.get('stats_kind')!r}")
-        stats = kind.from_arrays(meta["fingerprint"], {k.split(".", 1)[1]: v for k, v in arrays.items()
-                                                        if k.startswith("stats.")})
-        if meta.get("feature_names_in"):
-            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
-        est.pilot_ = meta.get("pilot", {})
-        est.n_rows_dropped_ = meta.get("n_rows_dropped", 0)
-        if meta.get("anomaly_threshold") is not None:
-            est.anomaly_threshold_ = float(meta["anomaly_threshold"])
-        if meta.get("selection"):
-            est.selection_ = meta["selection"]
-        stored = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("fitted.")}
-        if est.method == "map":
-            # The Newton iteration is not re-run on load (it costs S₂·S² per step): the stored θ,
-            # guarded by its checksum, is used with the re-derived base.
-            base = base_from_moments(stats.moments)
-            est._restore_map(stats, features, base, stored["theta_"], meta)
-        else:
-            est._solve(stats, features)
-        est._restore_diagnostics(meta)
-        for name, value in stored.items():  # the re-solve must reproduce what was saved
-            if not np.allclose(getattr(est, name), value, rtol=1e-8, atol=1e-12):
-                raise ModelFileError(f"{path}: the stored {name} does not match the solve of the stored statistics")
+        stats = stored_stats(arrays, meta, cls._STATS_KINDS)
+        solution = fitted_arrays(arrays, cls._FILE_NAMES)
+        if est.method == "kde_rff" and "kde_weights" not in solution and stats is not None:
+            solution["kde_weights"] = stats.psi / stats.n  # layout 1 kept ψ/N in the statistics only
+        est._set_fitted(read_fitted(TGPFitted, solution, meta, path, {"block_bytes": int(est.block_bytes),
+                                                                      "feature_seed": meta.get("feature_seed")}))
+        est._restore_meta(meta)
+        est.stats_ = stats
+        est.n_samples_seen_ = int(meta["n_samples_seen"])
+        est.lam_ = math.nan if meta.get("lam") is None else float(meta["lam"])
+        est.solver_info_ = meta.get("solver_info") or {}
+        if meta.get("objective") is not None:
+            est.objective_ = float(meta["objective"])
+        if est.method == "fvpd":
+            est.eta_ = meta.get("eta")
+        for name in cls._EXTRA.get(est.method, ()):
+            setattr(est, name, np.asarray(arrays[f"fitted.{name}"], dtype=np.float64))
+        if verify:
+            est._verify(path, arrays, legacy=meta.get("layout") is None)
         return est
 
-    def _restore_diagnostics(self, meta: dict[str, Any]) -> None:
-        """The normaliser, diagnostics and support box as stored (a load re-estimates nothing)."""
+    def _restore_meta(self, meta: dict[str, Any]) -> None:
+        """What a fit recorded beside its solution, as stored: names, pilot, threshold, selection, the
+        normaliser, diagnostics, support box and bounds (a load re-estimates nothing)."""
+        if meta.get("feature_names_in"):
+            self.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        self.pilot_ = meta.get("pilot", {})
+        self.n_rows_dropped_ = meta.get("n_rows_dropped", 0)
+        if meta.get("anomaly_threshold") is not None:
+            self.anomaly_threshold_ = float(meta["anomaly_threshold"])
+        if meta.get("selection"):
+            self.selection_ = meta["selection"]
         if meta.get("support"):
             self.support_ = SupportBox.from_dict(meta["support"])
         stored = meta.get("bounds")
@@ -1017,19 +1013,11 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.normalizer_ = NormalizerEstimate.from_dict(meta["normalizer"]) if meta.get("normalizer") else None
         self.fit_diagnostics_ = meta.get("fit_diagnostics") or {"warnings": []}
 
-    def _restore_map(self, stats: TGPStats, features: RandomFourierFeatures, base: Base, theta: np.ndarray,
-                     meta: dict[str, Any]) -> None:
-        self.features_, self.stats_, self.n_samples_seen_ = features, stats, int(stats.n)
-        self.n_features_in_, self.bandwidth_ = features.n_dims, features.gamma
-        self.lam_ = float(meta["lam"])
-        self.theta_ = np.array(theta)
-        self.objective_ = meta.get("objective")
-        self.solver_info_ = meta.get("solver_info", {})
-        self.mean_, self.covariance_, self.precision_ = base.mean, base.cov, base.precision
-        self._evaluator = TGPEvaluator(features, base, theta=self.theta_, block_bytes=int(self.block_bytes))
+    def _verify(self, path: Path, arrays: dict[str, np.ndarray], legacy: bool) -> None:
+        """``load(verify=True)``: solve the stored statistics again (MAP's Newton iterations included) and compare."""
+        def solve(ref: GPTiltedDensity) -> TGPFitted:
+            ref._solve(self.stats_, self.features_)
+            return ref._fitted
 
-
-def _version() -> str:
-    from tgpflow import __version__
-
-    return __version__
+        verify_solution(self, path, arrays, self._FILE_NAMES, solve, extra=self._EXTRA.get(self.method, ()),
+                        legacy=legacy)

@@ -14,8 +14,6 @@ Gaussian base uses the exact moments of the pass. float64 throughout.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import numbers
 from pathlib import Path
 from typing import Any
@@ -27,23 +25,24 @@ from sklearn.utils.validation import check_is_fitted
 from tgpflow.backend import resolve_device
 from tgpflow.features.kernels import KERNELS, median_heuristic
 from tgpflow.features.nystrom import NystromBasis
-from tgpflow.io.artifact import write_artifact
 from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import logger, phase
-from tgpflow.models.blocked_score import BlockedScore
 from tgpflow.models.diagnostics import fit_diagnostics
+from tgpflow.models.kernel_fitted import KernelFitted
+from tgpflow.models.tgp_fitted import base_arrays
+from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution, write_model
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
 from tgpflow.stats.support import SupportBox
-from tgpflow.models.streaming import StreamingMixin, is_grid, is_positive
+from tgpflow.models.streaming import StreamingMixin, check_stats_kept, is_grid, is_positive
 from tgpflow.solve.kef import REGULARIZERS, diag_h, kef_h, kernel_heldout_loss, lite_r, spectral_solve, tikhonov_direct
 from tgpflow.solve.tgp import Base, base_from_moments
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats, diag_chunk_stats, kef_chunk_stats, lite_chunk_stats
 from tgpflow.stats.split import StatsBundle
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
-__all__ = ["KernelEvaluator", "ScoreEstimator", "NystromKEF", "PRESETS"]
+__all__ = ["ScoreEstimator", "NystromKEF", "PRESETS"]
 
 #: λ grid of ``lam="auto"``: 13 values, 10⁻⁶ … 1, two per decade.
 DEFAULT_KERNEL_LAM_GRID = tuple(float(v) for v in np.logspace(-6, 0, 13))
@@ -51,65 +50,6 @@ DEFAULT_KERNEL_LAM_GRID = tuple(float(v) for v in np.logspace(-6, 0, 13))
 #: Named estimators of MATH.md §7 (kernel, regularizer).
 PRESETS = {"stein": ("diagonal", "tikhonov"), "ssge": ("diagonal", "cutoff"), "nkef": ("curl_free", "tikhonov"),
            "nu_method": ("curl_free", "nu"), "landweber": ("curl_free", "landweber")}
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class KernelEvaluator(BlockedScore):
-    """Score, divergence and (curl-free) log density of ``Σ_a K(·, Y_a)c_a + log q0``."""
-
-    basis: NystromBasis
-    kind: str  # "curl_free", "diagonal" or "lite"
-    coef: np.ndarray  # (m, d); (m,) for lite
-    base: Base | None
-    block_rows: int = 2048
-
-    def _blocks(self, x: np.ndarray):
-        for start in range(0, x.shape[0], self.block_rows):
-            yield start, x[start:start + self.block_rows]
-
-    def _base_terms(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """log q0, ∇log q0 and div ∇log q0 (0 for the flat base)."""
-        if self.base is None:
-            return np.zeros(xb.shape[0]), np.zeros_like(xb), 0.0
-        r = xb - self.base.mean
-        Pr = r @ self.base.precision
-        return -0.5 * np.einsum("nd,nd->n", r, Pr), -Pr, -float(np.trace(self.base.precision))
-
-    def log_density(self, x: np.ndarray) -> np.ndarray:
-        """f(x) + log q0(x), f = Σ_a −2ψ'(u_a) r_aᵀc_a (curl-free only; unnormalised)."""
-        if self.kind == "diagonal":
-            raise AttributeError("a diagonal-kernel score is not a gradient field: it has no log density")
-        out = np.empty(x.shape[0])
-        for start, xb in self._blocks(x):
-            if self.kind == "lite":
-                f = self.basis.kernel(xb, self.basis.Y) @ self.coef
-            else:
-                r, alpha, _, _ = self.basis.kernel.curl_free_parts(xb, self.basis.Y)
-                f = np.einsum("nm,nmd,md->n", alpha, r, self.coef)
-            out[start:start + xb.shape[0]] = f + self._base_terms(xb)[0]
-        return out
-
-    def _score_block(self, xb: np.ndarray, with_div: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-        k = self.basis.kernel
-        _, g, div_g = self._base_terms(xb)
-        if self.kind == "curl_free":
-            r, alpha, kappa, omega = k.curl_free_parts(xb, self.basis.Y)
-            rc = np.einsum("nmd,md->nm", r, self.coef)
-            score = alpha @ self.coef + np.einsum("nm,nmd->nd", kappa * rc, r)
-            div = np.einsum("nm,nm->n", omega, rc) if with_div else None
-        elif self.kind == "lite":
-            r = xb[:, None, :] - self.basis.Y[None, :, :]
-            u = np.einsum("nmd,nmd->nm", r, r)
-            _, d1, d2, _ = k.profile(u)
-            score = np.einsum("nm,nmd->nd", 2.0 * d1 * self.coef, r)
-            div = (4.0 * d2 * u + 2.0 * xb.shape[1] * d1) @ self.coef if with_div else None
-        else:
-            r = xb[:, None, :] - self.basis.Y[None, :, :]
-            kv, d1, _, _ = k.profile(np.einsum("nmd,nmd->nm", r, r))
-            score = kv @ self.coef
-            div = np.einsum("nm,nmd,md->n", 2.0 * d1, r, self.coef) if with_div else None
-        return score + g, None if div is None else div + div_g
-
 
 
 class ScoreEstimator(StreamingMixin, BaseEstimator):
@@ -242,11 +182,14 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
     def _stats_type(self) -> type:
         return {"curl_free": KEFStats, "diagonal": DiagStats, "lite": LiteStats}[self._kind]
 
-    def _prepare(self, source: Any) -> None:
-        """Draw the basis from a pilot of ``source`` without a pass (pipelines: per-partition passes)."""
+    def prepare(self, X: Any, *, columns: list[str] | None = None) -> ScoreEstimator:
+        """Draw the basis from a pilot sample of ``X`` without a pass (a pipeline then accumulates each
+        partition's statistics on it, :meth:`chunk_tasks`, and solves their sum, :meth:`fit_from_stats`)."""
         self._check_params()
+        source = self._source(X, columns, reset=True)
         self.basis_ = self._make_basis(source, None)
         self.n_features_in_ = source.n_columns
+        return self
 
     def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
         """(chunk statistics function, its arguments after the rows, whether it takes row keys) for the fitted basis."""
@@ -281,7 +224,7 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None, basis: Any = None) -> ScoreEstimator:
         """Fit from any source; ``basis``: an (m, d) array of basis points or a NystromBasis."""
         self._check_params()
-        for attr in ("basis_", "stats_", "selection_", "support_"):
+        for attr in ("basis_", "stats_", "selection_", "support_", "_fitted"):
             if hasattr(self, attr):
                 delattr(self, attr)
         self._pilot_rows = None
@@ -315,12 +258,16 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         with phase("solve", kernel=self._kind, regularizer=self.regularizer, n_basis=basis.n_basis):
             self.lam_ = self._chosen_lam()
             self.coef_, self.solver_info_ = self._solve(stats, basis, base, self.lam_)
-        self.basis_, self.stats_ = basis, stats
+        self.stats_ = stats
         self.n_samples_seen_ = int(stats.n)
-        self.n_features_in_ = basis.n_dims
-        self.bandwidth_ = basis.bandwidth
-        self.base_ = base
-        self._evaluator = KernelEvaluator(basis, self._kind, self.coef_, base)
+        self._set_fitted(KernelFitted(basis, self._kind, self.coef_, base))
+
+    def _set_fitted(self, fitted: KernelFitted) -> None:
+        """The estimator's attributes of a solved model, read off its Fitted value (a solve and a load share this)."""
+        self._fitted = fitted
+        self.basis_, self.coef_, self.base_ = fitted.basis, fitted.coef, fitted.base
+        self.n_features_in_ = fitted.basis.n_dims
+        self.bandwidth_ = fitted.basis.bandwidth
 
     # -- normaliser and diagnostics -------------------------------------------------------
     @property
@@ -334,13 +281,13 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         With a flat base the model is improper (e^f → 1 far from the basis: Z = ∞); a diagonal-kernel
         score has no density.
         """
-        check_is_fitted(self, "coef_")
+        check_is_fitted(self, "_fitted")
         if not self._normalisable:
             raise ValueError(f"a {type(self).__name__} with kernel={self._kind!r} and base={self.base!r} has no finite "
                              f"normaliser: fit with base='gaussian' (and a curl-free kernel)")
         box = getattr(self, "support_", None)
         seed = np.random.SeedSequence(self.random_state).spawn(3)[2] if random_state is None else random_state
-        return estimate_log_normalizer(self._evaluator.log_density, self.base_, n_draws=int(n_draws),
+        return estimate_log_normalizer(self._fitted.log_density, self.base_, n_draws=int(n_draws),
                                        random_state=seed, outside=None if box is None else box.outside)
 
     def _diagnose(self) -> None:
@@ -357,12 +304,10 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
 
     def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
         """``n_samples`` draws of the Gaussian base q0 (MCMC starts; needs base='gaussian')."""
-        check_is_fitted(self, "coef_")
+        check_is_fitted(self, "_fitted")
         if self.base_ is None:
             raise ValueError("a flat base has no draws: pass start points (init=...)")
-        rng = np.random.default_rng(self.random_state if random_state is None else random_state)
-        z = rng.standard_normal((int(n_samples), self.base_.mean.shape[0]))
-        return self.base_.mean + z @ np.linalg.cholesky(self.base_.cov).T
+        return self._fitted.base_draws(n_samples, self.random_state if random_state is None else random_state)
 
     def _chosen_lam(self) -> float:
         if self.lam != "auto":
@@ -424,72 +369,90 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         """Add the statistics of new rows and re-solve (fits if not yet fitted)."""
         if not hasattr(self, "stats_"):
             return self.fit(X, columns=columns)
+        check_stats_kept(self)
         stats = self.accumulate(X, columns=columns)
         return self.fit_from_stats(self.stats_ + stats)
 
     # -- evaluation -------------------------------------------------------------------
     def grad_log_density(self, X: Any) -> Any:
         """The estimated score ∇ log p(x), (n, d); lazy for dask/Parquet/Zarr input."""
-        check_is_fitted(self, "coef_")
-        return self._map_rows(X, self._evaluator.grad_log_density, per_row_dims=True)
+        return self._map_rows(X, self.fitted().grad_log_density, per_row_dims=True)
 
     def hyvarinen_terms(self, X: Any) -> Any:
         """½‖s(x)‖² + div s(x) per row (its held-out mean is the Hyvärinen loss)."""
-        check_is_fitted(self, "coef_")
-        return self._map_rows(X, self._evaluator.hyvarinen_terms, per_row_dims=False)
+        return self._map_rows(X, self.fitted().hyvarinen_terms, per_row_dims=False)
 
-    def _evaluator_at(self, sigma: float | None) -> KernelEvaluator:
+    def fitted(self, sigma: float | None = None) -> KernelFitted:
+        """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value (``grad_log_density``,
+        ``hyvarinen_terms``, ``log_density`` for a density, ``sample`` with a Gaussian base, ``to_arrays``)."""
         if sigma not in (None, 0):
             raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
-        check_is_fitted(self, "coef_")
-        return self._evaluator
+        check_is_fitted(self, "_fitted")
+        return self._fitted
 
     # -- persistence ------------------------------------------------------------------
-    def save(self, path: str | Path, *, overwrite: bool = True) -> Path:
-        """Write the fitted model atomically as a Zarr group (schema version, checksums); an existing path
-        is replaced only if it holds a tgpflow model and ``overwrite`` (never a user's file or directory)."""
-        check_is_fitted(self, "coef_")
-        arrays = {f"basis.{k}": v for k, v in self.basis_.to_arrays().items()}
-        arrays.update({f"stats.{k}": v for k, v in self.stats_.to_arrays().items()})
-        arrays["fitted.coef_"] = self.coef_
+    #: A model file keeps the Fitted value's arrays under these names (model_file); β as ``coef_``.
+    _FILE_NAMES = {"coef": "coef_"}
+
+    def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True) -> Path:
+        """Write the fitted model atomically as a Zarr group (``.npz`` by suffix), every array and the metadata
+        checksummed: its solution (basis, coefficients, base), which is what :func:`tgpflow.load` reads, and with
+        ``stats`` its statistics (for ``partial_fit`` and ``load(verify=True)``). An existing path is replaced only
+        if it holds a tgpflow model and ``overwrite`` (never a user's file or directory)."""
+        check_is_fitted(self, "_fitted")
         params = self.get_params()
         for key in ("bandwidth", "lam_grid"):  # JSON has no tuples/arrays
             if is_grid(params.get(key)):
                 params[key] = [float(v) for v in params[key]]
         meta = {"params": params, "fingerprint": self.basis_.fingerprint, "radial": self.basis_.kernel_name,
-                "selection": getattr(self, "selection_", None),
+                "selection": getattr(self, "selection_", None), "lam": self.lam_,
                 "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None,
                 "n_samples_seen": self.n_samples_seen_, "solver_info": self.solver_info_,
                 "normalizer": None if getattr(self, "normalizer_", None) is None else self.normalizer_.to_dict(),
                 "fit_diagnostics": getattr(self, "fit_diagnostics_", None),
-                "support": None if getattr(self, "support_", None) is None else self.support_.to_dict(),
-                "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
-        return write_artifact(path, type(self).__name__, arrays, meta, overwrite=overwrite)
+                "support": None if getattr(self, "support_", None) is None else self.support_.to_dict()}
+        return write_model(path, type(self).__name__, self._fitted, self._FILE_NAMES, extra={},
+                           stats=self.stats_ if stats else None, meta=meta, overwrite=overwrite)
 
     @classmethod
-    def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path) -> ScoreEstimator:
-        from tgpflow.errors import ModelFileError
-
+    def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path,
+                       verify: bool = False) -> ScoreEstimator:
+        """The model of a verified artifact, read from its stored solution (no solve; ``verify``: re-solve
+        the stored statistics and compare)."""
         est = cls(**meta["params"])
-        basis = NystromBasis.from_arrays({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("basis.")},
-                                         meta["radial"])
-        if basis.fingerprint != meta["fingerprint"]:
-            raise ModelFileError(f"{path}: the stored basis does not match its fingerprint; the file was modified")
         kind = est._stats_type()
-        stats = kind.from_arrays(meta["fingerprint"], {k.split(".", 1)[1]: v for k, v in arrays.items()
-                                                        if k.startswith("stats.")})
+        stats = stored_stats(arrays, meta, {kind.__name__: kind})
+        solution = fitted_arrays(arrays, cls._FILE_NAMES)
+        legacy = meta.get("layout") is None
+        if legacy and est.base == "gaussian" and stats is not None:
+            # layout 1 derived q0 = N(μ0, Σ0) from the stored moments on load (a d × d factorisation, no solve)
+            names = tuple(meta.get("feature_names_in") or ()) or None
+            solution.update(base_arrays(base_from_moments(stats.moments, names)))
+        fitted = read_fitted(KernelFitted, solution, meta, path, {"model": est._kind, "radial": meta["radial"]})
         if meta.get("feature_names_in"):
             est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
         if meta.get("selection"):
             est.selection_ = meta["selection"]
-        est._solve_stats(stats, basis)
+        est._set_fitted(fitted)
+        est.stats_ = stats
+        est.n_samples_seen_ = int(meta["n_samples_seen"])
+        est.lam_ = float(meta["lam"]) if meta.get("lam") is not None else est._chosen_lam()
+        est.solver_info_ = meta.get("solver_info") or {}
         est.normalizer_ = NormalizerEstimate.from_dict(meta["normalizer"]) if meta.get("normalizer") else None
         est.fit_diagnostics_ = meta.get("fit_diagnostics") or {"warnings": []}
         if meta.get("support"):
             est.support_ = SupportBox.from_dict(meta["support"])
-        if not np.allclose(est.coef_, arrays["fitted.coef_"], rtol=1e-8, atol=1e-12):
-            raise ModelFileError(f"{path}: the stored coefficients do not match the solve of the stored statistics")
+        if verify:
+            est._verify(path, arrays, legacy)
         return est
+
+    def _verify(self, path: Path, arrays: dict[str, np.ndarray], legacy: bool) -> None:
+        """``load(verify=True)``: solve the stored statistics again and compare."""
+        def solve(ref: ScoreEstimator) -> KernelFitted:
+            ref._solve_stats(self.stats_, self.basis_)
+            return ref._fitted
+
+        verify_solution(self, path, arrays, self._FILE_NAMES, solve, legacy=legacy)
 
 
 class NystromKEF(ScoreEstimator):
@@ -555,8 +518,7 @@ class NystromKEF(ScoreEstimator):
     def log_density(self, X: Any, *, normalized: bool = False) -> Any:
         """Log density f(x) + log q0(x), shape (n,): unnormalised, or (``normalized=True``, Gaussian
         base) minus the importance-sampling estimate of log Z in ``normalizer_``."""
-        check_is_fitted(self, "coef_")
-        values = self._map_rows(X, self._evaluator.log_density, per_row_dims=False)
+        values = self._map_rows(X, self.fitted().log_density, per_row_dims=False)
         if not normalized:
             return values
         if getattr(self, "normalizer_", None) is None:

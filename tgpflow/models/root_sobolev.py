@@ -59,6 +59,8 @@ from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import phase
 from tgpflow.models.anomaly import AnomalyMixin
+from tgpflow.models.model_file import fitted_arrays, read_fitted, write_model
+from tgpflow.models.rsr_fitted import RSRFitted
 from tgpflow.models.streaming import StreamingMixin
 from tgpflow.stats.reduce import compute, tree_reduce
 from tgpflow.stats.rsr import RSRIterStats, rsr_chunk_stats
@@ -204,13 +206,13 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             self.smoothness_, self.selection_ = self._select(source, base, grid)
         else:
             self.smoothness_ = grid[0]
-        self.features_ = base.at(self.smoothness_)
+        features = base.at(self.smoothness_)
         rows = _Rows(source, int(self.persist_bytes), None, 0.0)
         logger.info("RSR rows are %s", rows.where)
         self.rows_held_ = rows.where
-        self.coef_, self.fit_info_ = self._iterate(rows, self.features_)
+        coef, self.fit_info_ = self._iterate(rows, features)
+        self._set_fitted(RSRFitted(features, coef, self.method, int(self.block_bytes)))
         self.n_samples_seen_ = int(self.fit_info_["n"])
-        self.n_features_in_ = d
         self._set_threshold(pilot.rows)
         return self
 
@@ -295,114 +297,86 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return curve[best]["a"], {"curve": curve, "rule": self.a_rule, "chosen": curve[best]["a"]}
 
     # -- evaluation -------------------------------------------------------------------------
-    def _f(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = block_rows_for(self.features_.n_features, self.features_.n_dims, int(self.block_bytes))
-        f = np.empty(x.shape[0])
-        grad = np.empty(x.shape)
-        for s in range(0, x.shape[0], rows):
-            phi, dphi = self.features_.transform(x[s:s + rows])
-            f[s:s + rows] = phi @ self.coef_
-            grad[s:s + rows] = (dphi * self.coef_) @ self.features_.Z / self.features_.gamma
-        return f, grad
-
-    def _log_density(self, x: np.ndarray) -> np.ndarray:
-        f, _ = self._f(x)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if self.method == "kde_sdo":
-                return np.where(f > 0, np.log(np.where(f > 0, f, 1.0)), -np.inf)
-            return np.log(f * f)
-
-    def _grad(self, x: np.ndarray) -> np.ndarray:
-        f, grad = self._f(x)
-        scale = 1.0 if self.method == "kde_sdo" else 2.0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return scale * grad / f[:, None]
+    def fitted(self, sigma: Any = None) -> RSRFitted:
+        """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value (``log_density``,
+        ``grad_log_density``, ``hyvarinen_terms``, ``to_arrays``; MATH.md §8)."""
+        if sigma not in (None, 0):
+            raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
+        check_is_fitted(self, "_fitted")
+        return self._fitted
 
     def _raw_log_density(self, x: np.ndarray) -> np.ndarray:
-        return self._log_density(x)
+        return self.fitted().log_density(x)
 
     def log_density(self, X: Any) -> Any:
         """log f(x)² (unnormalised; −inf where f = 0), or log of the KDE-SDO estimate."""
-        check_is_fitted(self, "coef_")
-        return self._map_rows(X, self._log_density, per_row_dims=False)
+        return self._map_rows(X, self.fitted().log_density, per_row_dims=False)
 
     def score_samples(self, X: Any) -> Any:
         return self.log_density(X)
 
     def grad_log_density(self, X: Any) -> Any:
         """2∇f/f (MATH.md §8)."""
-        check_is_fitted(self, "coef_")
-        return self._map_rows(X, self._grad, per_row_dims=True)
+        return self._map_rows(X, self.fitted().grad_log_density, per_row_dims=True)
 
     def hyvarinen_terms(self, X: Any) -> Any:
         """½‖s‖² + div s = 2Δf/f per row (exact for p = f², MATH.md D6)."""
-        check_is_fitted(self, "coef_")
         if self.method != "rsr":
             raise AttributeError("the exact 2Δf/f form holds for the root-Sobolev model (p = f²), not KDE-SDO")
+        return self._map_rows(X, self.fitted().hyvarinen_terms, per_row_dims=False)
 
-        def terms(x: np.ndarray) -> np.ndarray:
-            lap_w = -self.coef_ * np.einsum("td,td->t", self.features_.Z, self.features_.Z) / self.features_.gamma**2
-            phi, _ = self.features_.transform(x)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                return 2.0 * (phi @ lap_w) / (phi @ self.coef_)
-
-        return self._map_rows(X, terms, per_row_dims=False)
-
-    def _evaluator_at(self, sigma: Any) -> Any:
-        if sigma not in (None, 0):
-            raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
-        return self
-
-    def save(self, path: Any, *, overwrite: bool = True) -> Any:
-        """Write the fitted model atomically (Zarr group, checksums, no pickle); an existing path is replaced
-        only if it holds a tgpflow model and ``overwrite`` (never a user's file or directory)."""
-        return _save(self, path, overwrite)
+    def save(self, path: Any, *, overwrite: bool = True, stats: bool = True) -> Any:
+        """Write the fitted model atomically (Zarr group, checksums, no pickle): the features and w, which is
+        what :func:`tgpflow.load` reads. The fit iterates over the rows, so there are no statistics to store
+        (``stats`` is accepted for a common signature). An existing path is replaced only if it holds a
+        tgpflow model and ``overwrite`` (never a user's file or directory)."""
+        check_is_fitted(self, "_fitted")
+        params = self.get_params()
+        if isinstance(params["smoothness"], (list, tuple)):
+            params["smoothness"] = [float(a) for a in params["smoothness"]]
+        meta = {"params": params, "fingerprint": self.features_.fingerprint, "feature_seed": self.features_.seed,
+                "smoothness": self.smoothness_, "order": self.order_, "n_samples_seen": self.n_samples_seen_,
+                "fit_info": {k: v for k, v in self.fit_info_.items() if k != "history"},
+                "anomaly_threshold": getattr(self, "anomaly_threshold_", None),
+                "selection": getattr(self, "selection_", None), "whitening": getattr(self, "whitening_", None),
+                "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None}
+        return write_model(path, "RootSobolevDensity", self._fitted, _FILE_NAMES, extra={}, stats=None, meta=meta,
+                           overwrite=overwrite)
 
     @classmethod
-    def _from_artifact(cls, arrays: dict[str, Any], meta: dict[str, Any], path: Any) -> RootSobolevDensity:
-        return _from_artifact(arrays, meta, path)
+    def _from_artifact(cls, arrays: dict[str, Any], meta: dict[str, Any], path: Any,
+                       verify: bool = False) -> RootSobolevDensity:
+        """The model of a verified artifact, read from its stored w (the fit is not repeated)."""
+        from tgpflow.errors import ModelFileError
+
+        if verify:
+            raise ModelFileError(f"{path}: a RootSobolevDensity is fitted by iterating over the rows, so its file holds "
+                                 f"no statistics to re-solve: verify=True cannot check it (its arrays are checksummed)")
+        est = cls(**meta["params"])
+        est._set_fitted(read_fitted(RSRFitted, fitted_arrays(arrays, _FILE_NAMES), meta, path,
+                                    {"method": est.method, "block_bytes": int(est.block_bytes),
+                                     "feature_seed": meta.get("feature_seed")}))
+        est.smoothness_, est.order_ = float(meta["smoothness"]), int(meta["order"])
+        est.n_samples_seen_, est.fit_info_ = int(meta["n_samples_seen"]), dict(meta["fit_info"])
+        if meta.get("anomaly_threshold") is not None:
+            est.anomaly_threshold_ = float(meta["anomaly_threshold"])
+        if meta.get("selection"):
+            est.selection_ = meta["selection"]
+        if meta.get("whitening"):
+            est.whitening_ = meta["whitening"]
+        if meta.get("feature_names_in"):
+            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        return est
+
+    def _set_fitted(self, fitted: RSRFitted) -> None:
+        """The estimator's attributes of a fitted model, read off its Fitted value (a fit and a load share this)."""
+        self._fitted = fitted
+        self.features_, self.coef_ = fitted.features, fitted.coef
+        self.n_features_in_ = fitted.features.n_dims
 
 
-def _save(est: RootSobolevDensity, path: Any, overwrite: bool = True) -> Any:
-    from tgpflow.io.artifact import write_artifact
-
-    check_is_fitted(est, "coef_")
-    arrays = {f"features.{k}": v for k, v in est.features_.to_arrays().items()}
-    arrays["fitted.coef_"] = est.coef_
-    params = est.get_params()
-    if isinstance(params["smoothness"], (list, tuple)):
-        params["smoothness"] = [float(a) for a in params["smoothness"]]
-    meta = {"params": params, "fingerprint": est.features_.fingerprint, "feature_seed": est.features_.seed,
-            "smoothness": est.smoothness_, "order": est.order_, "n_samples_seen": est.n_samples_seen_,
-            "fit_info": {k: v for k, v in est.fit_info_.items() if k != "history"},
-            "anomaly_threshold": getattr(est, "anomaly_threshold_", None), "selection": getattr(est, "selection_", None),
-            "whitening": getattr(est, "whitening_", None),
-            "feature_names_in": [str(c) for c in getattr(est, "feature_names_in_", [])] or None}
-    return write_artifact(path, "RootSobolevDensity", arrays, meta, overwrite=overwrite)
-
-
-def _from_artifact(arrays: dict[str, Any], meta: dict[str, Any], path: Any) -> RootSobolevDensity:
-    from tgpflow.errors import ModelFileError
-    from tgpflow.features.rff import RandomFourierFeatures
-
-    est = RootSobolevDensity(**meta["params"])
-    est.features_ = RandomFourierFeatures.from_arrays(
-        {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("features.")}, seed=meta.get("feature_seed"))
-    if est.features_.fingerprint != meta["fingerprint"]:
-        raise ModelFileError(f"{path}: the stored features do not match their fingerprint; the file was modified")
-    est.coef_ = np.asarray(arrays["fitted.coef_"], dtype=np.float64)
-    est.smoothness_, est.order_ = float(meta["smoothness"]), int(meta["order"])
-    est.n_samples_seen_, est.fit_info_ = int(meta["n_samples_seen"]), dict(meta["fit_info"])
-    est.n_features_in_ = est.features_.n_dims
-    if meta.get("anomaly_threshold") is not None:
-        est.anomaly_threshold_ = float(meta["anomaly_threshold"])
-    if meta.get("selection"):
-        est.selection_ = meta["selection"]
-    if meta.get("whitening"):
-        est.whitening_ = meta["whitening"]
-    if meta.get("feature_names_in"):
-        est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
-    return est
+#: A model file keeps w under the estimator's attribute name (model_file).
+_FILE_NAMES = {"coef": "coef_"}
 
 
 def _sum_phi(x: np.ndarray, features: Any, block_bytes: int) -> Any:

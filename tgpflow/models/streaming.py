@@ -2,8 +2,9 @@
 
 ``StreamingMixin`` gives an estimator ``_source`` (in-memory arrays through scikit-learn's
 ``validate_data``; Parquet/Zarr/dask through :func:`tgpflow.io.sources.as_source`, with
-``n_features_in_``/``feature_names_in_`` set on a first fit) and ``_map_rows`` (a per-row
-function applied chunk by chunk: eager for in-memory input, a lazy dask array otherwise).
+``n_features_in_``/``feature_names_in_`` set on a first fit), ``_map_rows`` (a per-row
+function applied chunk by chunk: eager for in-memory input, a lazy dask array otherwise) and
+``chunk_tasks`` (the delayed statistics of a source's chunks for the fitted draw: a pipeline's pass).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tgpflow.logs import phase
 from tgpflow.stats.reduce import accumulate as run_pass
 from tgpflow.stats.split import SPLIT_SALT, split_chunk_stats
 
-__all__ = ["StreamingMixin", "is_lazy", "is_grid", "is_positive"]
+__all__ = ["StreamingMixin", "is_lazy", "is_grid", "is_positive", "check_stats_kept"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -38,6 +39,13 @@ def is_grid(value: Any) -> bool:
 def is_positive(value: Any) -> bool:
     """A finite positive real number (not a bool)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def check_stats_kept(est: Any) -> None:
+    """Refuse to add rows to a model loaded without its statistics (``save(..., stats=False)``)."""
+    if getattr(est, "stats_", None) is None:
+        raise ValueError(f"this {type(est).__name__} was saved without its statistics (save(..., stats=False)): "
+                         f"partial_fit has nothing to add the new rows to; refit on all rows, or save with stats=True")
 
 
 def is_lazy(X: Any) -> bool:
@@ -84,6 +92,22 @@ class StreamingMixin:
         if source.n_columns != self.n_features_in_:
             raise ValueError(f"{source.description}: X has {source.n_columns} features, but {type(self).__name__} is "
                              f"expecting {self.n_features_in_} features as input")
+
+    def _fitting_source(self, source: Source) -> Source:
+        """``source`` in the space the model is fitted in (the identity; GPTiltedDensity transforms bounded columns)."""
+        return source
+
+    def chunk_tasks(self, source: Source) -> list[Any]:
+        """One delayed statistics object per chunk of ``source`` for the fitted draw, to tree-reduce and add
+        to statistics of other partitions (a pipeline's pass; call :meth:`prepare` or fit first). With a
+        held-out selection pending, each is the train/validation split of its chunk."""
+        fn, args, with_keys = self._pass_spec()
+        task = dask.delayed(fn, pure=True)
+        shared = [dask.delayed(a, pure=True) for a in args]
+        source = self._fitting_source(source)
+        if with_keys:
+            return [task(b, k, *shared) for b, k in zip(source.blocks(), source.row_keys(), strict=True)]
+        return [task(b, *shared) for b in source.blocks()]
 
     def _stream_pass(self, source: Source, chunk_fn: Any, draw: Any, args: tuple[Any, ...],
                      variants: dict[float, Any] | None, val_args: tuple[Any, ...] | None = None,

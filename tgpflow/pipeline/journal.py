@@ -116,7 +116,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) -
         # chunk by chunk on the scheduler: the model's log density of the preprocessed rows,
         # minus Σ log scale, is the density of the raw rows; only the scores come back
         src = partition_source(spec, f, manifest["columns"], pre)
-        density = dask.delayed(est._evaluator_at(None).log_density, pure=True)
+        density = dask.delayed(est.fitted().log_density, pure=True)
         logp = np.concatenate(compute(*[density(b) for b in src.blocks()])) + log_jacobian(pre)
         table = pa.table({"log_density": logp, "anomaly": logp < info["anomaly_threshold"]})
         table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": parts[f]["fingerprint"],

@@ -52,7 +52,7 @@ def _grid(rows: np.ndarray, n: int = 150) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def _contours(ax: Any, model: Any, rows: np.ndarray, sigma: float | None = None) -> None:
     gx, gy, pts = _grid(rows)
-    ld = model._evaluator_at(sigma).log_density(pts).reshape(gx.shape)
+    ld = model.fitted(sigma).log_density(pts).reshape(gx.shape)
     dens = np.exp(ld - np.nanmax(ld[np.isfinite(ld)]))
     ax.scatter(rows[:, 0], rows[:, 1], s=1, c="0.6", alpha=0.3, rasterized=True)
     ax.contour(gx, gy, dens, levels=8, cmap="viridis")

@@ -163,7 +163,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         models: dict[str, Any] = {}
         for m in spec.models:
             est = _estimator(m)
-            est._prepare(union)
+            est.prepare(union)
             arrays, meta = _draw_arrays(est)
             models[m.name] = {"estimator": m.estimator, "params": m.params, "columns": columns,
                               "draw": store.save_draw(f"{m.name}-{run:06d}", arrays, meta)}
@@ -182,14 +182,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         for f in added:
             src = partition_source(spec, f, columns, pre)
             for est in ests.values():
-                fn, args, with_keys = est._pass_spec()  # with keys: the hashed split of a held-out selection
-                task = dask.delayed(fn, pure=True)
-                shared = [dask.delayed(a, pure=True) for a in args]
-                model_src = est._bounded(src) if hasattr(est, "_bounded") else src  # bounded columns transformed
-                keyed = zip(model_src.blocks(), model_src.row_keys(), strict=True)
-                parts = ([task(b, k, *shared) for b, k in keyed] if with_keys
-                         else [task(b, *shared) for b in model_src.blocks()])
-                roots.append(tree_reduce(parts, 8))
+                roots.append(tree_reduce(est.chunk_tasks(src), 8))
             dropped.append(dask.delayed(sum, pure=True)(src.dropped_counts()))
         results = compute(*roots, *dropped) if added else ()
         facts.update(rows_dropped=int(sum(results[len(roots):])))

@@ -115,13 +115,13 @@ class ModelVersions:
                                  f"modified after it was written")
         return info
 
-    def load(self, name: str | None = None) -> Any:
+    def load(self, name: str | None = None, *, verify: bool = False) -> Any:
         import tgpflow
 
         name = name or self.current()
         if name is None:
             raise ModelFileError(f"{self.root}: no current model version (CURRENT is missing)")
-        return tgpflow.load(self.root / f"{name}.zarr")
+        return tgpflow.load(self.root / f"{name}.zarr", verify=verify)
 
     def remove_unpublished(self, keep: str | None = None, *, dry_run: bool = False) -> list[str]:
         """Delete the unpublished versions (not ``keep``) and writers' temporaries; returns their paths.

@@ -1,7 +1,7 @@
 """What a sampler needs from a distribution: its score, and its log density up to a constant.
 
 Every fitted tgpflow model is a target (``grad_log_density``; ``log_density`` where the model
-has one). Plain callables are wrapped with :class:`Target`. Both functions take (n, d) float64
+has one), evaluated through its ``fitted()`` value. Plain callables are wrapped with :class:`Target`. Both functions take (n, d) float64
 rows and return (n,) / (n, d) float64 NumPy arrays; lazy (Dask) results are computed.
 """
 
@@ -62,9 +62,19 @@ def _numpy(value: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def as_target(obj: Any) -> Target:
-    """A :class:`Target` from a fitted model, a ``Target``, or a score callable."""
+    """A :class:`Target` from a fitted model, a ``Target``, or a score callable.
+
+    A tgpflow estimator is sampled through its :class:`~tgpflow.models.fitted.Fitted` value
+    (``est.fitted()``): plain rows in, NumPy out, without the estimator's input checks at every step.
+    """
     if isinstance(obj, Target):
         return obj
+    if hasattr(obj, "fitted") and callable(obj.fitted):  # an estimator: the log density its API offers
+        fitted = obj.fitted()
+        logp = fitted.log_density if fitted.has_log_density and hasattr(obj, "log_density") else None
+        return Target(fitted.grad_log_density, logp)
+    if hasattr(obj, "has_log_density") and hasattr(obj, "to_arrays"):  # a Fitted value
+        return Target(obj.grad_log_density, obj.log_density if obj.has_log_density else None)
     if hasattr(obj, "grad_log_density"):
         return Target(obj.grad_log_density, getattr(obj, "log_density", None))
     if callable(obj):

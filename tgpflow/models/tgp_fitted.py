@@ -1,9 +1,9 @@
-"""Evaluation of a fitted GP-tilted density on blocks of rows (MATH.md §2–§5, §10), float64.
+"""The fitted GP-tilted density as a value: evaluation on blocks of rows (MATH.md §2–§5, §10), float64.
 
-An :class:`TGPEvaluator` holds only what evaluation needs (features, base, and θ, the FVPD
+A :class:`TGPFitted` holds only what evaluation needs (features, base, and θ, the FVPD
 predictive terms, or ψ/N for KDE-RFF) — not the S×S statistics — so that it is cheap to
-ship to Dask workers. Rows are processed in blocks sized from the same byte budget as the
-pass. Three kinds of tilt:
+ship to Dask workers and to store. Rows are processed in blocks sized from the same byte
+budget as the pass. Three kinds of tilt:
 
 * ``theta`` (FD, NCFD at a level σ, MAP): ``T(x) = θᵀφ(x)``;
 * ``M_chol, v`` (FVPD): ``T(x) = ½φᵀM⁻¹φ − φᵀv`` (MATH.md §4);
@@ -11,30 +11,55 @@ pass. Three kinds of tilt:
   base (−inf where the RFF estimate is ≤ 0).
 
 ``hyvarinen_terms`` gives ``½‖s(x)‖² + div s(x)`` per row with the closed-form divergence
-(MATH.md §2, §4, §10), for the streamed score-matching loss.
+(MATH.md §2, §4, §10), for the streamed score-matching loss. :class:`BoundedFitted` is such a
+model fitted to transformed columns, evaluated in the data's units (:mod:`tgpflow.features.bounds`).
+Both are :class:`~tgpflow.models.fitted.Fitted` values (``to_arrays``/``from_arrays``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from functools import cached_property
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
 
 from tgpflow.features.bounds import ColumnBounds
+from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.blocked_score import BlockedScore
+from tgpflow.models.fitted import Fitted, prefixed
+from tgpflow.solve.ncfd import level_base
 from tgpflow.solve.tgp import Base
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
 
-__all__ = ["TGPEvaluator", "BoundedEvaluator"]
+__all__ = ["TGPFitted", "BoundedFitted", "base_arrays", "base_from_arrays"]
+
+_TILTS = ("theta", "M_chol", "v", "kde_weights")
+
+
+def base_arrays(base: Base) -> dict[str, np.ndarray]:
+    """A Gaussian base as arrays (``base.mean``, ``base.cov``, ``base.precision``)."""
+    return {"base.mean": base.mean, "base.cov": base.cov, "base.precision": base.precision}
+
+
+def base_from_arrays(arrays: dict[str, np.ndarray]) -> Base:
+    """The base stored by :func:`base_arrays`, as stored (the precision is read, not inverted)."""
+    part = prefixed(arrays, "base.")
+    mean, cov, precision = (np.asarray(part[k], dtype=np.float64) for k in ("mean", "cov", "precision"))
+    d = mean.shape[0]
+    if mean.shape != (d,) or cov.shape != (d, d) or precision.shape != (d, d):
+        raise ValueError(f"the base has inconsistent shapes: mean {mean.shape}, cov {cov.shape}, "
+                         f"precision {precision.shape}")
+    return Base(mean, cov, precision)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TGPEvaluator(BlockedScore):
+class TGPFitted(BlockedScore, Fitted):
     """log q(x), ∇ log q(x) and the Hyvärinen terms of one fitted tilt (see module docstring)."""
 
+    kind: ClassVar[str] = "tgp"
     features: RandomFourierFeatures
     base: Base
     theta: np.ndarray | None = None
@@ -42,6 +67,50 @@ class TGPEvaluator(BlockedScore):
     v: np.ndarray | None = None
     kde_weights: np.ndarray | None = None
     block_bytes: int = DEFAULT_BLOCK_BYTES
+
+    def __post_init__(self) -> None:
+        tilts = [n for n in ("theta", "M_chol", "kde_weights") if getattr(self, n) is not None]
+        if len(tilts) != 1 or (self.M_chol is None) != (self.v is None):
+            raise ValueError(f"a GP-tilted model has one tilt: theta, (M_chol, v) or kde_weights; got {tilts}")
+        S = self.features.n_features
+        shapes = {"theta": (S,), "M_chol": (S, S), "v": (S,), "kde_weights": (S,)}
+        for name, shape in shapes.items():
+            value = getattr(self, name)
+            if value is not None and np.shape(value) != shape:
+                raise ValueError(f"{name} must have shape {shape} for S = {S} features; got {np.shape(value)}")
+        if self.base.mean.shape != (self.features.n_dims,):
+            raise ValueError(f"the base is in d = {self.base.mean.shape[0]}, the features in d = {self.features.n_dims}")
+
+    @property
+    def draw(self) -> RandomFourierFeatures:
+        return self.features
+
+    # -- storage ----------------------------------------------------------------------------
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = {f"features.{k}": v for k, v in self.features.to_arrays().items()}
+        out.update(base_arrays(self.base))
+        out.update({n: getattr(self, n) for n in _TILTS if getattr(self, n) is not None})
+        return out
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"kind": self.kind, "block_bytes": int(self.block_bytes), "feature_seed": self.features.seed}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> TGPFitted:
+        features = RandomFourierFeatures.from_arrays(prefixed(arrays, "features."), seed=meta.get("feature_seed"))
+        tilts = {n: np.asarray(arrays[n], dtype=np.float64) for n in _TILTS if n in arrays}
+        return cls(features, base_from_arrays(arrays), block_bytes=int(meta.get("block_bytes", DEFAULT_BLOCK_BYTES)),
+                   **tilts)
+
+    def at_level(self, sigma: float) -> TGPFitted:
+        """The noise-conditional model at level σ ≥ 0 (NCFD, MATH.md §3): width γ_σ = √(γ² + σ²), base
+        N(μ, Σ + σ²I), the same θ."""
+        if sigma == 0:
+            return self
+        if self.theta is None:
+            raise ValueError("only a θ tilt (NCFD) is defined at a noise level σ > 0")
+        feats = self.features.with_bandwidth(level_bandwidth(self.features.gamma, float(sigma)))
+        return TGPFitted(feats, level_base(self.base, float(sigma)), theta=self.theta, block_bytes=self.block_bytes)
 
     def _blocks(self, x: np.ndarray):
         rows = block_rows_for(self.features.n_features, self.features.n_dims, self.block_bytes)
@@ -148,15 +217,55 @@ class TGPEvaluator(BlockedScore):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class BoundedEvaluator:
+class BoundedFitted(Fitted):
     """A fitted model of transformed rows t(x), evaluated in the data's units (:mod:`tgpflow.features.bounds`).
 
     ``log p(x) = log q_T(t(x)) + Σ log t'(x)``; rows on or beyond a bound have log density −inf and a
-    NaN score. ``inner`` is the model in the transformed space (its ``base`` lives there too).
+    NaN score. ``inner`` is the model in the transformed space (its ``base`` lives there too); samples
+    and base draws are drawn there and mapped back by t⁻¹.
     """
 
-    inner: TGPEvaluator
+    kind: ClassVar[str] = "bounded"
+    inner: TGPFitted
     bounds: ColumnBounds
+
+    @property
+    def base(self) -> Base:
+        """The inner model's base, in the transformed space."""
+        return self.inner.base
+
+    @property
+    def draw(self) -> RandomFourierFeatures:
+        return self.inner.features
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = {f"inner.{k}": v for k, v in self.inner.to_arrays().items()}
+        out.update({"bounds.lower": self.bounds.lower, "bounds.upper": self.bounds.upper})
+        return out
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"kind": self.kind, "columns": list(self.bounds.columns), "inner": self.inner.to_meta()}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> BoundedFitted:
+        bounds = ColumnBounds(np.asarray(arrays["bounds.lower"], dtype=np.float64),
+                              np.asarray(arrays["bounds.upper"], dtype=np.float64), tuple(meta["columns"]))
+        return cls(TGPFitted.from_arrays(prefixed(arrays, "inner."), meta["inner"]), bounds)
+
+    def at_level(self, sigma: float) -> BoundedFitted:
+        return BoundedFitted(self.inner.at_level(sigma), self.bounds)
+
+    def sample(self, n_samples: int, random_state: Any = None, *, n_proposals: int | None = None,
+               return_ess: bool = False) -> np.ndarray | tuple[np.ndarray, float]:
+        rows, ess = self.inner.sample(n_samples, random_state, n_proposals=n_proposals, return_ess=True)
+        return (self.bounds.inverse(rows), ess) if return_ess else self.bounds.inverse(rows)
+
+    def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
+        return self.bounds.inverse(self.inner.base_draws(n_samples, random_state))
+
+    def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0) -> tuple[np.ndarray, np.ndarray]:
+        points, weights = self.inner.reference_sample(n_samples, random_state)
+        return self.bounds.inverse(points), weights
 
     def _split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         inside = self.bounds.inside(x)

@@ -1,0 +1,137 @@
+"""Fitted models as values: a solution and its evaluation, without the statistics (DESIGN.md, "Inside the estimators").
+
+A :class:`Fitted` value holds what evaluating one solved model needs — its draw (random Fourier
+features or a Nyström basis), the coefficients the solve produced, its base measure — and gives
+
+* ``log_density`` (unnormalised), ``grad_log_density`` (the score) and ``hyvarinen_terms``
+  (``½‖s‖² + div s`` per row with the closed-form divergence, MATH.md §10);
+* ``sample`` (importance resampling from the Gaussian base, MATH.md §5), ``base_draws`` and
+  ``reference_sample`` (the weighted base draws of the sliced metrics, seed 003 §IV);
+* ``to_arrays``/``to_meta`` and ``from_arrays``: numeric arrays plus a small JSON dict, never a pickle.
+
+Rows are (n, d) float64 NumPy arrays; there are no input checks (the estimators make them).
+Building a value from its arrays does no linear algebra: this is what makes a model file load in
+the time it takes to read it. Metrics, reports, samplers and the pipeline evaluate a model through
+``est.fitted()``. The kinds: :class:`~tgpflow.models.tgp_fitted.TGPFitted` (FD, NCFD, FVPD, MAP,
+KDE-RFF; MATH.md §2–§5), :class:`~tgpflow.models.tgp_fitted.BoundedFitted` (one of them on bounded
+columns), :class:`~tgpflow.models.kernel_fitted.KernelFitted` (NKEF, lite and the score estimators;
+§6–§7) and :class:`~tgpflow.models.rsr_fitted.RSRFitted` (RSR and KDE-SDO; §8).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tgpflow.sample.resample import importance_resample
+
+__all__ = ["Fitted", "fitted_from_arrays", "prefixed"]
+
+_KINDS: dict[str, type[Fitted]] = {}
+
+
+def prefixed(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays whose names start with ``prefix``, under the rest of their names."""
+    return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+
+class Fitted(abc.ABC):
+    """One solved model (see the module docstring). ``base`` is its Gaussian base N(μ, Σ), or None."""
+
+    kind: ClassVar[str]
+    base: Any
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            _KINDS[cls.kind] = cls
+
+    @property
+    @abc.abstractmethod
+    def draw(self) -> Any:
+        """The feature draw or Nyström basis the model is built on (its fingerprint identifies it)."""
+
+    @property
+    def has_log_density(self) -> bool:
+        """Whether the model is a density (a diagonal-kernel score estimate is not a gradient field)."""
+        return True
+
+    @abc.abstractmethod
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        """The unnormalised log density, (n,)."""
+
+    @abc.abstractmethod
+    def grad_log_density(self, x: np.ndarray) -> np.ndarray:
+        """The score ∇ log p(x), (n, d)."""
+
+    @abc.abstractmethod
+    def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
+        """½‖s(x)‖² + div s(x) per row, (n,)."""
+
+    @abc.abstractmethod
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The value's numeric arrays (the draw under ``features.``/``basis.``)."""
+
+    @abc.abstractmethod
+    def to_meta(self) -> dict[str, Any]:
+        """What is not an array, as JSON (``kind`` first: :func:`fitted_from_arrays` dispatches on it)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Fitted:
+        """The value back from :meth:`to_arrays` and :meth:`to_meta` (no linear algebra)."""
+
+    # -- drawing from the base (MATH.md §5) ------------------------------------------------
+    def _gaussian_base(self) -> Any:
+        if getattr(self, "base", None) is None:
+            raise ValueError(f"a {type(self).__name__} without a Gaussian base has nothing to propose from: sample "
+                             f"it by MCMC from given start rows (tgpflow.sample.langevin, mcmc_sample with init=)")
+        return self.base
+
+    def sample(self, n_samples: int, random_state: Any = None, *, n_proposals: int | None = None,
+               return_ess: bool = False) -> np.ndarray | tuple[np.ndarray, float]:
+        """``n_samples`` rows by importance resampling from the base N(μ, Σ) (MATH.md §5).
+
+        ``n_proposals`` defaults to max(20·n_samples, 10 000); with ``return_ess`` the effective
+        sample size of the weights is returned too.
+        """
+        base = self._gaussian_base()
+        n_prop = int(n_proposals) if n_proposals is not None else max(20 * int(n_samples), 10_000)
+        rows, ess = importance_resample(self.log_density, base.mean, base.cov, int(n_samples), n_prop,
+                                        np.random.default_rng(random_state))
+        return (rows, ess) if return_ess else rows
+
+    def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
+        """``n_samples`` draws of the Gaussian base N(μ, Σ) (e.g. MCMC starts)."""
+        base = self._gaussian_base()
+        z = np.random.default_rng(random_state).standard_normal((int(n_samples), base.mean.shape[0]))
+        return base.mean + z @ np.linalg.cholesky(base.cov).T
+
+    def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Base draws ζ ~ N(μ, Σ) and their normalised weights ∝ exp(log q(ζ) − log N(ζ|μ, Σ)) (seed 003
+        §IV); draws where the log density is not finite (KDE-RFF's estimate ≤ 0) get weight 0."""
+        base = self._gaussian_base()
+        rng = np.random.default_rng(random_state)
+        chol = np.linalg.cholesky(base.cov)
+        z = rng.standard_normal((int(n_samples), base.mean.shape[0]))
+        points = base.mean + z @ chol.T
+        log_w = self.log_density(points) + 0.5 * np.einsum("nd,nd->n", z, z)
+        finite = np.isfinite(log_w)
+        if not finite.any():
+            raise FloatingPointError("the model's log density is not finite at any reference draw")
+        w = np.exp(np.where(finite, log_w, -np.inf) - log_w[finite].max())
+        return points, w / w.sum()
+
+
+def fitted_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Fitted:
+    """Any :class:`Fitted` value back from its arrays and meta (dispatch on ``meta["kind"]``)."""
+    import tgpflow.models.kernel_fitted  # noqa: F401 - each module registers its kinds
+    import tgpflow.models.rsr_fitted  # noqa: F401
+    import tgpflow.models.tgp_fitted  # noqa: F401
+
+    kind = meta.get("kind")
+    if kind not in _KINDS:
+        raise ValueError(f"unknown fitted-model kind {kind!r}; known: {sorted(_KINDS)}")
+    return _KINDS[kind].from_arrays(arrays, meta)

@@ -1,0 +1,134 @@
+"""The fitted kernel models as a value: ``s = Σ_a K(·, Y_a)c_a + ∇log q0`` on a Nyström basis (MATH.md §6–§7).
+
+:class:`KernelFitted` holds the basis, the coefficients and the base q0 (None: flat), and evaluates
+
+* ``model="curl_free"`` (NKEF, the curl-free score estimators): ``log p = f + log q0`` with
+  ``f = Σ_a −2ψ'(u_a) r_aᵀc_a`` and the score ``∇f + ∇log q0`` (MATH.md §6);
+* ``model="lite"``: ``f = Σ_a α_a k(Y_a, ·)`` (MATH.md §6, lite);
+* ``model="diagonal"`` (Stein, SSGE): the score ``Σ_a k(·, Y_a)c_a + ∇log q0`` only — it is not a
+  gradient field, so there is no log density (MATH.md §7).
+
+The divergence is closed-form (MATH.md §6 third derivatives; §10). With a Gaussian base a density
+model samples by importance resampling from q0 (weights e^f, MATH.md §5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tgpflow.features.nystrom import NystromBasis
+from tgpflow.models.blocked_score import BlockedScore
+from tgpflow.models.fitted import Fitted, prefixed
+from tgpflow.models.tgp_fitted import base_arrays, base_from_arrays
+from tgpflow.solve.tgp import Base
+
+__all__ = ["KernelFitted", "KERNEL_MODELS"]
+
+#: The kernel models: curl-free (NKEF, curl-free estimators), diagonal (Stein, SSGE), lite.
+KERNEL_MODELS = ("curl_free", "diagonal", "lite")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KernelFitted(BlockedScore, Fitted):
+    """Score, divergence and (curl-free, lite) log density of ``Σ_a K(·, Y_a)c_a + log q0``."""
+
+    kind: ClassVar[str] = "kernel"
+    basis: NystromBasis
+    model: str  # "curl_free", "diagonal" or "lite"
+    coef: np.ndarray  # (m, d); (m,) for lite
+    base: Base | None
+    block_rows: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.model not in KERNEL_MODELS:
+            raise ValueError(f"model must be one of {KERNEL_MODELS}; got {self.model!r}")
+        m, d = self.basis.n_basis, self.basis.n_dims
+        shape = (m,) if self.model == "lite" else (m, d)
+        if np.shape(self.coef) != shape:
+            raise ValueError(f"the {self.model} coefficients must have shape {shape}; got {np.shape(self.coef)}")
+        if self.base is not None and self.base.mean.shape != (d,):
+            raise ValueError(f"the base is in d = {self.base.mean.shape[0]}, the basis in d = {d}")
+
+    @property
+    def has_log_density(self) -> bool:
+        return self.model != "diagonal"
+
+    @property
+    def draw(self) -> NystromBasis:
+        return self.basis
+
+    # -- storage ----------------------------------------------------------------------------
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = {f"basis.{k}": v for k, v in self.basis.to_arrays().items()}
+        out["coef"] = self.coef
+        if self.base is not None:
+            out.update(base_arrays(self.base))
+        return out
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"kind": self.kind, "model": self.model, "radial": self.basis.kernel_name,
+                "block_rows": int(self.block_rows)}
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> KernelFitted:
+        basis = NystromBasis.from_arrays(prefixed(arrays, "basis."), meta["radial"])
+        base = base_from_arrays(arrays) if "base.mean" in arrays else None
+        return cls(basis, meta["model"], np.asarray(arrays["coef"], dtype=np.float64), base,
+                   int(meta.get("block_rows", 2048)))
+
+    # -- evaluation ---------------------------------------------------------------------------
+    def _blocks(self, x: np.ndarray):
+        for start in range(0, x.shape[0], self.block_rows):
+            yield start, x[start:start + self.block_rows]
+
+    def _base_terms(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """log q0, ∇log q0 and div ∇log q0 (0 for the flat base)."""
+        if self.base is None:
+            return np.zeros(xb.shape[0]), np.zeros_like(xb), 0.0
+        r = xb - self.base.mean
+        Pr = r @ self.base.precision
+        return -0.5 * np.einsum("nd,nd->n", r, Pr), -Pr, -float(np.trace(self.base.precision))
+
+    def log_density(self, x: np.ndarray) -> np.ndarray:
+        """f(x) + log q0(x), f = Σ_a −2ψ'(u_a) r_aᵀc_a (curl-free; lite: Σ_a α_a k(Y_a, x); unnormalised)."""
+        if self.model == "diagonal":
+            raise AttributeError("a diagonal-kernel score is not a gradient field: it has no log density")
+        out = np.empty(x.shape[0])
+        for start, xb in self._blocks(x):
+            if self.model == "lite":
+                f = self.basis.kernel(xb, self.basis.Y) @ self.coef
+            else:
+                r, alpha, _, _ = self.basis.kernel.curl_free_parts(xb, self.basis.Y)
+                f = np.einsum("nm,nmd,md->n", alpha, r, self.coef)
+            out[start:start + xb.shape[0]] = f + self._base_terms(xb)[0]
+        return out
+
+    def _score_block(self, xb: np.ndarray, with_div: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+        k = self.basis.kernel
+        _, g, div_g = self._base_terms(xb)
+        if self.model == "curl_free":
+            r, alpha, kappa, omega = k.curl_free_parts(xb, self.basis.Y)
+            rc = np.einsum("nmd,md->nm", r, self.coef)
+            score = alpha @ self.coef + np.einsum("nm,nmd->nd", kappa * rc, r)
+            div = np.einsum("nm,nm->n", omega, rc) if with_div else None
+        elif self.model == "lite":
+            r = xb[:, None, :] - self.basis.Y[None, :, :]
+            u = np.einsum("nmd,nmd->nm", r, r)
+            _, d1, d2, _ = k.profile(u)
+            score = np.einsum("nm,nmd->nd", 2.0 * d1 * self.coef, r)
+            div = (4.0 * d2 * u + 2.0 * xb.shape[1] * d1) @ self.coef if with_div else None
+        else:
+            r = xb[:, None, :] - self.basis.Y[None, :, :]
+            kv, d1, _, _ = k.profile(np.einsum("nmd,nmd->nm", r, r))
+            score = kv @ self.coef
+            div = np.einsum("nm,nmd,md->n", 2.0 * d1, r, self.coef) if with_div else None
+        return score + g, None if div is None else div + div_g
+
+    def _gaussian_base(self) -> Base:
+        if self.model == "diagonal":
+            raise ValueError("a diagonal-kernel score has no density to sample by importance weights; sample it "
+                             "by Langevin dynamics or SVGD (tgpflow.sample)")
+        return super()._gaussian_base()
