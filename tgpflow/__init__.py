@@ -31,7 +31,7 @@ _LAZY = {
     "DiagStats": "tgpflow.stats.kef",
     "StatsBundle": "tgpflow.stats.split",
 }
-_SUBMODULES = frozenset({"backend", "cli", "cluster", "demo", "errors", "logs", "features", "io", "metrics", "models",
+_SUBMODULES = frozenset({"backend", "cli", "cluster", "cluster_files", "demo", "errors", "logs", "features", "io", "metrics", "models",
                          "pipeline", "sample", "solve", "stats"})
 _MODEL_CLASSES = ("GPTiltedDensity", "NystromKEF", "ScoreEstimator", "RootSobolevDensity")
 
