@@ -68,7 +68,6 @@ class CUDAClusterFile(_Strict):
     rmm_maximum_pool_size: Bytes | None = None
     rmm_managed_memory: bool | None = None
     rmm_async: bool | None = None
-    jit_unspill: bool | None = None
     dashboard_address: str | None = None
 
 
