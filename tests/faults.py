@@ -110,10 +110,15 @@ def _preload() -> None:
     import pyarrow.parquet  # noqa: F401
     import zarr  # noqa: F401
 
+    import tgpflow
     import tgpflow.cli  # noqa: F401
     import tgpflow.pipeline.runner  # noqa: F401
     import tgpflow.sample  # noqa: F401
+    import tgpflow.stats.rsr_kernel  # noqa: F401
     from tgpflow.features.sincos import sincos_rows
+
+    for name in tgpflow.__all__:  # the estimators and statistics (tgpflow imports them on first use)
+        getattr(tgpflow, name)
 
     x = np.zeros((2, 2))
     sincos_rows(x, np.zeros(2), np.empty_like(x), np.empty_like(x))

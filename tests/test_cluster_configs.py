@@ -1,14 +1,87 @@
-"""cluster/: every configuration parses and loads into the object it configures (even where it cannot start)."""
+"""cluster/: every configuration parses and loads into the object it configures (even where it cannot start).
+
+The keys a cluster file accepts (tgpflow.cluster_files) are checked against the real signatures of
+the classes they are passed to — named parameters only: ``LocalCluster(**worker_kwargs)``,
+``SLURMCluster(**job_kwargs)``, ``Client(**kwargs)`` would bind any key.
+"""
 
 import inspect
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tgpflow.cluster import load_cluster_file
+from tgpflow.cluster import cluster_from_file, load_cluster_file
+from tgpflow.cluster_files import CLUSTER_FILES, ClusterFileError, SecurityFile
 
 ROOT = Path(__file__).resolve().parents[1] / "cluster"
+
+
+def _named(*classes):
+    """The keyword arguments each of ``classes`` names (not those a ``**kwargs`` would swallow)."""
+    skip = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    return set().union(*({n for n, p in inspect.signature(c).parameters.items() if p.kind not in skip}
+                         for c in classes))
+
+
+def _accepted(kind):
+    """Every key the real class takes for a cluster file of ``kind`` (following its ``**kwargs``)."""
+    from distributed import Client, LocalCluster, Nanny, Worker
+
+    if kind == "local":  # LocalCluster(**worker_kwargs) → Nanny or Worker (processes=False): both must take it
+        return _named(LocalCluster) | (_named(Nanny) & _named(Worker))
+    if kind == "cuda":  # LocalCUDACluster(**kwargs) → LocalCluster
+        dask_cuda = pytest.importorskip("dask_cuda", reason="dask-cuda is the GPU extra")
+        return _named(dask_cuda.LocalCUDACluster, LocalCluster)
+    if kind == "slurm":  # SLURMCluster(**job_kwargs) → SLURMJob(**base_class_kwargs) → Job; jobs is tgpflow's
+        from dask_jobqueue import SLURMCluster
+        from dask_jobqueue.core import Job
+        from dask_jobqueue.slurm import SLURMJob
+
+        return _named(SLURMCluster, SLURMJob, Job) | {"jobs"}
+    return _named(Client)  # scheduler: address, security, timeout, … are Client's
+
+
+@pytest.mark.parametrize("kind", sorted(CLUSTER_FILES))
+def test_every_key_a_cluster_file_accepts_is_a_named_argument_of_its_class(kind):
+    accepted = _accepted(kind)
+    fields = set(CLUSTER_FILES[kind].model_fields) - {"type"}
+    assert fields <= accepted, sorted(fields - accepted)
+    assert "n_worker" not in accepted and "tls_ca_fil" not in accepted  # the check can refuse a key
+    if kind == "scheduler":
+        from distributed.security import Security
+
+        assert set(SecurityFile.model_fields) <= set(Security.__slots__)  # what Security(**kw) itself checks
+
+
+@pytest.mark.parametrize("name", ["local.yaml", "cuda.yaml", "slurm.yaml", "scheduler-tls.yaml"])
+def test_every_shipped_file_sets_only_named_arguments(name):
+    kind, kw = load_cluster_file(ROOT / name)
+    assert set(kw) <= _accepted(kind)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("type: local\nn_worker: 2\n", r"the local cluster file is not valid \(1 error\):\n  n_worker: Extra inputs"),
+    ("type: local\nthreads_per_worker: many\n", r"\n  threads_per_worker: Input should be a valid integer"),
+    ("type: slurm\njobs: 0\nqueue: [a]\n", r"\(2 errors\):\n  jobs: .*greater than or equal to 1\n  queue: "),
+    ("type: scheduler\nsecurity: {tls_ca_fil: ca.pem}\n",
+     r"\n  address: Field required\n  security.tls_ca_fil: Extra inputs are not permitted"),
+    ("- type: local\n", r"a cluster file needs type: local \| cuda \| slurm \| scheduler; got a list"),
+    ("type: local\n  bad: [\n", r"not valid YAML"),
+])
+def test_an_unknown_or_mistyped_key_is_refused_naming_the_file_and_the_key(tmp_path, text, message):
+    bad = tmp_path / "c.yaml"
+    bad.write_text(text)
+    with pytest.raises(ClusterFileError, match=f"^{re.escape(str(bad))}: (.|\n)*{message}"):
+        load_cluster_file(bad)
+
+
+def test_a_local_cluster_file_starts_that_cluster(tmp_path):
+    spec = tmp_path / "one.yaml"
+    spec.write_text("type: local\nn_workers: 1\nthreads_per_worker: 2\nprocesses: false\ndashboard_address: ':0'\n")
+    with cluster_from_file(spec) as client:
+        assert list(client.nthreads().values()) == [2]
 
 
 def test_local_cluster_file_binds_to_localcluster():
@@ -33,7 +106,7 @@ def test_slurm_file_builds_a_job_script():
 def test_cuda_file_names_localcudacluster_arguments():
     kind, kw = load_cluster_file(ROOT / "cuda.yaml")
     assert kind == "cuda"
-    # dask-cuda is a GPU extra; its documented keyword arguments
+    # dask-cuda is a GPU extra; its documented keyword arguments (the real signature: above, where installed)
     assert set(kw) <= {"CUDA_VISIBLE_DEVICES", "threads_per_worker", "rmm_pool_size", "device_memory_limit",
                        "n_workers", "memory_limit", "protocol", "enable_tcp_over_ucx"}
 

@@ -76,6 +76,25 @@ def test_non_numeric_and_missing_columns(tmp_path, rng):
         as_source(dd.from_pandas(frame, npartitions=2))
 
 
+def test_parquet_row_filters_keep_the_rows_where_every_filter_holds(tmp_path, rng):
+    """Filters (pyarrow's filters_to_expression) against a pandas oracle: a null never passes, a
+    string column can filter without being selected, and the chunk sizes become unknown."""
+    frame = pd.DataFrame({"a": rng.normal(size=300), "b": rng.normal(size=300), "c": rng.normal(size=300),
+                          "tag": rng.choice(["x", "y"], size=300)})
+    frame.loc[[3, 40, 200], "c"] = None
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / "f.parquet", row_group_size=70)
+    filters = [("c", ">", -0.5), ("tag", "==", "x"), ("a", "<=", 1)]
+    src = as_source(str(tmp_path / "f.parquet"), columns=["a", "b"], filters=filters)
+    assert src.n_chunks == 5 and src.n_rows is None
+    keep = (frame.c > -0.5) & (frame.tag == "x") & (frame.a <= 1)  # NaN > -0.5 is False: nulls go
+    np.testing.assert_array_equal(src.to_dask_array().compute(), frame.loc[keep, ["a", "b"]].to_numpy())
+    assert 0 < keep.sum() < 300
+    with pytest.raises(SourceError, match=r"f.parquet: row filters .* are not valid .*op one of"):
+        as_source(str(tmp_path / "f.parquet"), columns=["a"], filters=[("c", "~", 0)])
+    with pytest.raises(SourceError, match=r"f.parquet row group \d: filter column 'zz' is missing; it has \['a'\]"):
+        as_source(str(tmp_path / "f.parquet"), columns=["a"], filters=[("zz", ">", 0)]).to_dask_array().compute()
+
+
 def test_schema_that_differs_between_files(parts, rng):
     tmp, _ = parts
     write_parquet(tmp / "part-9.parquet", rng.normal(size=(10, 4)), ["a", "b", "c", "d"])

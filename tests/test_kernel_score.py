@@ -3,12 +3,12 @@
 import dask.array as da
 import numpy as np
 import pytest
+import scipy.special as sp
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import tgpflow
 from tgpflow import KEFStats, NystromBasis, NystromKEF, ScoreEstimator
 from tgpflow.features.kernels import RadialKernel
-from tgpflow.solve.kef import nu_method_coeffs
 from tgpflow.stats.kef import diag_chunk_stats, kef_chunk_stats
 from tests.oracles import fd_divergence, gauss_cf, gauss_dy, gauss_k, quadratic_minimiser
 
@@ -77,6 +77,35 @@ def _explicit_stats(X, Y, s, kernel):
     return kx.T @ kx, h, np.array([[gauss_k(a, b, s) for b in Y] for a in Y])
 
 
+def nu_method_filter(s, t, nu):
+    """g_t(s) = (1 − r_t(s))/s of t ν-method steps on an operator scaled to ‖T‖ ≤ 1, from its
+    definition (Engl, Hanke & Neubauer, *Regularization of Inverse Problems*, §6.3; Hanke 1991):
+    r_t(s) = P_t^(α,β)(1 − 2s) / P_t^(α,β)(1), α = 2ν − ½, β = −½ — the Jacobi polynomials, not the
+    recursion's coefficients. Near s = 0, g → −r_t'(0) (the derivative of the Jacobi polynomial)."""
+    a, b = 2 * nu - 0.5, -0.5
+    r = sp.eval_jacobi(t, a, b, 1 - 2 * s) / sp.eval_jacobi(t, a, b, 1.0)
+    dr0 = -(t + a + b + 1) * sp.eval_jacobi(t - 1, a + 1, b + 1, 1.0) / sp.eval_jacobi(t, a, b, 1.0)  # d/ds at 0
+    small = np.abs(s) < 1e-8
+    return np.where(small, -dr0, (1 - r) / np.where(small, 1.0, s))
+
+
+def test_the_nu_method_oracle_is_the_nu_method():
+    """The Jacobi form above against the three-term recursion written out in MATH.md §7 on a diagonal T
+    (t = 1: g = ω_1 = (4ν + 2)/(4ν + 1); the step count and ν both matter)."""
+    s = np.array([0.0, 1e-3, 0.2, 0.5, 0.9, 1.0])
+    for nu in (0.5, 1.0, 2.0):
+        assert nu_method_filter(s, 1, nu) == pytest.approx(np.full(6, (4 * nu + 2) / (4 * nu + 1)))
+        for t in (2, 5, 10):
+            w_prev, w = np.zeros_like(s), -(4 * nu + 2) / (4 * nu + 1) * np.ones_like(s)  # z = 1, ρ = 1
+            for k in range(2, t + 1):
+                u = (k - 1) * (2 * k - 3) * (2 * k + 2 * nu - 1) / ((k + 2 * nu - 1) * (2 * k + 4 * nu - 1) * (2 * k + 2 * nu - 3))
+                om = 4 * (2 * k + 2 * nu - 1) * (k + nu - 1) / ((k + 2 * nu - 1) * (2 * k + 4 * nu - 1))
+                w, w_prev = w + u * (w - w_prev) - om * (1 + s * w), w
+            np.testing.assert_allclose(nu_method_filter(s, t, nu), -w, rtol=1e-10, atol=1e-12)
+    assert np.abs(nu_method_filter(s, 10, 1.0) - nu_method_filter(s, 9, 1.0)).max() > 0.1
+    assert np.abs(nu_method_filter(s, 10, 1.0) - nu_method_filter(s, 10, 2.0)).max() > 0.1
+
+
 def _filter_oracle(C, h, G, n, lam, reg, nu=1.0):
     kappa, V = np.linalg.eigh(G)
     keep = kappa > 1e-10 * kappa.max()
@@ -91,13 +120,9 @@ def _filter_oracle(C, h, G, n, lam, reg, nu=1.0):
     elif reg == "landweber":
         t, eta = int(1 / lam), 1 / np.abs(T).sum(1).max()
         g = np.array([(1 - (1 - eta * v) ** t) / v if abs(v) > 1e-300 else eta * t for v in sig])
-    else:  # the ν-method recursion, on the explicit T
+    else:  # the ν-method: its residual polynomial after t steps is a normalised Jacobi polynomial
         t, rho = int(lam**-0.5), np.abs(T).sum(1).max()
-        w_prev, w = np.zeros_like(z), -nu_method_coeffs(1, nu)[1] * z / rho
-        for k in range(2, t + 1):
-            u, om = nu_method_coeffs(k, nu)
-            w, w_prev = w + u * (w - w_prev) - om * (z + T @ w) / rho, w
-        return Rinv @ w
+        g = nu_method_filter(sig / rho, t, nu) / rho
     return -Rinv @ ((U * g) @ (U.T @ z))
 
 

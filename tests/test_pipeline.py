@@ -284,22 +284,56 @@ def test_an_unpublished_version_is_invisible_and_removed_by_gc_or_the_next_run(t
                                                                "v000002.json", "v000002.zarr"]
 
 
+REPO = Path(__file__).resolve().parents[1]
+_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Wait until ``path`` exists; fail with the process's output if it ends first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"{path.name} never appeared: the run exited with {proc.returncode}\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"{path.name} did not appear within {timeout:g} s")
+        time.sleep(0.01)
+
+
 def test_two_runs_at_once_never_lose_or_double_count_a_partition(tmp_path):
+    """In lockstep (tests/lockstep.py): while one run holds the store lock, a second run is refused
+    and a third waits (lock_timeout), then runs after the first and finds nothing left to add."""
     _data(tmp_path, range(6))
     spec_path = _spec(tmp_path)
-    procs = [subprocess.Popen([sys.executable, "-m", "tgpflow.cli", "run", str(spec_path), "--progress", "none"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=240) for p in procs]
-    codes = sorted(p.returncode for p in procs)
-    assert codes in ([0, 0], [0, 1])
-    if codes == [0, 1]:
-        assert "another run holds the store lock" in "".join(o[1] for o in outs)
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    run = ["run", str(spec_path), "--progress", "none"]
+
+    def lockstep(role, *extra):
+        return subprocess.Popen([sys.executable, "-m", "tests.lockstep", str(gate), role, *run, *extra], cwd=REPO,
+                                env=_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    holder = lockstep("holder")
+    _wait_for(gate / "held", holder)
+    refused = subprocess.run([sys.executable, "-m", "tgpflow.cli", *run], cwd=REPO, env=_ENV, capture_output=True,
+                             text=True, timeout=240)
+    waiter = lockstep("waiter", "--set", "lock_timeout=240")
+    _wait_for(gate / "blocked", waiter)  # it found the lock taken, and waits
+    (gate / "go").touch()
+    stderr = {"holder": holder.communicate(timeout=240)[1], "waiter": waiter.communicate(timeout=240)[1],
+              "refused": refused.stderr}
+    # both outcomes of two runs at once, each for certain: one refused (exit 1), one that waited (exit 0)
+    assert (holder.returncode, refused.returncode, waiter.returncode) == (0, 1, 0), stderr
+    assert "another run holds the store lock" in refused.stderr
     manifest = StatsStore(tmp_path / "store.zarr").read_manifest()
     assert len(manifest["partitions"]) == 6
     assert tgpflow.load(tmp_path / "models" / "fd").n_samples_seen_ == 6 * 1500
 
 
 def test_a_worker_killed_mid_pass_gives_bit_identical_statistics(tmp_path):
+    """The victim's first chunk task signals that it runs (a file) and never returns: the kill lands
+    in the middle of a task, every time; Dask reruns it elsewhere."""
     import threading
 
     from distributed import Client, LocalCluster
@@ -308,22 +342,31 @@ def test_a_worker_killed_mid_pass_gives_bit_identical_statistics(tmp_path):
     from tgpflow.stats.reduce import accumulate
     from tgpflow.stats.tgp import tgp_chunk_stats
 
-    X = np.random.default_rng(0).normal(size=(60_000, 3))
+    X = np.random.default_rng(0).normal(size=(12_000, 3))
     path = write_parquet(tmp_path / "big.parquet", X, row_group_size=1000)
-    f = tgpflow.RandomFourierFeatures.draw(512, bandwidth=0.5, n_dims=3, random_state=0)
+    f = tgpflow.RandomFourierFeatures.draw(64, bandwidth=0.5, n_dims=3, random_state=0)
+    running = tmp_path / "victim-is-running"
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         clean, _ = accumulate(as_source(str(path)), tgp_chunk_stats, f)
         pids = client.run(os.getpid)
         victim_addr, victim = sorted(pids.items())[0]
+
+        def chunk_stats(rows, features):  # pickled by value to the workers
+            if os.getpid() == victim:
+                running.touch()
+                time.sleep(600)  # until it is killed
+            return tgp_chunk_stats(rows, features)
+
         result = {}
         worker = threading.Thread(target=lambda: result.update(
-            stats=accumulate(as_source(str(path)), tgp_chunk_stats, f)[0]))
+            stats=accumulate(as_source(str(path)), chunk_stats, f)[0]))
         worker.start()
         deadline = time.time() + 60
-        while not client.processing().get(victim_addr) and time.time() < deadline:
+        while not running.exists() and time.time() < deadline:
             time.sleep(0.01)
-        assert client.processing().get(victim_addr), "the victim never got a task"
+        assert running.exists(), "the victim never started a task"
+        assert client.processing().get(victim_addr)
         os.kill(victim, 9)  # a task is running on it: this is mid-pass
         killed_mid_pass = worker.is_alive()
         worker.join(timeout=120)
@@ -332,7 +375,7 @@ def test_a_worker_killed_mid_pass_gives_bit_identical_statistics(tmp_path):
     disturbed = result["stats"]
     for name in ("gram", "u", "U", "psi"):
         assert np.array_equal(getattr(clean, name), getattr(disturbed, name))
-    assert clean.n == disturbed.n == 60_000
+    assert clean.n == disturbed.n == 12_000
 
 
 def test_cli_validate_schema_stats_and_versions(tmp_path):

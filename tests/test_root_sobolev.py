@@ -12,6 +12,7 @@ from tgpflow.stats.rsr import rsr_chunk_stats
 from tests.oracles import fd_divergence, phi_raw
 
 
+@pytest.mark.slow  # T = 100 000 (STYLE.md: ≤ 128): a Monte-Carlo tolerance 4 s.e., no T×T statistics (0.05 s)
 @pytest.mark.parametrize("d,m,a", [(2, 2, 0.5), (3, 2, 2.0)])
 def test_radial_sampler_matches_the_sdo_kernel_by_radial_integration(d, m, a):
     T = 100_000

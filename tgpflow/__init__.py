@@ -2,32 +2,78 @@
 
 See README.md for a quickstart, DESIGN.md/MATH.md (shared with the project) for the design
 and the formulas each module implements.
+
+The public names are imported on first use (PEP 562 module ``__getattr__``): ``import tgpflow``
+and ``tgpflow --help`` load neither scikit-learn, Numba nor distributed (tests/test_import_cost.py).
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from tgpflow.features.rff import RandomFourierFeatures  # noqa: E402
-from tgpflow.models.gp_tilted import GPTiltedDensity  # noqa: E402
-from tgpflow.features.nystrom import NystromBasis  # noqa: E402
-from tgpflow.models.kde import ExactKDE  # noqa: E402
-from tgpflow.models.kernel_score import NystromKEF, ScoreEstimator  # noqa: E402
-from tgpflow.models.root_sobolev import RootSobolevDensity  # noqa: E402
-from tgpflow.stats.moments import Moments  # noqa: E402
-from tgpflow.stats.kef import DiagStats, KEFStats  # noqa: E402
-from tgpflow.stats.ncfd import NCFDStats  # noqa: E402
-from tgpflow.stats.split import StatsBundle  # noqa: E402
-from tgpflow.stats.tgp import TGPStats  # noqa: E402
+#: Public name → the module that defines it (imported when the name is first looked up).
+_LAZY = {
+    "GPTiltedDensity": "tgpflow.models.gp_tilted",
+    "NystromKEF": "tgpflow.models.kernel_score",
+    "ScoreEstimator": "tgpflow.models.kernel_score",
+    "RootSobolevDensity": "tgpflow.models.root_sobolev",
+    "ExactKDE": "tgpflow.models.kde",
+    "RandomFourierFeatures": "tgpflow.features.rff",
+    "NystromBasis": "tgpflow.features.nystrom",
+    "Moments": "tgpflow.stats.moments",
+    "TGPStats": "tgpflow.stats.tgp",
+    "NCFDStats": "tgpflow.stats.ncfd",
+    "KEFStats": "tgpflow.stats.kef",
+    "DiagStats": "tgpflow.stats.kef",
+    "StatsBundle": "tgpflow.stats.split",
+}
+_SUBMODULES = frozenset({"backend", "cli", "cluster", "cluster_files", "demo", "errors", "logs", "features", "io", "metrics", "models",
+                         "pipeline", "sample", "solve", "stats"})
+_MODEL_CLASSES = ("GPTiltedDensity", "NystromKEF", "ScoreEstimator", "RootSobolevDensity")
 
 __all__ = ["GPTiltedDensity", "NystromKEF", "ScoreEstimator", "RootSobolevDensity", "ExactKDE", "RandomFourierFeatures", "NystromBasis",
            "Moments", "TGPStats", "NCFDStats", "KEFStats", "DiagStats", "StatsBundle", "load", "__version__"]
 
-_MODEL_KINDS = {"GPTiltedDensity": GPTiltedDensity, "NystromKEF": NystromKEF, "ScoreEstimator": ScoreEstimator,
-                "RootSobolevDensity": RootSobolevDensity}
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
+    from tgpflow.features.nystrom import NystromBasis
+    from tgpflow.features.rff import RandomFourierFeatures
+    from tgpflow.models.gp_tilted import GPTiltedDensity
+    from tgpflow.models.kde import ExactKDE
+    from tgpflow.models.kernel_score import NystromKEF, ScoreEstimator
+    from tgpflow.models.root_sobolev import RootSobolevDensity
+    from tgpflow.stats.kef import DiagStats, KEFStats
+    from tgpflow.stats.moments import Moments
+    from tgpflow.stats.ncfd import NCFDStats
+    from tgpflow.stats.split import StatsBundle
+    from tgpflow.stats.tgp import TGPStats
+
+    _MODEL_KINDS: dict[str, type]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    elif name == "_MODEL_KINDS":
+        value = _model_kinds()
+    elif name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_SUBMODULES})
+
+
+def _model_kinds() -> dict[str, type]:
+    """The saved-model kinds ``load`` knows (this imports the four estimators)."""
+    return {kind: __getattr__(kind) for kind in _MODEL_CLASSES}
 
 
 def load(path: str | Path, *, verify: bool = False) -> Any:
@@ -44,5 +90,6 @@ def load(path: str | Path, *, verify: bool = False) -> Any:
 
     if is_versions_dir(path):  # a pipeline's model directory: its current version
         return ModelVersions(path).load(verify=verify)
-    kind, arrays, meta = read_artifact(path, expected_kinds=tuple(_MODEL_KINDS))
-    return _MODEL_KINDS[kind]._from_artifact(arrays, meta, Path(path), verify=verify)
+    kinds = _model_kinds()
+    kind, arrays, meta = read_artifact(path, expected_kinds=tuple(kinds))
+    return kinds[kind]._from_artifact(arrays, meta, Path(path), verify=verify)

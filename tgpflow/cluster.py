@@ -118,14 +118,12 @@ def dask_client(scheduler: str | None = None, *, work: float | None = None, n_wo
 
 
 def load_cluster_file(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
-    """A cluster file of ``cluster/`` (YAML): ``type`` (local | cuda | slurm | scheduler) and its kwargs."""
-    import yaml
+    """A cluster file of ``cluster/`` (YAML), validated (:mod:`tgpflow.cluster_files`): its ``type``
+    (local | cuda | slurm | scheduler) and the keys it sets, as keyword arguments."""
+    from tgpflow.cluster_files import read_cluster_file
 
-    raw = yaml.safe_load(open(path))
-    if not isinstance(raw, dict) or raw.get("type") not in ("local", "cuda", "slurm", "scheduler"):
-        raise ValueError(f"{path}: a cluster file needs type: local | cuda | slurm | scheduler")
-    kind = raw.pop("type")
-    return kind, raw
+    spec = read_cluster_file(path)
+    return spec.type, spec.model_dump(exclude_unset=True, exclude={"type"})
 
 
 @contextlib.contextmanager
@@ -140,10 +138,7 @@ def cluster_from_file(path: str | os.PathLike[str]) -> Iterator[Any]:
             from distributed.security import Security
 
             kw["security"] = Security(**security)
-        address = kw.pop("address", None)
-        if not isinstance(address, str):
-            raise SchedulerError(f"{path}: a scheduler cluster file needs address: tcp://host:port")
-        with connect(address, source=str(path), **kw) as client:
+        with connect(kw.pop("address"), source=str(path), **kw) as client:
             yield client
         return
     jobs = kw.pop("jobs", None)

@@ -5,6 +5,8 @@ carries a message that says what is wrong, where (file, row group or chunk, colu
 and how to fix it.
 """
 
+from typing import Any
+
 
 class TgpflowError(Exception):
     """Base class of tgpflow's own errors."""
@@ -47,6 +49,17 @@ def cause(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     first = lines[0].split(". ")[0].rstrip(".") if lines else ""
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def validation_message(err: Any, where: str, what: str) -> str:
+    """One line per error of a pydantic ``ValidationError``, each naming the key's path:
+    ``"{where}: {what} is not valid (2 errors):\n  models.0.name: …"``."""
+    n = err.error_count()
+    lines = [f"{where}: {what} is not valid ({n} error{'s' if n > 1 else ''}):"]
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"  {path}: {e['msg'].removeprefix('Value error, ')}")
+    return "\n".join(lines)
 
 
 class SchedulerError(TgpflowError, ConnectionError):

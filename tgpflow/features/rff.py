@@ -21,7 +21,6 @@ import numpy as np
 
 from tgpflow.backend import is_numpy, namespace
 from tgpflow.features.digest import array_hash
-from tgpflow.features.sincos import MAX_ANGLE, sincos_rows
 
 __all__ = ["RandomFourierFeatures", "scott_bandwidth", "paper_kernel_cov"]
 
@@ -174,6 +173,8 @@ class RandomFourierFeatures:
         """
         xp = namespace(x_shifted)
         if is_numpy(xp):
+            from tgpflow.features.sincos import MAX_ANGLE, sincos_rows  # Numba: imported when first used
+
             xs = np.asarray(x_shifted)
             angle = self.frequencies @ xs.T  # (S, n), C-contiguous
             bound = float((self._abs_frequencies @ np.abs(xs).max(axis=0, initial=0.0)).max()) + 2 * np.pi

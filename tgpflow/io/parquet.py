@@ -93,30 +93,28 @@ class ParquetLayout:
         return [rows for _, _, rows in self.row_groups]
 
 
-_OPS = {"==": "equal", "!=": "not_equal", "<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
+def filter_expression(filters: tuple[tuple[str, str, Any], ...], label: str) -> Any:
+    """The pyarrow expression of row filters: every ``(column, op, value)`` holds (pyarrow's
+    ``filters_to_expression``; a null never passes). Raises :class:`SourceError` naming ``label``."""
+    import pyarrow.parquet as pq
 
-
-def apply_filters(table: Any, filters: tuple[tuple[str, str, Any], ...], label: str) -> Any:
-    """Keep the rows of a pyarrow Table where every (column, op, value) holds."""
-    import pyarrow.compute as pc
-
-    mask = None
-    for column, op, value in filters:
-        if column not in table.column_names:
-            raise SourceError(f"{label}: filter column {column!r} is missing; it has {table.column_names}")
-        if op not in _OPS:
-            raise SourceError(f"{label}: filter operator {op!r} is not one of {sorted(_OPS)}")
-        cond = getattr(pc, _OPS[op])(table.column(column), value)
-        mask = cond if mask is None else pc.and_(mask, cond)
-    return table.filter(pc.fill_null(mask, False))
+    try:
+        return pq.filters_to_expression(list(filters))
+    except (ValueError, TypeError) as exc:
+        raise SourceError(f"{label}: row filters {list(filters)!r} are not valid ({cause(exc)}); "
+                          f"give (column, op, value) with op one of ==, !=, <, <=, >, >=, in, not in") from None
 
 
 def read_filtered_row_group(fs: Any, path: str, index: int, columns: tuple[str, ...],
                             filters: tuple[tuple[str, str, Any], ...]) -> Any:
     """A row group with the filters applied (the filter columns are read, then dropped)."""
-    extra = tuple(c for c, _, _ in filters if c not in columns)
-    table = read_row_group(fs, path, index, columns + extra)
-    return apply_filters(table, filters, f"{path} row group {index}").select(list(columns))
+    label = f"{path} row group {index}"
+    wanted = tuple(dict.fromkeys(c for c, _, _ in filters))
+    table = read_row_group(fs, path, index, columns + tuple(c for c in wanted if c not in columns))
+    missing = [c for c in wanted if c not in table.column_names]
+    if missing:
+        raise SourceError(f"{label}: filter column {missing[0]!r} is missing; it has {table.column_names}")
+    return table.filter(filter_expression(filters, label)).select(list(columns))
 
 
 def read_row_group(fs: Any, path: str, index: int, columns: tuple[str, ...]) -> Any:

@@ -268,11 +268,12 @@ def _dask_dataframe_source(df: Any, columns: Any, on_bad_rows: OnBadRows) -> Sou
 
 def _parquet_source(path: str, columns: Any, on_bad_rows: OnBadRows, storage_options: dict[str, Any] | None,
                     filters: list[tuple[str, str, Any]] | None = None) -> Source:
-    from tgpflow.io.parquet import ParquetLayout, read_filtered_row_group, read_row_group
+    from tgpflow.io.parquet import ParquetLayout, filter_expression, read_filtered_row_group, read_row_group
 
     layout = ParquetLayout(path, list(columns) if columns is not None else None, storage_options)
     if filters:
         flt = tuple((str(c), str(op), v) for c, op, v in filters)
+        filter_expression(flt, path)  # a bad operator or value is refused now, not at the first read
         read = dask.delayed(read_filtered_row_group, pure=True)
         raws = [read(layout.fs, f, i, layout.columns, flt) for f, i, _ in layout.row_groups]
         sizes = [math.nan] * len(raws)

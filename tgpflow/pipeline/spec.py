@@ -31,6 +31,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tgpflow.errors import validation_message
+
 __all__ = ["PipelineSpec", "load_spec", "SpecError", "ESTIMATORS"]
 
 #: The estimators a spec may name (the public classes of tgpflow).
@@ -177,15 +179,6 @@ def _substitute(tree: Any, date: str) -> Any:
     return tree
 
 
-def _format(err: ValidationError, where: str) -> str:
-    lines = [f"{where}: the spec is not valid ({err.error_count()} error{'s' if err.error_count() > 1 else ''}):"]
-    for e in err.errors():
-        path = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        lines.append(f"  {path}: {msg}")
-    return "\n".join(lines)
-
-
 def load_spec(path: str | Path, *, date: str | None = None, overrides: list[str] | None = None) -> PipelineSpec:
     """Read, override (``key.path=value``, value parsed as YAML), date-substitute and validate a spec."""
     path = Path(path)
@@ -208,4 +201,4 @@ def load_spec(path: str | Path, *, date: str | None = None, overrides: list[str]
     try:
         return PipelineSpec.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(_format(exc, str(path))) from None
+        raise SpecError(validation_message(exc, str(path), "the spec")) from None

@@ -18,8 +18,6 @@ from typing import Any
 import numpy as np
 
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.features.sincos import MAX_ANGLE
-from tgpflow.stats.rsr_kernel import rsr_rows
 from tgpflow.stats.summable import Summable
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
 
@@ -46,6 +44,9 @@ def rsr_chunk_stats(x: np.ndarray, features: RandomFourierFeatures, w: np.ndarra
                     block_bytes: int = DEFAULT_BLOCK_BYTES, fused: bool = True) -> RSRIterStats:
     """The iteration sums of one chunk: the fused row loop, or (``fused=False`` or angles out of
     the kernel's range) row blocks of features followed by two GEMVs."""
+    from tgpflow.features.sincos import MAX_ANGLE  # Numba: imported when first used
+    from tgpflow.stats.rsr_kernel import rsr_rows
+
     x = np.asarray(x, dtype=np.float64)
     T = features.n_features
     lap_w = -w * np.einsum("td,td->t", features.Z, features.Z) / features.gamma**2  # Δφ_t = −‖Z_t/γ‖² φ_t
