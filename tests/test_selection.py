@@ -96,3 +96,28 @@ def test_selected_model_round_trips(tmp_path, gaussian_mix):
     back = tgpflow.load(est.save(tmp_path / "sel.zarr"))
     assert back.selection_["chosen"] == est.selection_["chosen"]
     np.testing.assert_allclose(back.log_density(gaussian_mix[:9]), est.log_density(gaussian_mix[:9]), rtol=1e-12)
+
+
+def _row(ll: float, ks: float, ess: float, outside: float) -> dict[str, float]:
+    return {"loglik": ll, "sliced_ks": ks, "ess_fraction": ess, "mass_outside": outside, "mass_outside_limit": 0.03}
+
+
+@pytest.mark.parametrize("criterion, key", [("loglik", "loglik"), ("sliced", "sliced_ks")])
+def test_choose_keeps_the_support_constraint_and_relaxes_it_only_when_no_row_meets_it(criterion, key):
+    from tgpflow.solve.select import choose
+
+    sign = 1 if criterion == "loglik" else -1  # higher log-likelihood, lower KS is better
+    # a healthy row beats a better-scoring row with mass outside, and one with an untrustworthy normaliser
+    rows = [_row(-3.0, 0.01, 0.30, 0.10), _row(-3.1, 0.02, 0.30, 0.01), _row(-2.0, 0.005, 0.001, 0.0),
+            _row(-3.2, 0.03, 0.30, 0.02)]
+    assert choose(rows, criterion) == 1
+    # no row meets the box limit (hard bounds): the criterion decides among the trustworthy rows,
+    # not the least mass outside (row 3)
+    rows = [_row(-3.0, 0.01, 0.30, 0.30), _row(-3.5, 0.09, 0.30, 0.20), _row(-2.0, 0.005, 0.001, 0.30),
+            _row(-3.2, 0.05, 0.30, 0.25)]
+    best = choose(rows, criterion)
+    trusted = [i for i, r in enumerate(rows) if r["ess_fraction"] >= 0.01]
+    assert best == max(trusted, key=lambda i: sign * rows[i][key]) == 0
+    # no trustworthy normaliser anywhere: the largest ESS
+    rows = [_row(-3.0, 0.01, 0.002, 0.0), _row(-3.5, 0.09, 0.008, 0.0), _row(-2.0, 0.005, 0.001, 0.0)]
+    assert choose(rows, criterion) == 1

@@ -636,7 +636,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             if self.criterion != "hyvarinen" and not healthy(rows[best]):
                 warnings.warn(f"no (γ, λ) on the grid has a reliable normaliser (ESS >= {MIN_SELECT_ESS_FRACTION:.0%} "
                               f"of the base draws) and keeps its mass inside the training rows' support box; chose "
-                              f"the closest (ESS {rows[best]['ess_fraction']:.3%}, mass outside "
+                              f"the best by the criterion among those with a reliable normaliser, else the largest "
+                              f"ESS (ESS {rows[best]['ess_fraction']:.3%}, mass outside "
                               f"{rows[best].get('mass_outside', float('nan')):.3%}): extend lam_grid upwards, or "
                               f"declare bounded columns (bounds=)", DiagnosticWarning, stacklevel=3)
             chosen = dict(rows[best])
