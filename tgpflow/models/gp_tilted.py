@@ -536,7 +536,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         chosen = self.selection_.get("chosen", {})
         # only a candidate that passed the support check on held-out rows is held to it on all rows:
         # where none passed (hard bounds not declared: MAGIC puts ~30 % below them at every λ) the
-        # selection already took the least mass outside, and raising λ would only flatten the fit
+        # support check cannot tell the candidates apart, and raising λ would only flatten the fit
         passed = "mass_outside" in chosen and healthy(chosen)
         too_much_outside = passed and outside is not None and limit is not None and outside > limit
         low_ess = self.normalizer_.ess_fraction < MIN_SELECT_ESS_FRACTION
