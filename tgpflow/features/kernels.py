@@ -93,8 +93,11 @@ class RadialKernel:
 
 def curl_free_blocks(r: np.ndarray, alpha: np.ndarray, kappa: np.ndarray) -> np.ndarray:
     """``out[n, i, a, j] = K_cf(x_n, Y_a)_{ij} = α δ_ij + κ r_i r_j`` from the parts, (n, d, m, d)."""
-    d = r.shape[2]
-    out = kappa[:, None, :, None] * r.transpose(0, 2, 1)[:, :, :, None] * r[:, None, :, :]
+    n, m, d = r.shape
+    # C-ordered output (NumPy would follow the transposed operand's strides), so that the callers'
+    # reshape to (n·d, m·d) is a view, not a second copy of the largest array of a block.
+    out = np.empty((n, d, m, d))
+    np.multiply(kappa[:, None, :, None] * r.transpose(0, 2, 1)[:, :, :, None], r[:, None, :, :], out=out)
     idx = np.arange(d)
     out[:, idx, :, idx] += alpha[None, :, :]
     return out

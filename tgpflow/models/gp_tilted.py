@@ -122,7 +122,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     pilot : {"sample", "exact"} — a bounded pilot sample, or a full moments pass first.
     pilot_rows : int — rows in the pilot sample (default 100 000).
     on_bad_rows : {"raise", "drop"} — rows with missing/non-finite values.
-    block_bytes : int — working-memory budget of a chunk task for feature blocks.
+    block_bytes : int — cap on the per-row part of a chunk task's memory (its feature blocks, 8·(3S + 2d)
+        bytes a row); the S² accumulators and temporaries come on top. Each pass is planned and logged by
+        :mod:`tgpflow.memory` within the workers' memory limit per thread (else this machine's available
+        RAM), and refused with both numbers when one row does not fit.
     split_every : int — fan-in of the reduction tree.
     random_state : int — seed of the pilot, the feature draw and the MAP draws.
     device : {"auto", "cpu", "gpu"} — "auto" resolves to the CPU in this release.

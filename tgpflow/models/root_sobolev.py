@@ -58,6 +58,7 @@ from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import phase
+from tgpflow.memory import plan_pass
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.model_file import fitted_arrays, read_fitted, write_model
 from tgpflow.models.rsr_fitted import RSRFitted
@@ -82,6 +83,7 @@ class _Rows:
 
     def __init__(self, source: Source, persist_bytes: int, part: str | None, fraction: float):
         blocks = source.blocks()
+        self.n_columns, self._planned = source.n_columns, set()
         if part is not None:
             select = dask.delayed(_train_rows, pure=True)
             blocks = [select(b, k, fraction, part) for b, k in zip(blocks, source.row_keys(), strict=True)]
@@ -101,6 +103,9 @@ class _Rows:
             self.where = "re-streamed from the source each iteration"
 
     def reduce(self, fn: Any, *args: Any) -> Any:
+        if fn not in self._planned:  # once per kind of iteration: log the memory plan, refuse early
+            plan_pass(fn, args, self.n_columns)
+            self._planned.add(fn)
         task = dask.delayed(fn, pure=True)
         shared = [dask.delayed(a, pure=True) for a in args]
         return compute(tree_reduce([task(b, *shared) for b in self.blocks], 8))[0]

@@ -7,7 +7,7 @@
   ε = 1e-5 makes the system definite when G is rank-deficient; a documented pseudo-inverse
   limit as ε → 0). LAPACK's ``dpotrf`` is a blocked Cholesky; the working set is three
   (md)² float64 matrices — 9.6 GB at md = 20 000 — and ``check_memory`` raises a
-  ``MemoryError`` with the numbers when that does not fit.
+  ``MemoryError`` with the numbers when that exceeds the RAM available to this process.
 * ``spectral_solve``: any filter g_λ on the projected operator: ``G = VκVᵀ`` (κ > ε κ_max
   kept), ``R⁻¹ = V_r κ_r^{−1/2}``, ``T = R⁻ᵀ(C/N)R⁻¹``, ``z = R⁻ᵀ(h/N)``, ``c = −R⁻¹ g_λ(T) z`` —
   Tikhonov ``1/(σ+λ)``, cut-off ``1{σ ≥ λ}/σ`` (by eigh of T), Landweber (t = ⌊1/λ⌋ steps,
@@ -17,12 +17,12 @@
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 import scipy.linalg
 
 from tgpflow.features.nystrom import NystromBasis
+from tgpflow.memory import check_fits
 from tgpflow.solve.linalg import safe_blas_threads
 from tgpflow.solve.tgp import Base
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
@@ -33,16 +33,10 @@ REGULARIZERS = ("tikhonov", "cutoff", "landweber", "nu")
 
 
 def check_memory(n_matrices: int, size: int, what: str) -> None:
-    """Raise MemoryError (with the numbers) if ``n_matrices`` float64 size×size matrices exceed RAM."""
-    need = n_matrices * 8 * size * size
-    try:
-        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return
-    if need > 0.8 * have:
-        raise MemoryError(f"the {what} needs {n_matrices} float64 matrices of {size}×{size} = {need / 2**30:.1f} GiB, "
-                          f"more than 80% of this machine's {have / 2**30:.1f} GiB; use fewer basis points "
-                          f"(n_basis) or dimension subsampling")
+    """Raise MemoryError (with both numbers) if ``n_matrices`` float64 size×size matrices exceed the RAM
+    available where the solve runs (this process, after the pass: :func:`tgpflow.memory.check_fits`)."""
+    check_fits(n_matrices * 8 * size * size, f"{what} ({n_matrices} float64 matrices of {size}×{size})",
+               "use fewer basis points (n_basis) or dimension subsampling")
 
 
 def kef_h(stats: KEFStats, basis: NystromBasis, base: Base | None) -> np.ndarray:

@@ -31,10 +31,11 @@ from tgpflow.features.nystrom import NystromBasis
 from tgpflow.io.artifact import read_artifact, write_artifact
 from tgpflow.stats.moments import Moments
 from tgpflow.stats.summable import Summable
+from tgpflow.memory import F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
 __all__ = ["KEFStats", "DiagStats", "LiteStats", "kef_chunk_stats", "diag_chunk_stats", "lite_chunk_stats",
-           "kef_block_rows"]
+           "kef_block_rows", "kef_memory", "diag_memory", "lite_memory"]
 
 
 class _ArrayStats(Summable):
@@ -157,15 +158,47 @@ class DiagStats(_ArrayStats):
         return cls(basis.fingerprint, Moments.zero(d), np.zeros((m, m)), np.zeros((m, d)), np.zeros(m), np.zeros((m, d)))
 
 
-def kef_block_rows(basis: NystromBasis, block_bytes: int) -> int:
-    """Rows per block so that the stacked B (rows·d × md) and its parts fit ``block_bytes``."""
+def kef_memory(basis: NystromBasis) -> MemoryCost:
+    """The bytes of one :func:`kef_chunk_stats` task (see :mod:`tgpflow.memory`).
+
+    Fixed: the accumulator ``C`` and the SYRK product buffer (2·(md)², or 2·|I|² with dimension
+    subsampling), ``h_lap``, ``E0``, ``F`` (m·d·(1 + d + d²)) and their per-block sums. Per block row:
+    the curl-free blocks (m·d² floats), their copy in the contraction for ``F`` (m·d²), the two
+    m·d products that form them, the differences r (m·d), the kernel profile and its derivatives
+    (about 10·m) and, with subsampling, the gathered columns (d·|I|). Per chunk row: the moments (d).
+    """
     m, d = basis.n_basis, basis.n_dims
-    per_row = 8 * (2 * d * m * d + 4 * m * d)
-    rows = int(block_bytes) // per_row
-    if rows < 1:
-        raise MemoryError(f"one row of the curl-free statistics needs {per_row} bytes (2·d·md float64 with "
-                          f"m={m}, d={d}), more than block_bytes={block_bytes}; raise block_bytes")
-    return rows
+    size = m * d if basis.index is None else basis.index.size
+    fixed = F64 * (2 * size * size + 2 * m * d * (1 + d + d * d) + m * d)
+    per_row = F64 * (2 * m * d * d + 3 * m * d + 10 * m + 2 * d + (d * size if basis.index is not None else 0))
+    return MemoryCost(f"curl-free KEF statistics (m={m}, d={d}, |C|={size}²)", fixed, per_row, F64 * d,
+                      "use a smaller basis (n_basis) or dimension subsampling",
+                      F64 * (size * size + m * d * (1 + d + d * d) + d * d + d))
+
+
+def diag_memory(basis: NystromBasis) -> MemoryCost:
+    """The bytes of one :func:`diag_chunk_stats` task: ``Ck`` and its block product (2·m²) and the
+    m·d sums fixed; per block row the differences r (m·d), the kernel profile (about 8·m) and the row."""
+    m, d = basis.n_basis, basis.n_dims
+    fixed = F64 * (2 * m * m + 4 * m * d + 2 * m)
+    per_row = F64 * (m * d + 8 * m + 2 * d)
+    return MemoryCost(f"diagonal score statistics (m={m}, d={d})", fixed, per_row, F64 * d,
+                      "use a smaller basis (n_basis)", F64 * (m * m + 2 * m * d + m + d * d + d))
+
+
+def lite_memory(basis: NystromBasis) -> MemoryCost:
+    """The bytes of one :func:`lite_chunk_stats` task: ``Cl`` and its block product (2·m²) and the sums
+    (m·d·(d + 2)) fixed; per block row r, D and its transposed copy (3·m·d), the profile (about 10·m)."""
+    m, d = basis.n_basis, basis.n_dims
+    fixed = F64 * (2 * m * m + 2 * m * d * (d + 2) + 2 * m)
+    per_row = F64 * (3 * m * d + 10 * m + 2 * d)
+    return MemoryCost(f"lite KEF statistics (m={m}, d={d})", fixed, per_row, F64 * d, "use a smaller basis (n_basis)",
+                      F64 * (m * m + m + m * d * (d + 1) + d * d + d))
+
+
+def kef_block_rows(basis: NystromBasis, block_bytes: int) -> int:
+    """Rows per block of the curl-free statistics within ``block_bytes`` (the per-row part, :func:`kef_memory`)."""
+    return plan_blocks(kef_memory(basis), block_bytes).rows
 
 
 def _check(x: Any, basis: NystromBasis) -> np.ndarray:
@@ -176,14 +209,17 @@ def _check(x: Any, basis: NystromBasis) -> np.ndarray:
 
 
 def kef_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> KEFStats:
-    """Curl-free statistics of one chunk of rows (MATH.md §6), in row blocks; float64."""
+    """Curl-free statistics of one chunk of rows (MATH.md §6), in row blocks; float64.
+
+    ``block_bytes`` caps the per-row part of the task's memory; the whole task is planned by
+    :func:`kef_memory` (:mod:`tgpflow.memory`)."""
     x = _check(x, basis)
     out = KEFStats.zero(basis)
     moments = Moments.from_rows(x)
     m, d = basis.n_basis, basis.n_dims
     C, h, E0, F = out.C, out.h_lap, out.E0, out.F
     prod = np.empty_like(C)
-    rows = kef_block_rows(basis, block_bytes)
+    rows = plan_blocks(kef_memory(basis), block_bytes, chunk_rows=x.shape[0], budget=task_budget()[0]).rows
     for start in range(0, x.shape[0], rows):
         xb = x[start:start + rows]
         r, alpha, kappa, omega = basis.kernel.curl_free_parts(xb, basis.Y)
@@ -205,7 +241,7 @@ def diag_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLO
     out = DiagStats.zero(basis)
     moments = Moments.from_rows(x)
     m, d = basis.n_basis, basis.n_dims
-    rows = max(1, int(block_bytes) // (8 * m * (d + 3)))
+    rows = plan_blocks(diag_memory(basis), block_bytes, chunk_rows=x.shape[0], budget=task_budget()[0]).rows
     for start in range(0, x.shape[0], rows):
         xb = x[start:start + rows]
         r = xb[:, None, :] - basis.Y[None, :, :]
@@ -223,7 +259,7 @@ def lite_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLO
     out = LiteStats.zero(basis)
     moments = Moments.from_rows(x)
     m, d = basis.n_basis, basis.n_dims
-    rows = max(1, int(block_bytes) // (8 * m * (3 * d + 4)))
+    rows = plan_blocks(lite_memory(basis), block_bytes, chunk_rows=x.shape[0], budget=task_budget()[0]).rows
     for start in range(0, x.shape[0], rows):
         xb = x[start:start + rows]
         r = xb[:, None, :] - basis.Y[None, :, :]
@@ -236,3 +272,14 @@ def lite_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLO
         out.L1[...] += D.sum(axis=0)
         out.L2[...] += np.einsum("nmj,nl->mjl", D, xb - basis.shift)
     return dataclasses.replace(out, moments=moments)
+
+
+def _basis_cost(memory: Any) -> Any:
+    def cost(n_dims: int, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> tuple[MemoryCost, int]:
+        return memory(basis), block_bytes
+    return cost
+
+
+declare(kef_chunk_stats, _basis_cost(kef_memory))
+declare(diag_chunk_stats, _basis_cost(diag_memory))
+declare(lite_chunk_stats, _basis_cost(lite_memory))

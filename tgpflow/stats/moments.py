@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from tgpflow.backend import namespace, to_numpy
+from tgpflow.memory import F64, MemoryCost, declare
 from tgpflow.stats.summable import Summable
 
-__all__ = ["Moments"]
+__all__ = ["Moments", "moments_memory"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -105,3 +106,18 @@ class Moments(Summable):
         n = np.asarray(arrays["n"])
         count = float(n) if n.dtype.kind == "f" else int(n)
         return cls(count, np.asarray(arrays["mean"], np.float64), np.asarray(arrays["m2"], np.float64))
+
+
+def moments_memory(n_dims: int) -> MemoryCost:
+    """The bytes of one :meth:`Moments.from_rows` task: the centred copy of the chunk (d per chunk
+    row) and the d-vectors and d×d sums; no blocks (see :mod:`tgpflow.memory`)."""
+    d = int(n_dims)
+    return MemoryCost(f"moments (d={d})", F64 * (3 * d * d + 3 * d), 0, F64 * d, "use fewer columns",
+                      F64 * (d * d + d))
+
+
+def _moments_cost(n_dims: int) -> tuple[MemoryCost, int]:
+    return moments_memory(n_dims), 0
+
+
+declare(Moments.from_rows, _moments_cost)

@@ -31,9 +31,10 @@ from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.artifact import read_artifact, write_artifact
 from tgpflow.stats.moments import Moments
 from tgpflow.stats.summable import Summable
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, TGPStats, _mismatch, block_rows_for, level_products
+from tgpflow.memory import F32, F64, MemoryCost, declare, plan_blocks, task_budget
+from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, TGPStats, _mismatch, level_products
 
-__all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights"]
+__all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights", "ncfd_memory"]
 
 
 def ncfd_weights(features: RandomFourierFeatures, sigma: float) -> tuple[np.ndarray, np.ndarray | None]:
@@ -47,12 +48,43 @@ def ncfd_weights(features: RandomFourierFeatures, sigma: float) -> tuple[np.ndar
         return np.full((S, S), 1.0 / g2), None
     r = sigma * sigma / g2
     Z = features.Z
-    K = Z @ Z.T
-    q = np.diag(K).copy()
-    base = -0.5 * r * (q[:, None] + q[None, :])
-    d_minus = np.exp(base + r * K)
-    d_plus = np.exp(base - r * K)
-    return (d_minus + d_plus) / (2 * g2), (d_minus - d_plus) / (2 * g2)
+    # In place, three S×S arrays at most (the same floating-point operations as the formula).
+    rK = Z @ Z.T
+    q = np.diag(rK).copy()
+    base = q[:, None] + q[None, :]
+    base *= -0.5 * r
+    rK *= r
+    d_minus = np.add(base, rK)
+    np.exp(d_minus, out=d_minus)
+    d_plus = np.subtract(base, rK, out=rK)
+    del base
+    np.exp(d_plus, out=d_plus)
+    w_plus = np.add(d_minus, d_plus)
+    w_plus /= 2 * g2
+    w_minus = np.subtract(d_minus, d_plus, out=d_minus)
+    del d_plus
+    w_minus /= 2 * g2
+    return w_plus, w_minus
+
+
+def ncfd_memory(features: RandomFourierFeatures, n_levels: int, precision: str = "float64") -> MemoryCost:
+    """The bytes of one :func:`ncfd_chunk_stats` task (NumPy chunks; see :mod:`tgpflow.memory`).
+
+    Fixed: the accumulators ``abar`` and ``gram0`` (2 S²) and, at a level σ > 0, the larger of
+    the product phase (``sin sinᵀ``, ``cos cosᵀ`` and the product buffer: 3 S²) and the weight
+    phase (both products held while :func:`ncfd_weights` builds W± in three S² arrays: 5 S²);
+    the per-level sums ``u, U, psi`` (H·S·(d + 2)) and the S×d work arrays of a level. Per block
+    row and per chunk row: as for FD (:func:`tgpflow.stats.tgp.tgp_memory`).
+    """
+    S, d, H = features.n_features, features.n_dims, int(n_levels)
+    mixed = precision == "mixed"
+    prod = F32 if mixed else F64
+    level = max(F64 * 2 * S * S + prod * S * S, F64 * 5 * S * S) if H > 1 else F64 * S * S + prod * S * S
+    fixed = F64 * 2 * S * S + level + F64 * (H * S * (d + 2) + 6 * S * d + 10 * S + 2 * d * d)
+    per_row = F64 * (3 * S + 2 * d) + (F32 * S if mixed else 0)
+    return MemoryCost(f"NCFD statistics (S={S}, H={H}, d={d}, {precision})", fixed, per_row, F64 * d,
+                      "use fewer features (n_features) or fewer noise levels (noise_levels)",
+                      F64 * (2 * S * S + H * S * (d + 2) + d * d + d))
 
 
 def _same_levels(a: np.ndarray, b: np.ndarray) -> bool:
@@ -152,7 +184,8 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
                      block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64") -> NCFDStats:
     """NCFD statistics of one chunk of rows (MATH.md §3); any array-API namespace, host float64 out.
 
-    ``precision`` as for :func:`tgpflow.stats.tgp.tgp_chunk_stats`."""
+    ``precision`` and ``block_bytes`` (the cap on the per-row part of the task's memory) as for
+    :func:`tgpflow.stats.tgp.tgp_chunk_stats`; the whole task is planned by :func:`ncfd_memory`."""
     sigmas = np.asarray(sigmas, dtype=np.float64)
     if sigmas.ndim != 1 or sigmas.size < 1 or sigmas[0] != 0.0 or np.any(np.diff(sigmas) <= 0):
         raise ValueError(f"noise levels must start at 0 and increase; got {sigmas.tolist()}")
@@ -164,7 +197,8 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
     out = NCFDStats.zero(features, sigmas)
     if n == 0:
         return dataclasses.replace(out, moments=moments)
-    rows = min(n, block_rows_for(S, d, block_bytes))
+    rows = plan_blocks(ncfd_memory(features, sigmas.size, precision), block_bytes, chunk_rows=n,
+                       budget=task_budget()[0]).rows
     scale2 = 2.0 / S  # φφᵀ = (2/S) cos cosᵀ, φ'φ'ᵀ = (2/S) sin sinᵀ
     scale = math.sqrt(scale2)
     abar, gram0 = out.abar, out.gram0
@@ -174,13 +208,23 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
         g_sin, g_cos, u_h, U_h, psi_h = level_products(x, level, rows, cos_gram=sigma > 0, precision=precision)
         w_plus, w_minus = ncfd_weights(features, float(sigma))
         g_sin *= scale2
-        abar += w_plus * g_sin
-        if g_cos is not None:
-            g_cos *= scale2
-            abar += w_minus * g_cos
         if h == 0:
             gram0 += g_sin
+        abar += np.multiply(g_sin, w_plus, out=g_sin)  # in place: no S² temporary
+        del w_plus
+        if g_cos is not None:
+            g_cos *= scale2
+            abar += np.multiply(g_cos, w_minus, out=g_cos)
+        del g_sin, g_cos, w_minus
         u[h] = -scale * u_h
         U[h] = -scale * U_h
         psi[h] = scale * psi_h
     return dataclasses.replace(out, moments=moments)
+
+
+def _ncfd_cost(n_dims: int, features: RandomFourierFeatures, sigmas: np.ndarray,
+               block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64") -> tuple[MemoryCost, int]:
+    return ncfd_memory(features, np.asarray(sigmas).size, precision), block_bytes
+
+
+declare(ncfd_chunk_stats, _ncfd_cost)

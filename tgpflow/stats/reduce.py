@@ -18,6 +18,7 @@ import dask
 from threadpoolctl import threadpool_limits
 
 from tgpflow.io.sources import Source
+from tgpflow.memory import plan_pass
 
 __all__ = ["accumulate", "tree_reduce", "compute", "progress_reporter"]
 
@@ -81,8 +82,11 @@ def accumulate(source: Source, chunk_fn: Callable[..., Any], *args: Any, split_e
     With ``with_row_keys`` the call is ``chunk_fn(block, keys, *args)``, ``keys`` the stable
     row keys of :meth:`Source.row_keys` (for a hashed train/validation split).
     ``args`` (e.g. the feature draw) enter the graph once, not once per task. Returns
-    ``(statistics, rows_dropped)``.
+    ``(statistics, rows_dropped)``. A chunk function that declared its memory
+    (:func:`tgpflow.memory.declare`) is planned first: the plan is logged, and a pass whose
+    task cannot fit one row in the workers' memory is refused before it starts.
     """
+    plan_pass(chunk_fn, args, source.n_columns)
     fn = dask.delayed(chunk_fn, pure=True)
     shared = [dask.delayed(a, pure=True) for a in args]
     if with_row_keys:

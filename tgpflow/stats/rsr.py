@@ -18,10 +18,27 @@ from typing import Any
 import numpy as np
 
 from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.memory import F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.stats.summable import Summable
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
+from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
-__all__ = ["RSRIterStats", "rsr_chunk_stats"]
+__all__ = ["RSRIterStats", "rsr_chunk_stats", "rsr_memory"]
+
+#: The blocked path keeps a block's cos within ~4 MiB, so that its three O(T) passes stay in cache.
+CACHE_BLOCK_BYTES = 2**22
+
+
+def rsr_memory(features: RandomFourierFeatures) -> MemoryCost:
+    """The bytes of one :func:`rsr_chunk_stats` task (see :mod:`tgpflow.memory`).
+
+    Fixed: the T-vectors (g, the weights, f and Δf coefficients). Per chunk row: the shifted,
+    contiguous rows and their absolute values (2·d). Per block row of the blocked path: the
+    angles, sin and cos (3·T) and f, Δf, 1/f, log f² (about 6); the fused compiled loop needs
+    no block.
+    """
+    T, d = features.n_features, features.n_dims
+    return MemoryCost(f"RSR iteration sums (T={T}, d={d})", F64 * (10 * T + 2 * T * d), F64 * (3 * T + 6),
+                      F64 * 2 * d, "use fewer features (n_features)", F64 * T)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -64,7 +81,8 @@ def rsr_chunk_stats(x: np.ndarray, features: RandomFourierFeatures, w: np.ndarra
     nonpos = 0
     hyv = 0.0
     # blocks of ~4 MiB of cos: the three O(T) passes over a block then stay in cache
-    rows = max(1, min(block_rows_for(T, features.n_dims, block_bytes), 2**22 // (8 * T)))
+    plan = plan_blocks(rsr_memory(features), block_bytes, chunk_rows=x.shape[0], budget=task_budget()[0])
+    rows = max(1, min(plan.rows, CACHE_BLOCK_BYTES // (8 * T)))
     both = np.stack([scale * w, scale * lap_w])  # f and Δf in one GEMM
     for start in range(0, x.shape[0], rows):
         _, cos = features.sincos(xs_all[start:start + rows])  # (T, rows); φ = scale·cos
@@ -76,3 +94,11 @@ def rsr_chunk_stats(x: np.ndarray, features: RandomFourierFeatures, w: np.ndarra
             g += scale * (cos @ inv)  # Σ φ/f as one GEMV: no (rows × T) temporary
             hyv += float(2.0 * lap @ inv)
     return RSRIterStats(g, int(x.shape[0]), sum_log, nonpos, hyv)
+
+
+def _rsr_cost(n_dims: int, features: RandomFourierFeatures, w: np.ndarray, block_bytes: int = DEFAULT_BLOCK_BYTES,
+              fused: bool = True) -> tuple[MemoryCost, int]:
+    return rsr_memory(features), block_bytes
+
+
+declare(rsr_chunk_stats, _rsr_cost)

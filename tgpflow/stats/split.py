@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.memory import F64, MemoryCost, cost_of, declare, sequential
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, projection_counts
 from tgpflow.stats.summable import Summable
 
@@ -212,3 +213,20 @@ def split_chunk_stats(block: np.ndarray, keys: np.ndarray, fraction: float, salt
         val_stats = chunk_fn(val, *val_variants[name])
         out[("val", name)] = val_stats if counts is None else HeldOut(val_stats, counts)
     return StatsBundle(out)
+
+
+def _split_cost(n_dims: int, fraction: float, salt: int, chunk_fn: Callable[..., Any],
+                variants: Mapping[Any, tuple[Any, ...]], val_variants: Mapping[Any, tuple[Any, ...]] | None = None,
+                grid: ProjectionGrid | None = None) -> tuple[MemoryCost, int] | None:
+    """The parts run one after the other, every result kept; the train and validation copies of
+    the chunk (d per chunk row) and the hash mask come on top."""
+    val_variants = variants if val_variants is None else val_variants
+    parts = [cost_of(chunk_fn, args, n_dims) for args in (*variants.values(), *val_variants.values())]
+    if not parts or any(p is None for p in parts):
+        return None
+    cost = sequential([p[0] for p in parts], f"{parts[0][0].what} × {len(parts)} held-out parts",
+                      per_chunk_row=F64 * (n_dims + 3))
+    return cost, min(p[1] for p in parts)
+
+
+declare(split_chunk_stats, _split_cost)

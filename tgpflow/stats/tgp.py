@@ -29,27 +29,46 @@ from tgpflow.backend import is_numpy, namespace, to_numpy
 from tgpflow.errors import FeaturesMismatchError
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.artifact import read_artifact, write_artifact
+from tgpflow.memory import F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.stats.moments import Moments
 from tgpflow.stats.summable import Summable
 
-__all__ = ["TGPStats", "tgp_chunk_stats", "level_products", "block_rows_for", "DEFAULT_BLOCK_BYTES", "PRECISIONS"]
+__all__ = ["TGPStats", "tgp_chunk_stats", "tgp_memory", "level_products", "block_rows_for", "DEFAULT_BLOCK_BYTES",
+           "PRECISIONS"]
 
-#: Default working-memory budget per chunk task for feature blocks (bytes).
+#: Default cap on the per-row part of a chunk task's memory: its feature blocks (bytes).
 DEFAULT_BLOCK_BYTES = 64 * 2**20
 
 
 def block_rows_for(n_features: int, n_dims: int, block_bytes: int) -> int:
-    """Rows per block so that the angle, sin and cos blocks (3·S·8 bytes a row) fit.
+    """Rows per block so that the angle, sin and cos blocks and the shifted rows
+    (8·(3S + 2d) bytes a row) fit ``block_bytes`` — the per-row part only, for the
+    evaluation of a fitted model; a chunk of statistics plans with :func:`tgp_memory`.
 
     Raises ``MemoryError`` with the numbers when not even one row fits.
     """
-    per_row = 8 * (3 * n_features + 2 * n_dims)
-    rows = int(block_bytes) // per_row
-    if rows < 1:
-        raise MemoryError(
-            f"a feature block needs {per_row} bytes per row (3 × S={n_features} float64 plus the "
-            f"row), more than the budget block_bytes={block_bytes}; raise block_bytes")
-    return rows
+    cost = MemoryCost(f"a feature block (S={n_features}, d={n_dims})", 0, F64 * (3 * n_features + 2 * n_dims))
+    return plan_blocks(cost, block_bytes).rows
+
+
+def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with_phi_gram: bool = False) -> MemoryCost:
+    """The bytes of one :func:`tgp_chunk_stats` task (NumPy chunks; see :mod:`tgpflow.memory`).
+
+    Fixed: the S×S accumulator ``gram`` (and ``gram_cos`` for Σφφᵀ) and the S×S product buffer
+    (float32 under ``precision="mixed"``); the S×d sums ``U``, its block product and the
+    frequencies ``W``, ``|W|``; a few S-vectors. Per block row: angles, sin and cos (3·S
+    float64; a float32 copy of the block under "mixed") and the shifted row with its absolute
+    value (2·d). Per chunk row: the centred copy of the moments (d).
+    Other array namespaces (CuPy, array_api_strict) form each product as a new S×S array: one more S².
+    """
+    S, d = features.n_features, features.n_dims
+    mixed = precision == "mixed"
+    squares = F64 * S * S * (2 if with_phi_gram else 1) + (F32 if mixed else F64) * S * S
+    fixed = squares + F64 * (4 * S * d + 8 * S + 2 * d * d)
+    per_row = F64 * (3 * S + 2 * d) + (F32 * S if mixed else 0)
+    what = f"FD/FVPD statistics (S={S}, d={d}, {precision}{', with Σφφᵀ' if with_phi_gram else ''})"
+    result = F64 * (S * S * (2 if with_phi_gram else 1) + S * d + 2 * S + d * d + d)
+    return MemoryCost(what, fixed, per_row, F64 * d, "use fewer features (n_features)", result)
 
 
 def _mismatch(a: str, b: str, what: str) -> FeaturesMismatchError:
@@ -162,6 +181,11 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
     NumPy chunks use the compiled sincos and SYRK (through NumPy's matmul) into reused buffers; any other
     array-API namespace (CuPy, array_api_strict) runs the same formulas with ``xp`` calls.
     Results are host float64.
+
+    ``block_bytes`` caps the per-row part of the task's memory (its feature blocks); the
+    accumulators and S² temporaries come on top (:func:`tgp_memory`). Inside a distributed
+    worker, rows per block also keep the whole task within the worker's memory limit per thread
+    (:func:`tgpflow.memory.plan_blocks`).
     """
     n, d = int(x.shape[0]), int(x.shape[1])
     if d != features.n_dims:
@@ -171,12 +195,15 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
     if n == 0:
         zero = TGPStats.zero(features)
         return dataclasses.replace(zero, moments=moments, phi_gram=np.zeros_like(zero.gram) if with_phi_gram else None)
-    rows = min(n, block_rows_for(S, d, block_bytes))
+    rows = plan_blocks(tgp_memory(features, precision, with_phi_gram), block_bytes, chunk_rows=n,
+                       budget=task_budget()[0]).rows
     gram, gram_cos, u, U, psi = level_products(x, features, rows, cos_gram=with_phi_gram, precision=precision)
     scale = math.sqrt(2.0 / S)
-    # φ = scale·cos, φ' = −scale·sin: fold the constants in once per chunk.
-    return TGPStats(features.fingerprint, moments, gram * (scale * scale), u * (-scale), U * (-scale), psi * scale,
-                    None if gram_cos is None else gram_cos * (scale * scale))
+    # φ = scale·cos, φ' = −scale·sin: fold the constants in once per chunk (in place: no second S²).
+    gram *= scale * scale
+    if gram_cos is not None:
+        gram_cos *= scale * scale
+    return TGPStats(features.fingerprint, moments, gram, u * (-scale), U * (-scale), psi * scale, gram_cos)
 
 
 def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool,
@@ -206,7 +233,6 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
     u = np.zeros(S)
     U = np.zeros((S, d))
     psi = np.zeros(S)
-    xs_all = x - features.shift
     # Buffers reused across blocks: fresh 30 MB arrays cost more in page faults than the kernel.
     sin_buf = np.empty(S * rows)
     cos_buf = np.empty(S * rows)
@@ -215,7 +241,7 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
     from tgpflow.features.sincos import MAX_ANGLE, sincos_rows
 
     for start in range(0, x.shape[0], rows):
-        xs = xs_all[start:start + rows]
+        xs = x[start:start + rows] - features.shift  # per block: no shifted copy of the whole chunk
         nb = xs.shape[0]
         angle = ang_buf[: S * nb].reshape(S, nb)
         sin = sin_buf[: S * nb].reshape(S, nb)
@@ -273,3 +299,11 @@ def _product(a: Any, xp: Any, mixed: bool) -> Any:
         return a @ xp.matrix_transpose(a)
     low = xp.astype(a, xp.float32)
     return xp.astype(low @ xp.matrix_transpose(low), xp.float64)
+
+
+def _tgp_cost(n_dims: int, features: RandomFourierFeatures, block_bytes: int = DEFAULT_BLOCK_BYTES,
+              precision: str = "float64", with_phi_gram: bool = False) -> tuple[MemoryCost, int]:
+    return tgp_memory(features, precision, with_phi_gram), block_bytes
+
+
+declare(tgp_chunk_stats, _tgp_cost)
