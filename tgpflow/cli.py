@@ -242,11 +242,27 @@ class _Numbers(click.ParamType):
         return " or ".join([", ".join(options[:-1]), options[-1]] if len(options) > 1 else options)
 
 
+class _ModelChoice(click.Choice):
+    """The ``--model`` values of :func:`tgpflow.models.registry.cli_models`, read when the option is used
+    (a method registered after this module was imported is accepted and listed)."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        from tgpflow.models.registry import cli_models
+
+        return tuple(cli_models())
+
+    @choices.setter
+    def choices(self, value: Any) -> None:  # click.Choice.__init__ assigns it
+        pass
+
+
 @main.command()
 @click.argument("source")
-@click.option("--model", "method",
-              type=click.Choice(["fd", "ncfd", "fvpd", "map", "kde_rff", "nkef", "score", "rsr", "kde_sdo"]),
-              default="fvpd", show_default=True,
+@click.option("--model", "method", type=_ModelChoice(), default="fvpd", show_default=True,
               help="A GP-tilted density method, nkef (Nyström kernel exponential family), score (kernel score "
                    "estimator), rsr (root-Sobolev density) or kde_sdo (its KDE baseline).")
 @click.option("--out", required=True, type=click.Path(dir_okay=True, file_okay=False), help="Model path (.zarr).")
@@ -296,17 +312,19 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
         on_bad_rows: str, local: str, progress_mode: str, overwrite: bool) -> None:
     """Fit a model to SOURCE and write it to --out: a GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF
     baseline), a Nyström kernel exponential family (nkef) or a kernel score estimator (score)."""
-    from tgpflow import GPTiltedDensity, NystromKEF, RootSobolevDensity, ScoreEstimator
     from tgpflow.cluster import dask_client
     from tgpflow.io.sources import as_source
+    from tgpflow.models.registry import cli_models, model_kinds
 
-    if method in ("rsr", "kde_sdo"):
+    kind, model_params = cli_models()[method]
+    make = model_kinds()[kind].estimator_class()
+    if kind == "RootSobolevDensity":
         _check_out(out, "model", overwrite)
         with _runtime_errors():
             src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
             a = smoothness[0] if len(smoothness) == 1 else smoothness
-            est = RootSobolevDensity(method=method, n_features=n_features, smoothness=a,
-                                     random_state=seed, on_bad_rows=on_bad_rows, device=device)
+            est = make(**model_params, n_features=n_features, smoothness=a, random_state=seed,
+                       on_bad_rows=on_bad_rows, device=device)
             t0 = time.perf_counter()
             with dask_client(scheduler, local=local) as client, _progress(progress_mode, client):
                 est.fit(src)
@@ -316,7 +334,7 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
                                "anomaly_threshold": est.anomaly_threshold_,
                                "seconds": round(time.perf_counter() - t0, 2)}, default=str))
         return
-    kernel_model = method in ("nkef", "score")
+    kernel_model = kind != "GPTiltedDensity"
     bw: Any = bandwidth or ("median" if kernel_model else "auto")
     if isinstance(bw, str) and (bw == "median") != kernel_model:
         raise click.BadParameter(f"{bw!r} is not a bandwidth rule of --model {method}", param_hint="--bandwidth")
@@ -337,13 +355,13 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
             common = dict(n_basis=n_basis, lam=lam_value, bandwidth=bw, base=base, regularizer=regularizer,
                           validation_fraction=validation_fraction, random_state=seed, on_bad_rows=on_bad_rows,
                           device=device)
-            est = NystromKEF(**common) if method == "nkef" else ScoreEstimator(kernel=kernel, **common)
+            est = make(**model_params, **common, **({"kernel": kernel} if kind == "ScoreEstimator" else {}))
         else:
             work = float(src.n_rows or 0) * n_features**2 if src.n_rows is not None else None
-            est = GPTiltedDensity(method=method, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
-                                  noise_levels=noise_levels, sigma_max=sigma_max, base=base, device=device,
-                                  precision=precision, validation_fraction=validation_fraction,
-                                  criterion=criterion, bounds=bounds, on_bad_rows=on_bad_rows)
+            est = make(**model_params, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
+                       noise_levels=noise_levels, sigma_max=sigma_max, base=base, device=device,
+                       precision=precision, validation_fraction=validation_fraction,
+                       criterion=criterion, bounds=bounds, on_bad_rows=on_bad_rows)
         t0 = time.perf_counter()
         with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client):
             est.fit(src)

@@ -60,9 +60,7 @@ class RunResult(dict):
 
 
 def _estimator(model_spec: Any) -> Any:
-    import tgpflow
-
-    est = getattr(tgpflow, model_spec.estimator)()
+    est = model_spec.estimator_class()()
     est.set_params(**model_spec.params)
     return est
 
@@ -253,14 +251,12 @@ def _owed_message(owed: dict[str, list[str]]) -> str:
 
 def _check_scoring_model(spec: PipelineSpec) -> None:
     """Refuse, before any work, a scores model that has no log density (a ScoreEstimator)."""
-    import tgpflow
-
     if spec.outputs.scores is None:
         return
     name = spec.outputs.scores.model or spec.models[0].name
-    estimator = next(m.estimator for m in spec.models if m.name == name)
-    if not hasattr(getattr(tgpflow, estimator), "log_density"):
-        raise TgpflowError(f"model {name!r} is a {estimator}: it has no log density to score with; name a density "
+    model = next(m for m in spec.models if m.name == name)
+    if not hasattr(model.estimator_class(), "log_density"):
+        raise TgpflowError(f"model {name!r} is a {model.estimator}: it has no log density to score with; name a density "
                            f"in outputs.scores.model")
 
 
