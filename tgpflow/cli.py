@@ -456,9 +456,11 @@ def _score_frame(values: np.ndarray, keys: np.ndarray | None, threshold: float |
     learned a threshold at fit time, and with ``--on-bad-rows drop`` the row's position in SOURCE."""
     import pandas as pd
 
+    from tgpflow.models.anomaly import is_anomalous
+
     frame = pd.DataFrame({"log_density": values, "anomaly_score": -values})
     if threshold is not None:  # learned at fit time: the training threshold_quantile is flagged
-        frame["anomaly"] = frame["anomaly_score"] > threshold
+        frame["anomaly"] = is_anomalous(values, threshold)
     if keys is not None:
         frame.insert(0, "row", keys)
     return frame
