@@ -93,3 +93,22 @@ def test_every_reader_uses_the_same_kinds():
 
     assert [artifact_output(k) for k in ("GPTiltedDensity", "RootSobolevDensity", "TGPStats")] == \
         ["model", "model", "statistics"]
+
+
+@pytest.mark.parametrize("model, option, users", [
+    ("fd", ["--noise-levels", "4"], "--model ncfd."),
+    ("fvpd", ["--sigma-max", "paper"], "--model ncfd."),
+    ("kde_rff", ["--lam", "0.1"], "--model fd, fvpd, map, ncfd, nkef, score."),
+    ("nkef", ["--n-features", "64"], "--model fd, fvpd, kde_rff, map, ncfd, rsr, kde_sdo."),
+    ("nkef", ["--kernel", "diagonal"], "--model score."),
+    ("rsr", ["--bounds", "u:0:"], "--model fd, fvpd, kde_rff, map, ncfd."),
+    ("score", ["--criterion", "loglik"], "--model fd, fvpd, map, ncfd."),
+])
+def test_fit_refuses_an_option_the_model_would_ignore(tmp_path, model, option, users):
+    """Options given for another model were silently ignored; now one sentence naming the option and the
+    models it applies to, exit 2, before any work (the source need not exist) and nothing written."""
+    out = tmp_path / "m.zarr"
+    r = CliRunner().invoke(main, ["fit", str(tmp_path / "none.parquet"), "--model", model, "--out", str(out), *option])
+    assert r.exit_code == 2, r.output
+    assert f"{option[0]} does nothing with --model {model}; it applies to {users}" in r.output
+    assert not out.exists()

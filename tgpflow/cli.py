@@ -305,7 +305,8 @@ class _ModelChoice(click.Choice):
 @click.option("--local", default="auto", show_default=True, type=click.Choice(["auto", "cluster", "threads"]),
               help="Without --scheduler: threads (auto; measured fastest on one machine) or an embedded LocalCluster.")
 @_progress_opt
-def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
+@click.pass_context
+def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
         lam: str | float | None, bandwidth: str | list[float] | None, noise_levels: int, sigma_max: str | float,
         base: str | None, n_basis: int, smoothness: list[float], kernel: str, regularizer: str, device: str,
         precision: str, validation_fraction: float, criterion: str, bounds_text: str | None, seed: int,
@@ -317,14 +318,16 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
     from tgpflow.models.registry import cli_models, model_kinds
 
     kind, model_params = cli_models()[method]
+    _refuse_unused_options(ctx, method, kind, model_params.get("method"))
     make = model_kinds()[kind].estimator_class()
     if kind == "RootSobolevDensity":
         _check_out(out, "model", overwrite)
         with _runtime_errors():
             src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
             a = smoothness[0] if len(smoothness) == 1 else smoothness
+            given = {} if _is_default(ctx, "validation_fraction") else {"validation_fraction": validation_fraction}
             est = make(**model_params, n_features=n_features, smoothness=a, random_state=seed,
-                       on_bad_rows=on_bad_rows, device=device)
+                       on_bad_rows=on_bad_rows, device=device, **given)  # RSR's own default split otherwise
             t0 = time.perf_counter()
             with dask_client(scheduler, local=local) as client, _progress(progress_mode, client):
                 est.fit(src)
@@ -375,6 +378,36 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
             "diagnostics": _diagnostics_summary(est),
             "suggested_bounds": getattr(est, "pilot_", {}).get("suggested_bounds") or None,
             "seconds": round(time.perf_counter() - t0, 2)}, default=str))
+
+
+#: ``tgpflow fit``'s model options → the estimator parameter each sets; one given for a model whose
+#: estimator (or method) does not use that parameter is refused (tgpflow.models.registry.param_applies).
+_FIT_PARAMS = {"n_features": "n_features", "lam": "lam", "bandwidth": "bandwidth", "noise_levels": "noise_levels",
+               "sigma_max": "sigma_max", "base": "base", "n_basis": "n_basis", "smoothness": "smoothness",
+               "kernel": "kernel", "regularizer": "regularizer", "device": "device", "precision": "precision",
+               "validation_fraction": "validation_fraction", "criterion": "criterion", "bounds_text": "bounds",
+               "seed": "random_state"}
+
+
+def _is_default(ctx: click.Context, option: str) -> bool:
+    """Whether ``option`` was left at its default (not given on the command line or by the environment)."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(option) in (None, ParameterSource.DEFAULT)
+
+
+def _refuse_unused_options(ctx: click.Context, model: str, kind: str, method: str | None) -> None:
+    """A usage error (exit 2) for an option given on the command line that ``--model`` would ignore."""
+    from tgpflow.models.registry import models_using, param_applies
+
+    for option, param in _FIT_PARAMS.items():
+        if _is_default(ctx, option):
+            continue
+        if not param_applies(kind, method, param):
+            flag = next(p for p in ctx.command.params if p.name == option).opts[0]
+            users = models_using(param)
+            where = f"--model {', '.join(users)}" if users else "no model"
+            raise click.UsageError(f"{flag} does nothing with --model {model}; it applies to {where}.", ctx=ctx)
 
 
 def _diagnostics_summary(est: Any) -> dict[str, Any] | None:

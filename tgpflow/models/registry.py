@@ -16,7 +16,7 @@ import importlib
 from typing import Any
 
 __all__ = ["ModelKind", "register_kind", "model_kinds", "kind_names", "model_classes", "kind_methods",
-           "pipeline_estimators", "cli_models", "stats_classes", "RSR_METHODS"]
+           "pipeline_estimators", "cli_models", "stats_classes", "param_applies", "models_using", "RSR_METHODS"]
 
 #: The root-Sobolev density and its KDE-SDO baseline.
 RSR_METHODS = ("rsr", "kde_sdo")
@@ -101,6 +101,30 @@ def kind_methods(name: str) -> tuple[str, ...]:
 def pipeline_estimators() -> tuple[str, ...]:
     """The estimator names a pipeline spec accepts."""
     return tuple(name for name, kind in _KINDS.items() if kind.pipelines)
+
+
+def param_applies(kind: str, method: str | None, param: str) -> bool:
+    """Whether estimator parameter ``param`` does anything for kind ``kind`` fitted with ``method`` (imports
+    the estimator): it is one of the class's parameters and, for a GP-tilted method, not a parameter only
+    other methods use (:attr:`~tgpflow.models.tgp_method.TGPMethod.parameters`, ``unused``)."""
+    import inspect
+
+    entry = _KINDS[kind]
+    if param not in inspect.signature(entry.estimator_class()).parameters:
+        return False
+    if entry.methods == "tgp" and method is not None:
+        from tgpflow.models.tgp_methods import get_method, method_names
+
+        own = get_method(method)
+        specific = {p for name in method_names() for p in get_method(name).parameters}
+        return param not in own.unused and (param not in specific or param in own.parameters)
+    return True
+
+
+def models_using(param: str) -> tuple[str, ...]:
+    """The ``tgpflow fit --model`` values whose estimator uses ``param``."""
+    return tuple(value for value, (kind, params) in cli_models().items()
+                 if param_applies(kind, params.get("method"), param))
 
 
 def cli_models() -> dict[str, tuple[str, dict[str, Any]]]:

@@ -91,6 +91,10 @@ class TGPMethod:
     integrable: ClassVar[bool] = True
     #: The estimator attributes saved beside the Fitted value.
     extra_arrays: ClassVar[tuple[str, ...]] = ()
+    #: The estimator parameters that only the methods declaring them use (e.g. NCFD's noise_levels).
+    parameters: ClassVar[tuple[str, ...]] = ()
+    #: Parameters every other method uses and this one does not (KDE-RFF has no λ to select).
+    unused: ClassVar[tuple[str, ...]] = ()
     #: How the "hyvarinen" criterion is described in ``selection_``.
     hyvarinen_criterion: ClassVar[str] = "held-out Hyvärinen loss (data level)"
 
