@@ -33,8 +33,6 @@ _LAZY = {
 }
 _SUBMODULES = frozenset({"backend", "cli", "cluster", "cluster_files", "demo", "errors", "logs", "features", "io", "metrics", "models",
                          "pipeline", "sample", "solve", "stats"})
-_MODEL_CLASSES = ("GPTiltedDensity", "NystromKEF", "ScoreEstimator", "RootSobolevDensity")
-
 __all__ = ["GPTiltedDensity", "NystromKEF", "ScoreEstimator", "RootSobolevDensity", "ExactKDE", "RandomFourierFeatures", "NystromBasis",
            "Moments", "TGPStats", "NCFDStats", "KEFStats", "DiagStats", "StatsBundle", "load", "__version__"]
 
@@ -51,14 +49,10 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from tgpflow.stats.split import StatsBundle
     from tgpflow.stats.tgp import TGPStats
 
-    _MODEL_KINDS: dict[str, type]
-
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
-    elif name == "_MODEL_KINDS":
-        value = _model_kinds()
     elif name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
     else:
@@ -71,11 +65,6 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__, *_SUBMODULES})
 
 
-def _model_kinds() -> dict[str, type]:
-    """The saved-model kinds ``load`` knows (this imports the four estimators)."""
-    return {kind: __getattr__(kind) for kind in _MODEL_CLASSES}
-
-
 def load(path: str | Path, *, verify: bool = False) -> Any:
     """Load a saved model: read its stored solution (no solve), after verifying the schema version and
     the checksums of every array and of the metadata; never unpickles.
@@ -86,10 +75,11 @@ def load(path: str | Path, *, verify: bool = False) -> Any:
     solve, and needs a model saved with its statistics.
     """
     from tgpflow.io.artifact import read_artifact
+    from tgpflow.models.registry import model_classes
     from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
 
     if is_versions_dir(path):  # a pipeline's model directory: its current version
         return ModelVersions(path).load(verify=verify)
-    kinds = _model_kinds()
+    kinds = model_classes()  # the kinds of tgpflow.models.registry
     kind, arrays, meta = read_artifact(path, expected_kinds=tuple(kinds))
     return kinds[kind]._from_artifact(arrays, meta, Path(path), verify=verify)

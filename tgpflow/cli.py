@@ -242,11 +242,27 @@ class _Numbers(click.ParamType):
         return " or ".join([", ".join(options[:-1]), options[-1]] if len(options) > 1 else options)
 
 
+class _ModelChoice(click.Choice):
+    """The ``--model`` values of :func:`tgpflow.models.registry.cli_models`, read when the option is used
+    (a method registered after this module was imported is accepted and listed)."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        from tgpflow.models.registry import cli_models
+
+        return tuple(cli_models())
+
+    @choices.setter
+    def choices(self, value: Any) -> None:  # click.Choice.__init__ assigns it
+        pass
+
+
 @main.command()
 @click.argument("source")
-@click.option("--model", "method",
-              type=click.Choice(["fd", "ncfd", "fvpd", "map", "kde_rff", "nkef", "score", "rsr", "kde_sdo"]),
-              default="fvpd", show_default=True,
+@click.option("--model", "method", type=_ModelChoice(), default="fvpd", show_default=True,
               help="A GP-tilted density method, nkef (Nyström kernel exponential family), score (kernel score "
                    "estimator), rsr (root-Sobolev density) or kde_sdo (its KDE baseline).")
 @click.option("--out", required=True, type=click.Path(dir_okay=True, file_okay=False), help="Model path (.zarr).")
@@ -289,24 +305,29 @@ class _Numbers(click.ParamType):
 @click.option("--local", default="auto", show_default=True, type=click.Choice(["auto", "cluster", "threads"]),
               help="Without --scheduler: threads (auto; measured fastest on one machine) or an embedded LocalCluster.")
 @_progress_opt
-def fit(source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
+@click.pass_context
+def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
         lam: str | float | None, bandwidth: str | list[float] | None, noise_levels: int, sigma_max: str | float,
         base: str | None, n_basis: int, smoothness: list[float], kernel: str, regularizer: str, device: str,
         precision: str, validation_fraction: float, criterion: str, bounds_text: str | None, seed: int,
         on_bad_rows: str, local: str, progress_mode: str, overwrite: bool) -> None:
     """Fit a model to SOURCE and write it to --out: a GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF
     baseline), a Nyström kernel exponential family (nkef) or a kernel score estimator (score)."""
-    from tgpflow import GPTiltedDensity, NystromKEF, RootSobolevDensity, ScoreEstimator
     from tgpflow.cluster import dask_client
     from tgpflow.io.sources import as_source
+    from tgpflow.models.registry import cli_models, model_kinds
 
-    if method in ("rsr", "kde_sdo"):
+    kind, model_params = cli_models()[method]
+    _refuse_unused_options(ctx, method, kind, model_params.get("method"))
+    make = model_kinds()[kind].estimator_class()
+    if kind == "RootSobolevDensity":
         _check_out(out, "model", overwrite)
         with _runtime_errors():
             src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
             a = smoothness[0] if len(smoothness) == 1 else smoothness
-            est = RootSobolevDensity(method=method, n_features=n_features, smoothness=a,
-                                     random_state=seed, on_bad_rows=on_bad_rows, device=device)
+            given = {} if _is_default(ctx, "validation_fraction") else {"validation_fraction": validation_fraction}
+            est = make(**model_params, n_features=n_features, smoothness=a, random_state=seed,
+                       on_bad_rows=on_bad_rows, device=device, **given)  # RSR's own default split otherwise
             t0 = time.perf_counter()
             with dask_client(scheduler, local=local) as client, _progress(progress_mode, client):
                 est.fit(src)
@@ -316,7 +337,7 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
                                "anomaly_threshold": est.anomaly_threshold_,
                                "seconds": round(time.perf_counter() - t0, 2)}, default=str))
         return
-    kernel_model = method in ("nkef", "score")
+    kernel_model = kind != "GPTiltedDensity"
     bw: Any = bandwidth or ("median" if kernel_model else "auto")
     if isinstance(bw, str) and (bw == "median") != kernel_model:
         raise click.BadParameter(f"{bw!r} is not a bandwidth rule of --model {method}", param_hint="--bandwidth")
@@ -337,13 +358,13 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
             common = dict(n_basis=n_basis, lam=lam_value, bandwidth=bw, base=base, regularizer=regularizer,
                           validation_fraction=validation_fraction, random_state=seed, on_bad_rows=on_bad_rows,
                           device=device)
-            est = NystromKEF(**common) if method == "nkef" else ScoreEstimator(kernel=kernel, **common)
+            est = make(**model_params, **common, **({"kernel": kernel} if kind == "ScoreEstimator" else {}))
         else:
             work = float(src.n_rows or 0) * n_features**2 if src.n_rows is not None else None
-            est = GPTiltedDensity(method=method, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
-                                  noise_levels=noise_levels, sigma_max=sigma_max, base=base, device=device,
-                                  precision=precision, validation_fraction=validation_fraction,
-                                  criterion=criterion, bounds=bounds, on_bad_rows=on_bad_rows)
+            est = make(**model_params, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
+                       noise_levels=noise_levels, sigma_max=sigma_max, base=base, device=device,
+                       precision=precision, validation_fraction=validation_fraction,
+                       criterion=criterion, bounds=bounds, on_bad_rows=on_bad_rows)
         t0 = time.perf_counter()
         with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client):
             est.fit(src)
@@ -357,6 +378,36 @@ def fit(source: str, method: str, out: str, columns: str | None, scheduler: str 
             "diagnostics": _diagnostics_summary(est),
             "suggested_bounds": getattr(est, "pilot_", {}).get("suggested_bounds") or None,
             "seconds": round(time.perf_counter() - t0, 2)}, default=str))
+
+
+#: ``tgpflow fit``'s model options → the estimator parameter each sets; one given for a model whose
+#: estimator (or method) does not use that parameter is refused (tgpflow.models.registry.param_applies).
+_FIT_PARAMS = {"n_features": "n_features", "lam": "lam", "bandwidth": "bandwidth", "noise_levels": "noise_levels",
+               "sigma_max": "sigma_max", "base": "base", "n_basis": "n_basis", "smoothness": "smoothness",
+               "kernel": "kernel", "regularizer": "regularizer", "device": "device", "precision": "precision",
+               "validation_fraction": "validation_fraction", "criterion": "criterion", "bounds_text": "bounds",
+               "seed": "random_state"}
+
+
+def _is_default(ctx: click.Context, option: str) -> bool:
+    """Whether ``option`` was left at its default (not given on the command line or by the environment)."""
+    from click.core import ParameterSource
+
+    return ctx.get_parameter_source(option) in (None, ParameterSource.DEFAULT)
+
+
+def _refuse_unused_options(ctx: click.Context, model: str, kind: str, method: str | None) -> None:
+    """A usage error (exit 2) for an option given on the command line that ``--model`` would ignore."""
+    from tgpflow.models.registry import models_using, param_applies
+
+    for option, param in _FIT_PARAMS.items():
+        if _is_default(ctx, option):
+            continue
+        if not param_applies(kind, method, param):
+            flag = next(p for p in ctx.command.params if p.name == option).opts[0]
+            users = models_using(param)
+            where = f"--model {', '.join(users)}" if users else "no model"
+            raise click.UsageError(f"{flag} does nothing with --model {model}; it applies to {where}.", ctx=ctx)
 
 
 def _diagnostics_summary(est: Any) -> dict[str, Any] | None:
@@ -438,9 +489,11 @@ def _score_frame(values: np.ndarray, keys: np.ndarray | None, threshold: float |
     learned a threshold at fit time, and with ``--on-bad-rows drop`` the row's position in SOURCE."""
     import pandas as pd
 
+    from tgpflow.models.anomaly import is_anomalous
+
     frame = pd.DataFrame({"log_density": values, "anomaly_score": -values})
     if threshold is not None:  # learned at fit time: the training threshold_quantile is flagged
-        frame["anomaly"] = frame["anomaly_score"] > threshold
+        frame["anomaly"] = is_anomalous(values, threshold)
     if keys is not None:
         frame.insert(0, "row", keys)
     return frame

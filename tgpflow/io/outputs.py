@@ -81,9 +81,9 @@ def _artifact_output(header: dict) -> str | None:
 
 def artifact_output(kind: str) -> str:
     """The output kind of an artifact kind: ``"model"`` for what :func:`tgpflow.load` reads, else ``"statistics"``."""
-    from tgpflow import _MODEL_KINDS
+    from tgpflow.models.registry import kind_names
 
-    return "model" if kind in _MODEL_KINDS else "statistics"
+    return "model" if kind in kind_names() else "statistics"
 
 
 def check_replace(path: str | Path, kind: str, *, overwrite: bool) -> None:

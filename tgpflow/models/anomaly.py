@@ -1,7 +1,10 @@
 """Anomaly scores from a fitted density: ``−log p(x)`` and a threshold at a training quantile.
 
-``anomaly_threshold_`` is set at fit time as the ``1 − threshold_quantile`` quantile of the
-anomaly scores of (a bounded pilot sample of) the training rows, so that about
+The one definition, used by the estimators (``anomaly_threshold_``, ``is_anomaly``), ``tgpflow score``
+and a pipeline's scores: :func:`anomaly_threshold` is the ``1 − threshold_quantile`` quantile (the
+observed value at or above it, numpy's ``method="higher"``) of the anomaly scores ``−log p`` of (a
+bounded pilot sample of) the training rows, a row whose log density is not finite counting as the
+most anomalous; :func:`is_anomalous` flags a row whose anomaly score is above it. So about
 ``threshold_quantile`` of the training rows are flagged. ``anomaly_score`` and ``is_anomaly``
 are lazy for dask/Parquet/Zarr input, like ``log_density``.
 """
@@ -12,7 +15,23 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["AnomalyMixin"]
+__all__ = ["AnomalyMixin", "anomaly_threshold", "is_anomalous"]
+
+
+def anomaly_threshold(log_density: Any, quantile: float) -> float:
+    """The threshold on ``−log p`` that flags about ``quantile`` of the rows whose log densities are given
+    (see the module docstring)."""
+    scores = -np.asarray(log_density, dtype=np.float64)
+    scores = np.where(np.isfinite(scores), scores, np.inf)  # f = 0 (or p ≤ 0): the most anomalous
+    if scores.size == 0:
+        raise ValueError("no rows to learn an anomaly threshold from")
+    return float(np.quantile(scores, 1.0 - float(quantile), method="higher"))
+
+
+def is_anomalous(log_density: Any, threshold: float) -> Any:
+    """Whether each row's anomaly score ``−log p`` is above ``threshold``, a NaN log density counting as
+    anomalous as in :func:`anomaly_threshold` (NumPy or lazy dask input)."""
+    return ~(-log_density <= threshold)
 
 
 class AnomalyMixin:
@@ -21,9 +40,8 @@ class AnomalyMixin:
     threshold_quantile: float
 
     def _set_threshold(self, rows: np.ndarray) -> None:
-        scores = -self._raw_log_density(np.asarray(rows, dtype=np.float64))
-        scores = np.where(np.isfinite(scores), scores, np.inf)  # f = 0 (or p ≤ 0): the most anomalous
-        self.anomaly_threshold_ = float(np.quantile(scores, 1.0 - float(self.threshold_quantile), method="higher"))
+        values = self._raw_log_density(np.asarray(rows, dtype=np.float64))
+        self.anomaly_threshold_ = anomaly_threshold(values, self.threshold_quantile)
 
     def anomaly_score(self, X: Any) -> Any:
         """−log p(x): larger is more anomalous (+inf where the density estimate is 0)."""
@@ -33,4 +51,4 @@ class AnomalyMixin:
         """``anomaly_score(X) > anomaly_threshold_`` (the training ``threshold_quantile`` is flagged)."""
         if not hasattr(self, "anomaly_threshold_"):
             raise AttributeError("no anomaly threshold: fit the model (the threshold is learned at fit time)")
-        return self.anomaly_score(X) > self.anomaly_threshold_
+        return is_anomalous(self.log_density(X), self.anomaly_threshold_)

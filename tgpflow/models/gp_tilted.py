@@ -33,29 +33,23 @@ from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning, fit_
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution, write_model
 from tgpflow.models.streaming import StreamingMixin, check_stats_kept, is_grid, is_positive
 from tgpflow.models.tgp_fitted import BoundedFitted, TGPFitted
-from tgpflow.solve.base_learning import learn_base
-from tgpflow.solve.map import base_draws, solve_map
-from tgpflow.solve.ncfd import ncfd_system, solve_ncfd
+from tgpflow.models.tgp_method import GridContext, Hyper, TGPMethod
+from tgpflow.models.tgp_methods import get_method, method_names
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
-from tgpflow.solve.select import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS, DEFAULT_LAM_GRID, DEFAULT_LOGLIK_LAM_GRID,
-                                  MIN_SELECT_ESS_FRACTION, GridScorer, TooFewRowsError, choose, healthy, heldout_loss,
-                                  pilot_bandwidth, score_fvpd, score_tilts)
-from tgpflow.solve.tgp import (Base, base_from_moments, fd_system, feature_moments_under_base, fvpd_predictive,
-                               solve_fd, solve_fvpd)
+from tgpflow.solve.select import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS, DEFAULT_LAM_GRID,
+                                  DEFAULT_LOGLIK_LAM_GRID, MIN_SELECT_ESS_FRACTION, TooFewRowsError, choose, healthy,
+                                  pilot_bandwidth)
+from tgpflow.solve.tgp import base_from_moments
 from tgpflow.stats.moments import Moments
-from tgpflow.stats.ncfd import NCFDStats, ncfd_chunk_stats
+from tgpflow.stats.ncfd import NCFDStats
 from tgpflow.stats.reduce import accumulate as run_pass
 from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.split import SPLIT_SALT, HeldOut, StatsBundle, fold_index, split_chunk_stats
 from tgpflow.stats.support import SupportBox
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, PRECISIONS, TGPStats, tgp_chunk_stats
+from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, PRECISIONS, TGPStats
 
-__all__ = ["GPTiltedDensity", "METHODS"]
+__all__ = ["GPTiltedDensity"]
 
-#: Inference methods: FD (Alg 2), NCFD (Alg 3), FVPD (Alg 4), MAP (Alg 1) and the KDE-RFF baseline.
-METHODS = ("fd", "ncfd", "fvpd", "map", "kde_rff")
-#: Base draws of MAP's λ path in the held-out selection (see _score_grid).
-MAP_SELECTION_DRAWS = 25_000
 #: Held-out selection criteria (see ``criterion``).
 CRITERIA = ("loglik", "sliced", "hyvarinen")
 #: λ when ``lam="auto"`` has no validation rows to select on (a few rows): a smooth fit.
@@ -74,7 +68,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
 
     Parameters
     ----------
-    method : {"fd", "ncfd", "fvpd", "map", "kde_rff"}
+    method : {"fd", "ncfd", "fvpd", "map", "kde_rff"} or a registered method's name — each is a
+        :class:`~tgpflow.models.tgp_method.TGPMethod` in :mod:`tgpflow.models.tgp_methods`.
     n_features : int, S — number of random Fourier features (paper default 1000).
     lam : float or "auto" — ridge λ on θ, with the objective a SUM over rows. "auto" (the
         default) selects λ from ``lam_grid`` on held-out rows (no extra pass, see below). A fixed
@@ -173,8 +168,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
 
     # -- parameter checks -------------------------------------------------------------
     def _check_params(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}; got {self.method!r}")
+        method = get_method(self.method)
         if not isinstance(self.n_features, numbers.Integral) or self.n_features < 1:
             raise ValueError(f"n_features must be a positive integer; got {self.n_features!r}")
         if not (self.lam == "auto" or is_positive(self.lam)):
@@ -200,10 +194,12 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise ValueError(f"eta must be 'auto', a positive number or a list of them; got {self.eta!r}")
         if self.base not in ("empirical", "learn"):
             raise ValueError(f"base must be 'empirical' or 'learn'; got {self.base!r}")
-        if self.base == "learn" and self.method not in ("fd", "fvpd"):
-            raise ValueError(f"base='learn' is defined for method 'fd' and 'fvpd' (eqs 12–16); got {self.method!r}")
-        if self.method == "kde_rff" and (is_grid(self.bandwidth) or is_grid(self.eta)):
-            raise ValueError("kde_rff has no λ or η to select; give the bandwidth as a number, 'scott' or 'auto'")
+        if self.base == "learn" and not method.learns_base:
+            learners = [m for m in method_names() if get_method(m).learns_base]
+            raise ValueError(f"base='learn' is defined for method {' and '.join(map(repr, learners))} (eqs 12–16); "
+                             f"got {self.method!r}")
+        if not method.selects and (is_grid(self.bandwidth) or is_grid(self.eta)):
+            raise ValueError(f"{self.method} has no λ or η to select; give the bandwidth as a number, 'scott' or 'auto'")
         if self.criterion not in CRITERIA:
             raise ValueError(f"criterion must be one of {CRITERIA}; got {self.criterion!r}")
         if not isinstance(self.normalizer_draws, numbers.Integral) or self.normalizer_draws < 1000:
@@ -231,9 +227,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise ValueError(f"precision must be one of {PRECISIONS}; got {self.precision!r}")
 
     @property
+    def _method(self) -> TGPMethod:
+        """The method object of ``method`` (:mod:`tgpflow.models.tgp_methods`)."""
+        return get_method(self.method)
+
+    @property
     def _selecting(self) -> bool:
         """Whether a held-out selection is asked for (λ = "auto", or a γ or η grid; KDE-RFF has none)."""
-        return self.method != "kde_rff" and (self.lam == "auto" or is_grid(self.bandwidth) or is_grid(self.eta))
+        return self._method.selects and (self.lam == "auto" or is_grid(self.bandwidth) or is_grid(self.eta))
 
     def _seeds(self) -> tuple[np.random.SeedSequence, ...]:
         # pilot, features, MAP draws, normaliser draws, held-out projection directions
@@ -277,7 +278,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         if isinstance(self.random_state, numbers.Integral):
             features = RandomFourierFeatures(features.Z, features.c, features.gamma, features.shift,
                                              seed=int(self.random_state))
-        if self.bandwidth == "auto" and self.method != "kde_rff":  # the KDE baseline keeps Scott's rule
+        if self.bandwidth == "auto" and self._method.selects:  # the KDE baseline keeps Scott's rule
             features = features.with_bandwidth(self._auto_bandwidth(features, source))
         return features
 
@@ -337,17 +338,16 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             smax = float(self.sigma_max)
         return noise_levels(smax, int(self.noise_levels))
 
-    def _chunk_fn(self) -> tuple[Any, tuple[Any, ...]]:
-        """The per-chunk statistics function and its trailing arguments (after the features)."""
-        if self.method == "ncfd":
-            return ncfd_chunk_stats, (self.noise_levels_, int(self.block_bytes), self.precision)
-        return tgp_chunk_stats, (int(self.block_bytes), self.precision)
+    def _chunk_fn(self, validation: bool = False) -> Any:
+        """The method's per-chunk statistics function and its trailing arguments (after the features);
+        ``validation``: for held-out rows, None where they need no more sums than the others."""
+        return self._method.chunk_stats(block_bytes=int(self.block_bytes), precision=self.precision,
+                                        noise_levels=getattr(self, "noise_levels_", None), validation=validation)
 
     def _val_args(self) -> tuple[Any, ...] | None:
         """Arguments of the chunk function for held-out rows, where they need more sums (FVPD's Σφφᵀ)."""
-        if self.method == "fvpd":
-            return (int(self.block_bytes), self.precision, True)
-        return None
+        spec = self._chunk_fn(validation=True)
+        return None if spec is None else spec[1]
 
     def prepare(self, X: Any, *, columns: list[str] | None = None) -> GPTiltedDensity:
         """Draw the features (and a selection's held-out grid) from a pilot sample of ``X``, without a pass.
@@ -368,7 +368,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             self.support_ = SupportBox.from_rows(self._to_data(self._pilot_rows))
         self._pilot_rows = None
         self.n_features_in_ = source.n_columns
-        if self.method == "ncfd":
+        if self._method.noise_conditional:
             self.noise_levels_ = self._levels(cov, self.features_)
         return self
 
@@ -411,7 +411,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         cov = None
         if features is None and fitted:
             features = self.features_
-        elif features is None or (self.method == "ncfd" and self.sigma_max == "paper" and not fitted):
+        elif features is None or (self._method.noise_conditional and self.sigma_max == "paper" and not fitted):
             n_total, mean, cov, self.pilot_ = self._pilot_moments(source)
             if features is None:
                 features = self._draw_features(n_total, mean, cov, source)
@@ -419,7 +419,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise ValueError(f"the features were drawn for d={features.n_dims} but the data have {source.n_columns} columns")
         if is_grid(self.bandwidth) and not fitted and features.gamma not in [float(g) for g in self.bandwidth]:
             raise ValueError("a bandwidth grid cannot be combined with given features of another γ")
-        if self.method == "ncfd" and not (fitted and hasattr(self, "noise_levels_")):
+        if self._method.noise_conditional and not (fitted and hasattr(self, "noise_levels_")):
             self.noise_levels_ = self._levels(cov, features)
         self.features_ = features
         fn, args = self._chunk_fn()
@@ -566,12 +566,12 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                              "pass features=… (or call accumulate first)")
         if isinstance(stats, StatsBundle):
             stats, features = self._select(stats, features)
-        expected = NCFDStats if self.method == "ncfd" else TGPStats
+        expected = self._method.stats_type
         if not isinstance(stats, expected):
             raise TypeError(f"method {self.method!r} needs {expected.__name__}, got {type(stats).__name__}"
                             + ("; use stats.fd for the σ = 0 part of an NCFD pass" if isinstance(stats, NCFDStats) else ""))
         stats.check_features(features)
-        if self.method == "ncfd":
+        if self._method.noise_conditional:
             if not hasattr(self, "noise_levels_"):
                 self.noise_levels_ = stats.sigmas.copy()
             stats.check_features(features, self.noise_levels_)
@@ -608,7 +608,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return [1.0 / gamma**2 if self.eta == "auto" else float(self.eta)]
 
     def _chosen_lam_eta(self, features: RandomFourierFeatures) -> tuple[float, float | None]:
-        if self.method == "kde_rff":
+        if not self._method.selects:
             return math.nan, None
         chosen = getattr(self, "selection_", {}).get("chosen", {})
         if self.lam == "auto":
@@ -618,7 +618,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         else:
             lam = float(self.lam)
         eta = None
-        if self.method == "fvpd":
+        if self._method.uses_eta:
             eta = float(chosen["eta"]) if is_grid(self.eta) and "eta" in chosen else self._eta_values(features.gamma)[0]
         return lam, eta
 
@@ -650,8 +650,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                  f"mass outside the training rows' support box exceeds the diagnostics' limit, skipped")
         criterion = {"loglik": "held-out log-likelihood (log Z by importance sampling from the base" + guard + ")",
                      "sliced": "held-out sliced KS (median over the projection grid's directions" + guard + ")",
-                     "hyvarinen": ("posterior-expected held-out Hyvärinen loss" if self.method == "fvpd"
-                                   else "held-out Hyvärinen loss (data level)")}[self.criterion]
+                     "hyvarinen": self._method.hyvarinen_criterion}[self.criterion]
         self.selection_ = {
             "criterion": criterion,
             "validation_fraction": float(self.validation_fraction),
@@ -679,7 +678,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                       f"nothing to select on; fell back to lam={FALLBACK_LAM:g} and γ={g:.4g} (give lam and "
                       f"bandwidth, or more rows)", DiagnosticWarning, stacklevel=4)
         chosen = {"bandwidth": g, "lam": FALLBACK_LAM}
-        if self.method == "fvpd":
+        if self._method.uses_eta:
             chosen["eta"] = self._eta_values(g)[0]
         self.selection_ = {"criterion": "none: no validation rows", "curve": [], "chosen": chosen,
                            "n_train": n, "n_validation": 0}
@@ -689,91 +688,35 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         """Base draws of the held-out normalisers: a quarter of ``normalizer_draws``, the same for every candidate."""
         return max(int(self.normalizer_draws) // 4, 1000), self._seeds()[3]
 
-    def _score_grid(self, train: Any, heldout: Any, feats: RandomFourierFeatures, base: Base) -> list[dict[str, float]]:
-        """Every λ (and η) at one γ, scored on the held-out part: the Hyvärinen loss (``loss``), the
-        normalised log-likelihood (``loglik``) with its normaliser's ESS, and the sliced KS between
-        the held-out rows and the model (``sliced_ks``), whatever the criterion (all are cheap)."""
-        lams, g2 = self._lam_values(), feats.gamma**2
+    def _score_grid(self, train: Any, heldout: Any, feats: RandomFourierFeatures, base: Any) -> list[dict[str, float]]:
+        """Every λ (and η) at one γ, scored on the held-out part by the method (:meth:`TGPMethod.score_grid`):
+        the Hyvärinen loss (``loss``), the normalised log-likelihood (``loglik``) with its normaliser's ESS,
+        and the sliced KS between the held-out rows and the model (``sliced_ks``), whatever the criterion
+        (all are cheap)."""
         val = heldout.stats if isinstance(heldout, HeldOut) else heldout
-        val_fd = val.fd if isinstance(val, NCFDStats) else val
         n_draws, seed = self._selection_draws()
         extra = dict(n_draws=n_draws, random_state=seed, grid=getattr(self, "heldout_grid_", None),
                      projections=heldout.projections if isinstance(heldout, HeldOut) else None,
                      box=getattr(self, "support_", None), data_units=self._to_data)
-
-        def with_scores(rows: list[dict[str, float]], thetas: np.ndarray) -> list[dict[str, float]]:
-            scores = score_tilts(val_fd, feats, base, np.asarray(thetas), **extra)
-            return [dict(row, **sc) for row, sc in zip(rows, scores, strict=True)]
-
-        if self.method == "map":
-            # the λ path on at most MAP_SELECTION_DRAWS of the fixed base draws: each Newton
-            # step costs O(S₂S²), and 22 warm-started solves on all 100 000 draws took ~20 min on one
-            # core. Fewer draws only rank λ (small λ overfits the draws sooner, so the choice errs to
-            # the smooth side); the final solve at the chosen λ uses all map_draws.
-            n_map = min(int(self.map_draws), MAP_SELECTION_DRAWS)
-            points = base_draws(base, n_map, self._seeds()[2])
-            rows, thetas, theta = [], [], None
-            for lam in sorted(lams, reverse=True):  # a warm-started path from the smoothest fit
-                theta, _, _ = solve_map(train.psi, train.n, feats, points, lam, max_iter=int(self.map_max_iter),
-                                        theta0=theta, block_bytes=int(self.block_bytes))
-                thetas.append(theta)
-                rows.append({"bandwidth": feats.gamma, "lam": lam, "loss": heldout_loss(val, feats, base, theta)})
-            return with_scores(rows, thetas)
-        if self.method == "ncfd":
-            A0, b = ncfd_system(train, feats, base, 0.0)
-            scorer = GridScorer(A0, b, val_fd, feats, base)
-            rows = [{"bandwidth": feats.gamma, "lam": lam, "loss": scorer.loss(lam * train.n_levels)} for lam in lams]
-            return with_scores(rows, [scorer.theta(lam * train.n_levels) for lam in lams])
-        A0, b = fd_system(train, feats, base, 0.0)
-        scorer = GridScorer(A0, b, val, feats, base)
-        if self.method == "fd":
-            rows = [{"bandwidth": feats.gamma, "lam": lam, "loss": scorer.loss(lam * g2)} for lam in lams]
-            return with_scores(rows, [scorer.theta(lam * g2) for lam in lams])
-        out: list[dict[str, float]] = []
-        for eta in self._eta_values(feats.gamma):
-            scores = score_fvpd(val, feats, base, A0, b, eta, lams, **extra)
-            out.extend(dict({"bandwidth": feats.gamma, "lam": lam, "eta": eta,
-                             "loss": scorer.expected_loss(lam * g2 * eta, eta)}, **sc)
-                       for lam, sc in zip(lams, scores, strict=True))
-        return out
+        ctx = GridContext(self._lam_values(), self._eta_values, extra, self.get_params(), self._seeds()[2])
+        return self._method.score_grid(train, val, feats, base, ctx)
 
     # -- solutions ----------------------------------------------------------------------
-    def _set_solution(self, stats: Any, features: RandomFourierFeatures, base: Base, lam: float,
+    def _set_solution(self, stats: Any, features: RandomFourierFeatures, base: Any, lam: float,
                       eta: float | None) -> None:
         self.stats_ = stats
         self.n_samples_seen_ = int(stats.n)
         self.lam_ = lam
-        bb = int(self.block_bytes)
-        if self.method == "fd":
-            if self.base == "learn":
-                theta, base, self.solver_info_ = learn_base(stats, features, base, lam)
-                self.objective_ = float(self.solver_info_["history"][-1])
-            else:
-                theta, self.objective_, self.solver_info_ = solve_fd(stats, features, base, lam)
-            fitted = TGPFitted(features, base, theta=theta, block_bytes=bb)
-        elif self.method == "ncfd":
-            theta, self.objective_, self.solver_info_ = solve_ncfd(stats, features, base, lam)
-            fitted = TGPFitted(features, base, theta=theta, block_bytes=bb)
-        elif self.method == "map":
-            points = base_draws(base, int(self.map_draws), self._seeds()[2])
-            theta, self.objective_, self.solver_info_ = solve_map(
-                stats.psi, stats.n, features, points, lam, max_iter=int(self.map_max_iter), block_bytes=bb)
-            fitted = TGPFitted(features, base, theta=theta, block_bytes=bb)
-        elif self.method == "kde_rff":
-            self.solver_info_ = {"method": "none"}
-            fitted = TGPFitted(features, base, kde_weights=stats.psi / stats.n, block_bytes=bb)
-        else:
-            self.eta_ = eta
-            info: dict[str, Any] = {}
-            if self.base == "learn":  # μ̂ = θ_FD at λη: learn the base on that objective
-                _, base, info = learn_base(stats, features, base, lam * eta)
-            sol = solve_fvpd(stats, features, base, lam, eta)
-            self.posterior_mean_ = sol.posterior_mean
-            self.posterior_precision_ = sol.posterior_precision
-            self.predictive_m_ = sol.m
-            self.solver_info_ = dict(info, **sol.info)
-            fitted = TGPFitted(features, base, M_chol=sol.M_chol, v=sol.v, block_bytes=bb)
-        self._set_fitted(fitted)
+        sol = self._method.solve(stats, Hyper(features, base, lam, eta, self.get_params(), self._seeds()[2]))
+        self.solver_info_ = sol.info
+        if sol.objective is not None:
+            self.objective_ = sol.objective
+        if self._method.uses_eta:
+            self.eta_ = sol.eta
+        for name, value in sol.extra.items():
+            setattr(self, name, value)
+        self._diag_theta = sol.theta if sol.theta is not None else sol.fitted.theta
+        self._set_fitted(sol.fitted)
 
     def _set_fitted(self, fitted: TGPFitted) -> None:
         """The estimator's attributes of a solved model, read off its Fitted value (a solve and a load share this)."""
@@ -790,27 +733,19 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     # -- diagnostics ------------------------------------------------------------------------
     def _diagnose(self, warn: bool = True) -> None:
         """``normalizer_`` and ``fit_diagnostics_`` of the solved model (:mod:`tgpflow.models.diagnostics`)."""
-        if self.method == "kde_rff":  # the RFF kernel sum does not decay: no normaliser on ℝ^d
+        method = self._method
+        if not method.integrable:  # e.g. the RFF kernel sum does not decay: no normaliser on ℝ^d
             self.normalizer_ = None
-            self.fit_diagnostics_ = {"warnings": [], "note": "KDE-RFF is not integrable on R^d: no normaliser"}
+            self.fit_diagnostics_ = {"warnings": [], "note": f"{method.name.upper()} is not integrable on R^d: "
+                                                              f"no normaliser"}
             return
         box = getattr(self, "support_", None)
         with phase("diagnose", draws=int(self.normalizer_draws)) as info:
             est = self.log_normalizer()
             info.update(ess_fraction=round(est.ess_fraction, 4), mass_outside=est.mass_outside)
-        theta = self.posterior_mean_ if self.method == "fvpd" else self.theta_
-        extra: dict[str, Any] = {"theta_norm": float(np.linalg.norm(theta)), "lam": self.lam_, "warnings": []}
-        if self.method == "map":
-            n_fixed = int(self.solver_info_["n_draws"])
-            extra.update(map_converged=bool(self.solver_info_["converged"]),
-                         map_ess_fraction=float(self.solver_info_["ess"]) / n_fixed)
-            if not self.solver_info_["converged"]:
-                extra["warnings"].append(f"MAP did not converge in {self.map_max_iter} Newton iterations (decrement "
-                                         f"{self.solver_info_['decrement']:.3g}); raise map_max_iter or lam")
-            if extra["map_ess_fraction"] < 0.01:
-                extra["warnings"].append(
-                    f"MAP's expectation rests on {self.solver_info_['ess']:.0f} of its {n_fixed} fixed base draws: "
-                    f"the fit overfits those draws; raise map_draws or lam")
+        extra: dict[str, Any] = {"theta_norm": float(np.linalg.norm(self._diag_theta)), "lam": self.lam_}
+        more, warns = method.diagnostics(self.solver_info_, self.get_params())
+        extra.update(more, warnings=warns)
         fix = ("extend lam_grid to larger values, or declare bounded columns (bounds=)" if self.lam == "auto"
                else f"raise lam (now {self.lam_:g}) or use lam='auto' (held-out log-likelihood)")
         self.normalizer_ = est
@@ -851,7 +786,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         check_is_fitted(self, "_fitted")
         if sigma is None or sigma == 0:
             return self._fitted
-        if self.method != "ncfd":
+        if not self._method.noise_conditional:
             raise ValueError(f"sigma is defined for the noise-conditional model (method='ncfd'), not {self.method!r}")
         if not (isinstance(sigma, numbers.Real) and math.isfinite(sigma) and sigma > 0):
             raise ValueError(f"sigma must be a number >= 0; got {sigma!r}")
@@ -875,7 +810,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         if sigma not in (None, 0):
             return values - self.log_normalizer(sigma=sigma).log_z
         if getattr(self, "normalizer_", None) is None:
-            raise ValueError(f"method {self.method!r} has no normaliser (the KDE-RFF estimate is not integrable)")
+            raise ValueError(f"method {self.method!r} has no normaliser (its estimate, e.g. KDE-RFF's, is not "
+                             f"integrable)")
         return values - self.normalizer_.log_z
 
     def score_samples(self, X: Any) -> Any:
@@ -929,8 +865,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     #: A model file keeps the Fitted value's arrays under the estimator's attribute names (model_file).
     _FILE_NAMES = {"theta": "theta_", "M_chol": "predictive_chol_", "v": "predictive_v_", "kde_weights": "kde_weights_",
                    "base.mean": "mean_", "base.cov": "covariance_", "base.precision": "precision_"}
-    #: The solution attributes beyond the Fitted value, stored beside it.
-    _EXTRA = {"fvpd": ("posterior_mean_", "posterior_precision_", "predictive_m_"), "ncfd": ("noise_levels_",)}
+    #: The solution attributes beyond the Fitted value, stored beside it: the method's ``extra_arrays``.
     _STATS_KINDS = {"TGPStats": TGPStats, "NCFDStats": NCFDStats}
 
     def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True) -> Path:
@@ -957,7 +892,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             "n_rows_dropped": int(getattr(self, "n_rows_dropped_", 0)),
             "objective": getattr(self, "objective_", None),
             "eta": getattr(self, "eta_", None),
-            "lam": None if self.method == "kde_rff" else self.lam_,
+            "lam": self.lam_ if self._method.selects else None,
             "anomaly_threshold": getattr(self, "anomaly_threshold_", None),
             "selection": getattr(self, "selection_", None),
             "solver_info": self.solver_info_,
@@ -968,7 +903,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                                                                             "bounds": self.bounds_.to_dict()},
             "pilot": getattr(self, "pilot_", {}),
         }
-        extra = {name: getattr(self, name) for name in self._EXTRA.get(self.method, ())}
+        extra = {name: getattr(self, name) for name in self._method.extra_arrays}
         return write_model(path, type(self).__name__, self._fitted, self._FILE_NAMES, extra=extra,
                            stats=self.stats_ if stats else None, meta=meta, overwrite=overwrite)
 
@@ -978,10 +913,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         """The model of a verified artifact, read from its stored solution (no solve; ``verify``: re-solve
         the stored statistics and compare)."""
         est = cls(**meta["params"])
-        stats = stored_stats(arrays, meta, cls._STATS_KINDS)
-        solution = fitted_arrays(arrays, cls._FILE_NAMES)
-        if est.method == "kde_rff" and "kde_weights" not in solution and stats is not None:
-            solution["kde_weights"] = stats.psi / stats.n  # layout 1 kept ψ/N in the statistics only
+        method = est._method
+        stats = stored_stats(arrays, meta, {**cls._STATS_KINDS, method.stats_type.__name__: method.stats_type})
+        solution = method.legacy_solution(fitted_arrays(arrays, cls._FILE_NAMES), stats)
         est._set_fitted(read_fitted(TGPFitted, solution, meta, path, {"block_bytes": int(est.block_bytes),
                                                                       "feature_seed": meta.get("feature_seed")}))
         est._restore_meta(meta)
@@ -991,9 +925,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         est.solver_info_ = meta.get("solver_info") or {}
         if meta.get("objective") is not None:
             est.objective_ = float(meta["objective"])
-        if est.method == "fvpd":
+        if method.uses_eta:
             est.eta_ = meta.get("eta")
-        for name in cls._EXTRA.get(est.method, ()):
+        for name in method.extra_arrays:
             setattr(est, name, np.asarray(arrays[f"fitted.{name}"], dtype=np.float64))
         if verify:
             est._verify(path, arrays, legacy=meta.get("layout") is None)
@@ -1023,5 +957,5 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             ref._solve(self.stats_, self.features_)
             return ref._fitted
 
-        verify_solution(self, path, arrays, self._FILE_NAMES, solve, extra=self._EXTRA.get(self.method, ()),
+        verify_solution(self, path, arrays, self._FILE_NAMES, solve, extra=self._method.extra_arrays,
                         legacy=legacy)

@@ -16,12 +16,10 @@ import numpy as np
 
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.fitted import Fitted, prefixed
+from tgpflow.models.registry import RSR_METHODS
 from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
 
 __all__ = ["RSRFitted", "RSR_METHODS"]
-
-#: The root-Sobolev density and its KDE-SDO baseline.
-RSR_METHODS = ("rsr", "kde_sdo")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

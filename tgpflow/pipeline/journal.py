@@ -31,6 +31,7 @@ import numpy as np
 from tgpflow.errors import TgpflowError
 from tgpflow.io.atomic import atomic_path, remove_temporaries
 from tgpflow.io.outputs import output_kind
+from tgpflow.models.anomaly import is_anomalous
 from tgpflow.pipeline.partitions import log_jacobian, partition_source, union_source
 from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import StatsStore
@@ -118,7 +119,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) -
         src = partition_source(spec, f, manifest["columns"], pre)
         density = dask.delayed(est.fitted().log_density, pure=True)
         logp = np.concatenate(compute(*[density(b) for b in src.blocks()])) + log_jacobian(pre)
-        table = pa.table({"log_density": logp, "anomaly": logp < info["anomaly_threshold"]})
+        table = pa.table({"log_density": logp, "anomaly": _flags(logp, info)})
         table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": parts[f]["fingerprint"],
                                                "tgpflow.model_version": step["version"], "tgpflow.source": f})
         target = _score_target(directory, f)
@@ -126,6 +127,16 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) -
             pq.write_table(table, tmp)
         written.append(str(target))
     return written
+
+
+def _flags(logp: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+    """The anomaly flags of rows by the version's threshold (:func:`~tgpflow.models.anomaly.is_anomalous`).
+    A run info written before the threshold was the estimators' (no ``threshold_of``) holds a log-density
+    quantile that flagged ``log p < t``, i.e. ``−log p > −t``."""
+    threshold = info["anomaly_threshold"]
+    if info.get("threshold_of") != "anomaly_score":
+        threshold = -threshold
+    return is_anomalous(logp, threshold)
 
 
 def _scored(target: Path, fingerprint: str) -> bool:

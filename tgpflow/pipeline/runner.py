@@ -13,9 +13,10 @@ A run (under the store's lock):
 5. solves each model from its total and writes a new, unpublished, model version;
 6. swaps the store's manifest: the commit point, and the journal of the steps that follow
    (:mod:`tgpflow.pipeline.journal`) — publish each version (its run info, then ``CURRENT``),
-   score the new partitions (per-row log density of the raw rows and an anomaly flag below the
-   ``threshold_quantile`` of the training log density; one Parquet file per partition, each
-   written atomically) and write the reports.
+   score the new partitions (per-row log density of the raw rows and an anomaly flag, by the
+   estimators' own rule, :func:`~tgpflow.models.anomaly.anomaly_threshold` at ``threshold_quantile``
+   of the raw training rows' log density; one Parquet file per partition, each written
+   atomically) and write the reports.
 
 Before it looks for new partitions a run removes what a killed run left uncommitted and
 finishes the steps the last committed run left undone, each output once (a run killed while
@@ -41,6 +42,7 @@ from tgpflow.io.parquet import list_parquet_files
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import Source, as_source
 from tgpflow.logs import phase
+from tgpflow.models.anomaly import anomaly_threshold
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import log_jacobian, partition_source, preprocessor, union_source
 from tgpflow.pipeline.spec import PipelineSpec
@@ -60,9 +62,7 @@ class RunResult(dict):
 
 
 def _estimator(model_spec: Any) -> Any:
-    import tgpflow
-
-    est = getattr(tgpflow, model_spec.estimator)()
+    est = model_spec.estimator_class()()
     est.set_params(**model_spec.params)
     return est
 
@@ -224,7 +224,8 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         est.fit_from_stats(total)
         threshold = _threshold(spec, est, threshold_rows, columns, pre)
         run_info = {"run": run, "date": date, "rows": float(total.n), "partitions": sorted(partitions),
-                    "preprocess": pre, "columns": columns, "anomaly_threshold": threshold, "policy": policy,
+                    "preprocess": pre, "columns": columns, "anomaly_threshold": threshold,
+                    "threshold_of": "anomaly_score", "policy": policy,
                     "threshold_quantile": spec.outputs.scores.threshold_quantile if spec.outputs.scores else None}
         models[name]["version"] = versions[name] = ModelVersions(Path(spec.outputs.models) / name).write(est)
         models[name]["info"] = run_info  # published after the commit (the journal)
@@ -253,14 +254,12 @@ def _owed_message(owed: dict[str, list[str]]) -> str:
 
 def _check_scoring_model(spec: PipelineSpec) -> None:
     """Refuse, before any work, a scores model that has no log density (a ScoreEstimator)."""
-    import tgpflow
-
     if spec.outputs.scores is None:
         return
     name = spec.outputs.scores.model or spec.models[0].name
-    estimator = next(m.estimator for m in spec.models if m.name == name)
-    if not hasattr(getattr(tgpflow, estimator), "log_density"):
-        raise TgpflowError(f"model {name!r} is a {estimator}: it has no log density to score with; name a density "
+    model = next(m for m in spec.models if m.name == name)
+    if not hasattr(model.estimator_class(), "log_density"):
+        raise TgpflowError(f"model {name!r} is a {model.estimator}: it has no log density to score with; name a density "
                            f"in outputs.scores.model")
 
 
@@ -272,9 +271,10 @@ def _raw_log_density(est: Any, x: np.ndarray, pre: dict[str, Any] | None) -> np.
 
 def _threshold(spec: PipelineSpec, est: Any, rows: np.ndarray | None, columns: list[str],
                pre: dict[str, Any] | None) -> float | None:
+    """The anomaly threshold (on −log p of raw rows) learned on the run's pilot rows, as an estimator learns it."""
     if rows is None or not hasattr(est, "log_density"):
         return None
     import pandas as pd
 
     values = _raw_log_density(est, pd.DataFrame(rows, columns=columns), pre)
-    return float(np.quantile(values[np.isfinite(values)], spec.outputs.scores.threshold_quantile))
+    return anomaly_threshold(values, spec.outputs.scores.threshold_quantile)

@@ -32,11 +32,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tgpflow.errors import validation_message
+from tgpflow.models.registry import model_kinds, pipeline_estimators
 
-__all__ = ["PipelineSpec", "load_spec", "SpecError", "ESTIMATORS"]
-
-#: The estimators a spec may name (the public classes of tgpflow).
-ESTIMATORS = ("GPTiltedDensity", "NystromKEF", "ScoreEstimator")
+__all__ = ["PipelineSpec", "load_spec", "SpecError"]
 
 
 class SpecError(ValueError):
@@ -64,20 +62,30 @@ class PreprocessSpec(_Strict):
 
 class ModelSpec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    estimator: Literal["GPTiltedDensity", "NystromKEF", "ScoreEstimator"] = "GPTiltedDensity"
+    estimator: str = Field(default="GPTiltedDensity",
+                           description="A model kind of tgpflow.models.registry that pipelines accept.")
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("estimator")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in pipeline_estimators():
+            raise ValueError(f"estimator must be one of {list(pipeline_estimators())}; got {name!r}")
+        return name
 
     @model_validator(mode="after")
     def _params_are_the_estimators(self) -> ModelSpec:
-        import tgpflow
-
-        est = getattr(tgpflow, self.estimator)()
+        est = self.estimator_class()()
         try:
             est.set_params(**self.params)
             est._check_params()
         except (ValueError, TypeError) as exc:
             raise ValueError(f"params: {exc}") from None
         return self
+
+    def estimator_class(self) -> type:
+        """The estimator class this model names."""
+        return model_kinds()[self.estimator].estimator_class()
 
 
 class ScoresSpec(_Strict):

@@ -35,14 +35,11 @@ from tgpflow.errors import ModelFileError, TgpflowError
 from tgpflow.io.artifact import read_artifact, read_json_object, write_artifact
 from tgpflow.io.atomic import atomic_write_text, discard, remove_temporaries
 from tgpflow.io.outputs import output_kind
-from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
-from tgpflow.stats.ncfd import NCFDStats
+from tgpflow.models.registry import stats_classes
 from tgpflow.stats.split import StatsBundle
-from tgpflow.stats.tgp import TGPStats
 
-__all__ = ["StatsStore", "StoreBusyError", "STATS_KINDS", "load_stats", "partition_fingerprint", "MANIFEST_SCHEMA"]
+__all__ = ["StatsStore", "StoreBusyError", "load_stats", "partition_fingerprint", "MANIFEST_SCHEMA"]
 
-STATS_KINDS = {c.__name__: c for c in (TGPStats, NCFDStats, KEFStats, DiagStats, LiteStats)}
 MANIFEST_SCHEMA = 1
 
 
@@ -52,10 +49,11 @@ class StoreBusyError(TgpflowError, RuntimeError):
 
 def load_stats(path: str | Path) -> Any:
     """Any statistics artifact, or a bundle of them (kind from its metadata; checksums verified)."""
-    kind, arrays, meta = read_artifact(path, expected_kinds=(*STATS_KINDS, "StatsBundle"))
+    kinds = stats_classes()  # of every model kind in tgpflow.models.registry
+    kind, arrays, meta = read_artifact(path, expected_kinds=(*kinds, "StatsBundle"))
     if kind == "StatsBundle":
-        return StatsBundle.from_arrays(meta, arrays, STATS_KINDS)
-    return STATS_KINDS[kind].from_arrays(meta["fingerprint"], arrays)
+        return StatsBundle.from_arrays(meta, arrays, kinds)
+    return kinds[kind].from_arrays(meta["fingerprint"], arrays)
 
 
 def partition_fingerprint(fs: Any, path: str, mode: str = "metadata") -> str:

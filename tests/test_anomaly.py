@@ -1,0 +1,56 @@
+"""One anomaly threshold (issue 16): the estimators, ``tgpflow score`` and a pipeline's scores learn it and
+flag rows by the same definition (tgpflow.models.anomaly)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+import tgpflow
+from tests.conftest import write_parquet
+from tgpflow.models.anomaly import anomaly_threshold, is_anomalous
+from tgpflow.pipeline.runner import run_pipeline
+from tgpflow.pipeline.spec import load_spec
+from tgpflow.pipeline.versions import ModelVersions
+
+
+def test_the_threshold_flags_the_quantile_and_non_finite_densities_first():
+    logp = np.array([-1.0, -2.0, -3.0, -4.0, -np.inf, np.nan, -5.0, -6.0, -7.0, -8.0])
+    t = anomaly_threshold(logp, 0.3)
+    # scores −log p: 1…8 and two non-finite rows counted as +inf; the 0.7 quantile ("higher") is 8
+    assert t == 8.0
+    assert is_anomalous(logp, t).tolist() == [False] * 4 + [True, True] + [False] * 4
+    assert anomaly_threshold(logp, 0.2) == np.inf  # as many non-finite rows as the quantile: none is above
+    assert anomaly_threshold(-np.arange(1000.0), 0.05) == 950.0
+    assert is_anomalous(-np.arange(1000.0), 950.0).sum() == 49  # strictly above: about 5 % of the rows
+    with pytest.raises(ValueError, match="no rows"):
+        anomaly_threshold(np.empty(0), 0.1)
+
+
+def test_an_estimator_learns_it_on_its_training_rows(rng):
+    X = rng.normal(size=(2000, 2))
+    est = tgpflow.GPTiltedDensity(method="fd", n_features=32, lam=0.5, bandwidth=1.0, threshold_quantile=0.05,
+                                  pilot_rows=5000).fit(X)  # the pilot holds every row
+    assert est.anomaly_threshold_ == anomaly_threshold(est.log_density(X), 0.05)
+    np.testing.assert_array_equal(est.is_anomaly(X), is_anomalous(est.log_density(X), est.anomaly_threshold_))
+
+
+def test_a_pipeline_learns_and_applies_the_same_threshold(tmp_path, rng):
+    (tmp_path / "data").mkdir()
+    X = rng.normal(size=(1200, 2)) * [1.0, 3.0]
+    write_parquet(tmp_path / "data" / "p0.parquet", X, ["a", "b"])
+    spec = {"name": "t", "source": {"path": str(tmp_path / "data" / "*.parquet")},
+            "models": [{"name": "fd", "estimator": "GPTiltedDensity",
+                        "params": {"method": "fd", "n_features": 32, "lam": 0.5, "bandwidth": 1.0}}],
+            "outputs": {"store": str(tmp_path / "store"), "models": str(tmp_path / "models"),
+                        "scores": {"path": str(tmp_path / "scores"), "threshold_quantile": 0.05}}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    result = run_pipeline(load_spec(tmp_path / "spec.yaml"))
+    info = ModelVersions(tmp_path / "models" / "fd").info()
+    est = tgpflow.load(tmp_path / "models" / "fd")
+    logp = est.log_density(pd.DataFrame(X, columns=["a", "b"]))  # no preprocessing: raw rows; the pilot is all rows
+    assert info["anomaly_threshold"] == anomaly_threshold(logp, 0.05)
+    scores = pd.read_parquet(result["scored"][0])
+    np.testing.assert_array_equal(scores["anomaly"], is_anomalous(scores["log_density"].to_numpy(),
+                                                                  info["anomaly_threshold"]))
+    assert 0.03 < scores["anomaly"].mean() <= 0.05

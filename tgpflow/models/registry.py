@@ -1,0 +1,137 @@
+"""The one list of model kinds and their methods, read by ``tgpflow.load``, pipeline specs, the CLI and the stores.
+
+A :class:`ModelKind` names an estimator class (which is also the kind a saved model's header records),
+the module that defines it, the methods it fits and whether a pipeline spec may name it. The GP-tilted
+methods are not listed here: each is one file in :mod:`tgpflow.models.tgp_methods` (or a method object
+given to :func:`tgpflow.models.tgp_method.register_method`), and :func:`kind_methods` asks that registry.
+
+Reading this module imports no estimator (``tgpflow --help`` lists the methods without scikit-learn);
+:func:`model_classes` imports them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Any
+
+__all__ = ["ModelKind", "register_kind", "model_kinds", "kind_names", "model_classes", "kind_methods",
+           "pipeline_estimators", "cli_models", "stats_classes", "param_applies", "models_using", "RSR_METHODS"]
+
+#: The root-Sobolev density and its KDE-SDO baseline.
+RSR_METHODS = ("rsr", "kde_sdo")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelKind:
+    """One estimator family.
+
+    ``name`` is the class name (and a saved model's kind), ``module`` where it is defined. ``methods``
+    are the values of its ``method`` parameter (None: it has no such parameter; ``"tgp"``: the GP-tilted
+    method registry). ``cli`` maps a ``tgpflow fit --model`` value to the parameters it sets, for
+    kinds without a ``method`` parameter. ``pipelines``: a pipeline spec may name it.
+    """
+
+    name: str
+    module: str
+    methods: tuple[str, ...] | str | None = None
+    cli: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    pipelines: bool = True
+    stats: tuple[str, ...] = ()  # "module:Class" of the statistics its passes make
+
+    def estimator_class(self) -> type:
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def stats_classes(self) -> list[type]:
+        out = [getattr(importlib.import_module(mod), cls) for mod, cls in (s.split(":") for s in self.stats)]
+        if self.methods == "tgp":  # a registered method may bring its own statistics
+            from tgpflow.models.tgp_methods import get_method, method_names
+
+            out += [get_method(m).stats_type for m in method_names()]
+        return out
+
+
+_KINDS: dict[str, ModelKind] = {}
+
+
+def register_kind(kind: ModelKind) -> ModelKind:
+    """Add (or replace) a model kind; returns it."""
+    _KINDS[kind.name] = kind
+    return kind
+
+
+_KEF_STATS = ("tgpflow.stats.kef:KEFStats", "tgpflow.stats.kef:DiagStats", "tgpflow.stats.kef:LiteStats")
+register_kind(ModelKind("GPTiltedDensity", "tgpflow.models.gp_tilted", methods="tgp",
+                        stats=("tgpflow.stats.tgp:TGPStats", "tgpflow.stats.ncfd:NCFDStats")))
+register_kind(ModelKind("NystromKEF", "tgpflow.models.kernel_score", cli=(("nkef", ()),), stats=_KEF_STATS))
+register_kind(ModelKind("ScoreEstimator", "tgpflow.models.kernel_score", cli=(("score", ()),), stats=_KEF_STATS))
+register_kind(ModelKind("RootSobolevDensity", "tgpflow.models.root_sobolev", methods=RSR_METHODS, pipelines=False))
+
+
+def model_kinds() -> dict[str, ModelKind]:
+    """Every registered kind, by name (a copy)."""
+    return dict(_KINDS)
+
+
+def kind_names() -> tuple[str, ...]:
+    """The names of the saved-model kinds (no import)."""
+    return tuple(_KINDS)
+
+
+def model_classes() -> dict[str, type]:
+    """Kind name → estimator class (imports the estimators): what :func:`tgpflow.load` dispatches on."""
+    return {name: kind.estimator_class() for name, kind in _KINDS.items()}
+
+
+def stats_classes() -> dict[str, type]:
+    """Statistics kind name → class, for every kind (imports them): what a statistics store reads."""
+    return {c.__name__: c for kind in _KINDS.values() for c in kind.stats_classes()}
+
+
+def kind_methods(name: str) -> tuple[str, ...]:
+    """The ``method`` values of kind ``name`` (empty for a kind without a ``method`` parameter)."""
+    methods = _KINDS[name].methods
+    if methods == "tgp":
+        from tgpflow.models.tgp_methods import method_names
+
+        return method_names()
+    return tuple(methods or ())
+
+
+def pipeline_estimators() -> tuple[str, ...]:
+    """The estimator names a pipeline spec accepts."""
+    return tuple(name for name, kind in _KINDS.items() if kind.pipelines)
+
+
+def param_applies(kind: str, method: str | None, param: str) -> bool:
+    """Whether estimator parameter ``param`` does anything for kind ``kind`` fitted with ``method`` (imports
+    the estimator): it is one of the class's parameters and, for a GP-tilted method, not a parameter only
+    other methods use (:attr:`~tgpflow.models.tgp_method.TGPMethod.parameters`, ``unused``)."""
+    import inspect
+
+    entry = _KINDS[kind]
+    if param not in inspect.signature(entry.estimator_class()).parameters:
+        return False
+    if entry.methods == "tgp" and method is not None:
+        from tgpflow.models.tgp_methods import get_method, method_names
+
+        own = get_method(method)
+        specific = {p for name in method_names() for p in get_method(name).parameters}
+        return param not in own.unused and (param not in specific or param in own.parameters)
+    return True
+
+
+def models_using(param: str) -> tuple[str, ...]:
+    """The ``tgpflow fit --model`` values whose estimator uses ``param``."""
+    return tuple(value for value, (kind, params) in cli_models().items()
+                 if param_applies(kind, params.get("method"), param))
+
+
+def cli_models() -> dict[str, tuple[str, dict[str, Any]]]:
+    """``tgpflow fit --model`` value → (kind name, the estimator parameters it sets)."""
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name, kind in _KINDS.items():
+        if kind.methods is not None:
+            out.update({m: (name, {"method": m}) for m in kind_methods(name)})
+        out.update({value: (name, dict(params)) for value, params in kind.cli})
+    return out

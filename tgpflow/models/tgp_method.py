@@ -1,0 +1,133 @@
+"""GP-tilted inference methods as values, and their registry (seed 003; MATH.md §2–§5).
+
+A method is a small object: the statistics type its pass accumulates and the chunk function that
+makes them (:meth:`TGPMethod.chunk_stats`), the held-out scores of its (λ, η) grid
+(:meth:`TGPMethod.score_grid`) and ``solve(stats, hyper) -> Solution`` (a
+:class:`~tgpflow.models.tgp_fitted.TGPFitted` value with what the solve reports).
+:class:`~tgpflow.models.gp_tilted.GPTiltedDensity` only reads these: adding a method is one file —
+a module in :mod:`tgpflow.models.tgp_methods` named after the method (found without being imported
+until it is used), or a method object passed to :func:`~tgpflow.models.tgp_methods.register_method`
+from anywhere (the registry lives there, with ``get_method`` and ``method_names``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.models.tgp_fitted import TGPFitted
+from tgpflow.solve.select import score_tilts
+from tgpflow.solve.tgp import Base
+from tgpflow.stats.tgp import TGPStats, tgp_chunk_stats
+
+__all__ = ["TGPMethod", "Hyper", "Solution", "GridContext", "with_tilt_scores"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyper:
+    """What a solve is given besides the statistics: the draw, the base N(μ, Σ), λ and η (chosen or fixed),
+    the estimator's parameters (``params``: ``base``, ``map_draws``, … as set) and the seed of a solve's own
+    draws (MAP's base draws)."""
+
+    features: RandomFourierFeatures
+    base: Base
+    lam: float
+    eta: float | None
+    params: Mapping[str, Any]
+    seed: Any = None
+
+    @property
+    def block_bytes(self) -> int:
+        return int(self.params["block_bytes"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Solution:
+    """A solve's result: the fitted model, its objective and solver report, the vector whose norm the
+    diagnostics report (θ, or FVPD's posterior mean), and arrays kept beside the Fitted value (saved
+    under their attribute names, e.g. FVPD's posterior)."""
+
+    fitted: TGPFitted
+    info: dict[str, Any]
+    objective: float | None = None
+    theta: np.ndarray | None = None
+    extra: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    eta: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class GridContext:
+    """What scoring a (λ, η) grid at one γ needs from the estimator: the λ values, the η values of a γ,
+    the keyword arguments of :func:`~tgpflow.solve.select.score_tilts` (held-out draws, grid, box), and
+    the estimator's parameters and the seed of a solve's own draws."""
+
+    lams: list[float]
+    eta_values: Callable[[float], list[float]]
+    score_kwargs: dict[str, Any]
+    params: Mapping[str, Any]
+    seed: Any = None
+
+
+class TGPMethod:
+    """One GP-tilted method (see the module docstring). Subclasses set ``name`` and implement ``solve``
+    (and ``score_grid`` when λ is selected on held-out rows)."""
+
+    name: ClassVar[str]
+    #: The statistics the pass accumulates.
+    stats_type: ClassVar[type] = TGPStats
+    #: Whether it has λ (and η) to select on held-out rows (KDE-RFF has none).
+    selects: ClassVar[bool] = True
+    #: Whether ``base="learn"`` (eqs 12–16) applies.
+    learns_base: ClassVar[bool] = False
+    #: Whether the model is noise-conditional (a ladder of levels, evaluated at any σ ≥ 0; MATH.md §3).
+    noise_conditional: ClassVar[bool] = False
+    #: Whether it has the FVPD temperature η.
+    uses_eta: ClassVar[bool] = False
+    #: Whether the density is integrable (has a normaliser on R^d).
+    integrable: ClassVar[bool] = True
+    #: The estimator attributes saved beside the Fitted value.
+    extra_arrays: ClassVar[tuple[str, ...]] = ()
+    #: The estimator parameters that only the methods declaring them use (e.g. NCFD's noise_levels).
+    parameters: ClassVar[tuple[str, ...]] = ()
+    #: Parameters every other method uses and this one does not (KDE-RFF has no λ to select).
+    unused: ClassVar[tuple[str, ...]] = ()
+    #: How the "hyvarinen" criterion is described in ``selection_``.
+    hyvarinen_criterion: ClassVar[str] = "held-out Hyvärinen loss (data level)"
+
+    def chunk_stats(self, *, block_bytes: int, precision: str, noise_levels: np.ndarray | None = None,
+                    validation: bool = False) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
+        """The chunk statistics function and its arguments after (rows, features). ``validation``: for
+        held-out rows, None when they need nothing more than the training rows."""
+        if validation:
+            return None
+        return tgp_chunk_stats, (int(block_bytes), precision)
+
+    def solve(self, stats: Any, hyper: Hyper) -> Solution:
+        raise NotImplementedError
+
+    def score_grid(self, train: Any, val: Any, feats: RandomFourierFeatures, base: Base,
+                   ctx: GridContext) -> list[dict[str, float]]:
+        """Every λ (and η) at one γ, scored on the held-out statistics ``val`` (see GPTiltedDensity)."""
+        raise NotImplementedError(f"method {self.name!r} selects no λ on held-out rows")
+
+    def diagnostics(self, info: dict[str, Any], params: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Extra diagnostics of a solve and the warnings they raise (MAP: convergence, draws' ESS)."""
+        return {}, []
+
+    def legacy_solution(self, solution: dict[str, np.ndarray], stats: Any) -> dict[str, np.ndarray]:
+        """The solution arrays of a model file of an older layout, completed from its statistics."""
+        return solution
+
+    def __repr__(self) -> str:
+        return f"<GP-tilted method {self.name!r}>"
+
+
+def with_tilt_scores(rows: list[dict[str, float]], thetas: list[np.ndarray], val: Any, feats: RandomFourierFeatures,
+                     base: Base, ctx: GridContext) -> list[dict[str, float]]:
+    """``rows`` with the held-out scores of the tilts θ_k (log-likelihood, ESS, sliced KS; :func:`score_tilts`)."""
+    scores = score_tilts(val, feats, base, np.asarray(thetas), **ctx.score_kwargs)
+    return [dict(row, **sc) for row, sc in zip(rows, scores, strict=True)]
