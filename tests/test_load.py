@@ -2,8 +2,8 @@
 
 Every method is fitted, saved and loaded with every solver of the library (and NumPy's/SciPy's dense
 factorisations) replaced by a function that fails: the loaded model must give bitwise the fitted
-estimator's log density, score and Hyvärinen terms. Files written by the tgpflow before layout 2
-(``tests/data/legacy_models``, with what that tgpflow's loaded models returned) still load to those values.
+estimator's log density, score and Hyvärinen terms. Files of the layout before (written here by
+removing what layout 2 added) still load to the models they hold.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from tgpflow.models import BoundedFitted, KernelFitted, RSRFitted, TGPFitted, fi
 # a few hundred rows: the fits' and samples' quality checks may warn (not what these tests check)
 pytestmark = pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
 
-LEGACY = Path(__file__).parent / "data" / "legacy_models"
 COMMON = dict(n_features=16, lam=0.5, bandwidth=0.8, normalizer_draws=2000)
 
 MODELS = {
@@ -241,28 +240,48 @@ def test_partial_fit_after_load_equals_partial_fit_of_the_fitted_model(fitted_mo
 
 # -- files written before layout 2 -----------------------------------------------------------------
 
-LEGACY_NAMES = ["fd", "ncfd", "fvpd", "map", "kde_rff", "fd_learn", "fd_bounded", "nkef", "lite", "stein", "rsr"]
+#: What layout 2 added to a model file. Layout 1 (tgpflow f8fcc33) stored the solution under the same
+#: names; compared with the files that tgpflow wrote for these models, a layout-2 file only adds the
+#: Fitted meta and the layout tag, the kernel and RSR files' version and statistics stamps (and the
+#: kernel files' λ), KDE-RFF's ψ/N and a kernel model's factorised Gaussian base.
+LAYOUT2_META = {"GPTiltedDensity": ("fitted", "layout")}
+LAYOUT2_META_OTHERS = ("fitted", "layout", "lam", "stats_kind", "tgpflow_version", "created")
+LAYOUT2_ARRAYS = ("fitted.kde_weights_", "fitted.base.cov", "fitted.base.mean", "fitted.base.precision")
+LEGACY_NAMES = ["fd", "ncfd", "fvpd", "map", "kde_rff", "fd_learn", "fd_bounded", "nkef", "nkef_lite", "stein", "rsr"]
+
+
+def _as_layout1(path: Path, out: Path) -> Path:
+    """``path`` (layout 2) written as layout 1 wrote it: without what layout 2 added."""
+    kind, arrays, meta = read_artifact(path)
+    for key in LAYOUT2_META.get(kind, LAYOUT2_META_OTHERS):
+        meta.pop(key, None)
+    return write_artifact(out, kind, {k: v for k, v in arrays.items() if k not in LAYOUT2_ARRAYS}, meta)
 
 
 @pytest.mark.parametrize("name", LEGACY_NAMES)
-def test_files_of_the_previous_layout_load_to_the_models_they_held(name, monkeypatch):
-    expected = np.load(LEGACY / "expected.npz")
-    rows = expected["rows"]
-    path = LEGACY / f"{name}.npz"
-    # layout 1 stored the base of a kernel model only as moments: it is factorised (d × d) on load
-    context = contextlib.nullcontext() if name == "nkef" else no_solve(monkeypatch)
+def test_files_of_the_previous_layout_load_to_the_models_they_held(name, fitted_models, data, tmp_path, monkeypatch):
+    est = fitted_models[name]
+    saved = est.save(tmp_path / "m.npz")
+    path = _as_layout1(saved, tmp_path / "layout1.npz")
+    assert "layout" not in read_artifact(path)[2]
+    rows = data[::30] + 0.05
+    # layout 1 stored the Gaussian base of a kernel model only as moments: it is factorised (d × d) on load
+    gaussian_base = "fitted.base.precision" in read_artifact(saved)[1]
+    context = contextlib.nullcontext() if gaussian_base else no_solve(monkeypatch)
     with context:
         back = tgpflow.load(path)
-    for what in ("log_density", "grad_log_density", "hyvarinen_terms"):
-        key = f"{name}.{what}"
-        if key in expected.files:
-            np.testing.assert_allclose(getattr(back, what)(rows), expected[key], rtol=1e-12, atol=1e-14, err_msg=key)
+    expected = _outputs(est, rows)
+    got = _outputs(back, rows)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        np.testing.assert_allclose(got[key], expected[key], rtol=1e-12, atol=1e-14, err_msg=key)
     verified = tgpflow.load(path, verify=True) if name != "rsr" else back
-    np.testing.assert_allclose(verified.grad_log_density(rows), expected[f"{name}.grad_log_density"], rtol=1e-12)
+    np.testing.assert_allclose(verified.grad_log_density(rows), expected["grad"], rtol=1e-12)
 
 
-def test_a_legacy_file_is_verified_against_its_own_statistics(tmp_path):
-    edited = _rewrite(LEGACY / "fd.npz", tmp_path / "fd.npz", "fitted.theta_", lambda a: a + 1e-3)
+def test_a_legacy_file_is_verified_against_its_own_statistics(fitted_models, tmp_path):
+    path = _as_layout1(fitted_models["fd"].save(tmp_path / "m.npz"), tmp_path / "layout1.npz")
+    edited = _rewrite(path, tmp_path / "fd.npz", "fitted.theta_", lambda a: a + 1e-3)
     tgpflow.load(edited)
     with pytest.raises(ModelFileError, match="the stored theta_ does not match the solve"):
         tgpflow.load(edited, verify=True)
