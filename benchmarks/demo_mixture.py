@@ -1,6 +1,6 @@
 """Do GP-tilted fits put mass where there are no data? The demo mixture at 200k and 2M rows.
 
-For each method (FD, NCFD, FVPD; MAP with ``--map``) and each λ rule — the defaults (γ and λ selected
+For each method (FD, NCFD, FVPD; MAP with ``--methods fd,ncfd,fvpd,map``) and each λ rule — the defaults (γ and λ selected
 on held-out rows, ``criterion="sliced"``), the held-out log-likelihood criterion, and the paper's
 fixed settings (λ = 0.1, Scott's γ, σ_max = √trΣ/d) — fit the demo's 3-D mixture
 (``tgpflow.demo.make_dataset``'s generator) at 200k and 2M rows and print, against 20 000 held-out

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tgpflow.sample.resample import importance_resample
+from tgpflow.solve.proposal import proposal_draws
 
 __all__ = ["Fitted", "fitted_from_arrays", "prefixed"]
 
@@ -92,7 +93,8 @@ class Fitted(abc.ABC):
 
     def sample(self, n_samples: int, random_state: Any = None, *, n_proposals: int | None = None,
                return_ess: bool = False) -> np.ndarray | tuple[np.ndarray, float]:
-        """``n_samples`` rows by importance resampling from the base N(μ, Σ) (MATH.md §5).
+        """``n_samples`` rows by importance resampling from the base N(μ, Σ), made defensive (MATH.md §5;
+        :mod:`tgpflow.solve.proposal`).
 
         ``n_proposals`` defaults to max(20·n_samples, 10 000); with ``return_ess`` the effective
         sample size of the weights is returned too.
@@ -110,14 +112,13 @@ class Fitted(abc.ABC):
         return base.mean + z @ np.linalg.cholesky(base.cov).T
 
     def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Base draws ζ ~ N(μ, Σ) and their normalised weights ∝ exp(log q(ζ) − log N(ζ|μ, Σ)) (seed 003
-        §IV); draws where the log density is not finite (KDE-RFF's estimate ≤ 0) get weight 0."""
+        """Draws ζ of the defensive proposal q around the base (:mod:`tgpflow.solve.proposal`) and their
+        normalised weights ∝ exp(log p̃(ζ) − log q(ζ)) (seed 003 §IV compares a model with data through
+        them); draws where the log density is not finite (KDE-RFF's estimate ≤ 0) get weight 0."""
         base = self._gaussian_base()
-        rng = np.random.default_rng(random_state)
-        chol = np.linalg.cholesky(base.cov)
-        z = rng.standard_normal((int(n_samples), base.mean.shape[0]))
-        points = base.mean + z @ chol.T
-        log_w = self.log_density(points) + 0.5 * np.einsum("nd,nd->n", z, z)
+        points, log_q = proposal_draws(base.mean, np.linalg.cholesky(base.cov), int(n_samples),
+                                       np.random.default_rng(random_state))
+        log_w = self.log_density(points) - log_q
         finite = np.isfinite(log_w)
         if not finite.any():
             raise FloatingPointError("the model's log density is not finite at any reference draw")

@@ -311,7 +311,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         gammas = [base_gamma * f for f in AUTO_BANDWIDTH_FACTORS]
         n_draws, seed = self._selection_draws()
         folds = fold_index(np.arange(rows.shape[0], dtype=np.int64), AUTO_BANDWIDTH_FOLDS, SPLIT_SALT)
-        grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4])
+        grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4], units=getattr(self, "bounds_", None))
         with phase("bandwidth", rows=rows.shape[0], candidates=len(gammas)) as info:
             try:
                 gamma, curve = pilot_bandwidth(rows, folds, features, gammas, self._lam_grid(),
@@ -438,7 +438,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         (:mod:`tgpflow.stats.projections`), from the pilot rows of the fitting space."""
         if getattr(self, "_pilot_rows", None) is None:
             self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0]).rows
-        self.heldout_grid_ = ProjectionGrid.from_rows(self._pilot_rows, random_state=self._seeds()[4])
+        self.heldout_grid_ = ProjectionGrid.from_rows(self._pilot_rows, random_state=self._seeds()[4],
+                                                      units=getattr(self, "bounds_", None))
 
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
             features: RandomFourierFeatures | None = None) -> GPTiltedDensity:

@@ -84,11 +84,11 @@ def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], column
         est.features_ = RandomFourierFeatures.from_arrays(arrays, seed=meta.get("seed"))
         if "noise_levels" in arrays:
             est.noise_levels_ = np.asarray(arrays["noise_levels"], dtype=np.float64)
-        grid = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("heldout.")}
-        if grid:
-            est.heldout_grid_ = ProjectionGrid.from_arrays(grid)
         if hasattr(est, "bounds"):
             est.bounds_ = ColumnBounds.from_param(est.bounds, columns)
+        grid = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("heldout.")}
+        if grid:  # projected in the data's units (the bounds) as when it was drawn
+            est.heldout_grid_ = ProjectionGrid.from_arrays(grid, units=getattr(est, "bounds_", None))
     else:
         est.basis_ = NystromBasis.from_arrays(arrays, meta["kernel"])
     est.n_features_in_ = len(columns)

@@ -1,15 +1,17 @@
-"""The log normaliser of a tilted Gaussian density by importance sampling from its base (MATH.md §5).
+"""The log normaliser of a tilted Gaussian density by importance sampling (MATH.md §5).
 
 Every GP-tilted density (and a kernel exponential family with a Gaussian base) has the form
 ``q̃(x) = e^{T(x)} N(x | μ, Σ) · (2π)^{d/2}|Σ|^{1/2}`` — an unnormalised log density
 ``log q̃(x) = T(x) − ½(x−μ)ᵀP(x−μ)``. Its normaliser is
 
-``Z = ∫ q̃(x) dx = E_{ζ~N(μ,Σ)} [ q̃(ζ) / N(ζ|μ,Σ) ]``,
+``Z = ∫ q̃(x) dx = E_{ζ~q} [ q̃(ζ) / q(ζ) ]``,
 
-estimated from M seeded base draws by ``Ẑ = (1/M) Σ_j w_j``, ``log w_j = log q̃(ζ_j) − log N(ζ_j|μ,Σ)``
-(the importance weights of the resampler, MATH.md §5). With the effective sample size
-``ESS = (Σw)²/Σw²`` the delta-method standard error of ``log Ẑ`` is ``√(1/ESS − 1/M)``. The same
-self-normalised weights give the model's mean, spread and the mass it puts outside a box.
+estimated from M seeded draws of the proposal ``q`` — the base made defensive against mass far
+from the data (:mod:`tgpflow.solve.proposal`) — by ``Ẑ = (1/M) Σ_j w_j``,
+``log w_j = log q̃(ζ_j) − log q(ζ_j)`` (the importance weights of the resampler, MATH.md §5). With
+the effective sample size ``ESS = (Σw)²/Σw²`` the delta-method standard error of ``log Ẑ`` is
+``√(1/ESS − 1/M)``. The same self-normalised weights give the model's mean, spread and the mass it
+puts outside a box.
 
 The draws are generated in fixed blocks of :data:`DRAW_BLOCK` rows, block ``b`` from child ``b``
 of ``SeedSequence(seed)``: memory is bounded, and the estimate depends only on (seed, M), not on
@@ -31,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.solve.proposal import DRAW_BLOCK, proposal_blocks
 from tgpflow.solve.tgp import Base
 
 __all__ = ["NormalizerEstimate", "DEFAULT_NORMALIZER_DRAWS", "DRAW_BLOCK", "base_draw_blocks",
@@ -39,8 +42,6 @@ __all__ = ["NormalizerEstimate", "DEFAULT_NORMALIZER_DRAWS", "DRAW_BLOCK", "base
 #: Base draws of a model's normaliser estimate. At a healthy ESS (≥ 10% of the draws) the
 #: standard error of log Z is ≤ 0.01.
 DEFAULT_NORMALIZER_DRAWS = 2**17
-#: Rows per block of base draws (one seed each).
-DRAW_BLOCK = 8192
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,27 +77,11 @@ class NormalizerEstimate:
                    None if d.get("mass_outside") is None else float(d["mass_outside"]))
 
 
-def _seed_sequence(random_state: Any) -> np.random.SeedSequence:
-    if isinstance(random_state, np.random.SeedSequence):
-        return random_state
-    if isinstance(random_state, np.random.Generator):
-        return np.random.SeedSequence(int(random_state.integers(2**63)))
-    return np.random.SeedSequence(random_state)
-
-
 def base_draw_blocks(base: Base, n_draws: int, random_state: Any,
                      block_rows: int = DRAW_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Blocks of (ζ, log N(ζ|μ,Σ)) for ``n_draws`` draws ζ ~ N(μ, Σ); block b from child seed b."""
-    if n_draws < 1:
-        raise ValueError(f"n_draws must be >= 1; got {n_draws}")
-    d = base.mean.shape[0]
-    chol = np.linalg.cholesky(base.cov)
-    log_norm = -0.5 * d * math.log(2.0 * math.pi) - float(np.log(np.diag(chol)).sum())
-    n_blocks = -(-int(n_draws) // block_rows)
-    for b, seed in enumerate(_seed_sequence(random_state).spawn(n_blocks)):
-        rows = min(block_rows, int(n_draws) - b * block_rows)
-        z = np.random.default_rng(seed).standard_normal((rows, d))
-        yield base.mean + z @ chol.T, log_norm - 0.5 * np.einsum("nd,nd->n", z, z)
+    """Blocks of (ζ, log q(ζ)) for ``n_draws`` draws ζ of the defensive proposal around the base
+    N(μ, Σ) (:func:`tgpflow.solve.proposal.proposal_blocks`); block b from child seed b."""
+    return proposal_blocks(base.mean, base.cov, n_draws, random_state, block_rows)
 
 
 class WeightSums:
@@ -174,7 +159,8 @@ def estimate_log_normalizer(log_density: Callable[[np.ndarray], np.ndarray], bas
                             n_draws: int = DEFAULT_NORMALIZER_DRAWS, random_state: Any = 0,
                             outside: Callable[[np.ndarray], np.ndarray] | None = None,
                             data_units: Callable[[np.ndarray], np.ndarray] | None = None) -> NormalizerEstimate:
-    """log Z of the unnormalised ``log_density`` by importance sampling from ``base`` (module docstring).
+    """log Z of the unnormalised ``log_density`` by importance sampling from the defensive proposal around
+    ``base`` (module docstring).
 
     ``outside(points) -> bool mask`` (optional, e.g. :meth:`tgpflow.stats.support.SupportBox.outside`)
     adds the normalised mass outside that region to the estimate. ``data_units`` maps the draws to

@@ -8,6 +8,12 @@ the same tree. :class:`ProjectionGrid` fixes K directions (uniform on the sphere
 per direction, G equal bins over the pilot sample's projected range widened by a margin on each
 side (rows beyond it fall in the end bins). The binned KS differs from the exact one by at most
 one bin's mass. float64 counts (so that forgetting can weight them).
+
+A model fitted in a transformed space (declared bounds: log/logit columns,
+:class:`~tgpflow.features.bounds.ColumnBounds`) is compared with the data in the data's units: the
+grid's ``units`` maps every row (held-out rows and model draws alike) back before projecting. The
+distance that selects a model is then the one its users see (on MAGIC with bounds, a λ that looked
+good in the log/logit space had a data-space KS three times larger).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tgpflow.errors import FeaturesMismatchError
+from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.digest import array_hash
 from tgpflow.stats.summable import Summable
 
@@ -26,25 +33,30 @@ __all__ = ["ProjectionGrid", "ProjectionCounts", "projection_counts", "ks_by_dir
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ProjectionGrid:
-    """K directions (K, d) and per direction G bins ``[lower + i·step, lower + (i+1)·step)``."""
+    """K directions (K, d) and per direction G bins ``[lower + i·step, lower + (i+1)·step)``; with
+    ``units``, rows are mapped to the data's units (``units.inverse``) before they are projected."""
 
     directions: np.ndarray
     lower: np.ndarray
     step: np.ndarray
     n_bins: int
+    units: ColumnBounds | None = None
 
     @classmethod
     def from_rows(cls, rows: np.ndarray, *, n_directions: int = 64, n_bins: int = 1024, margin: float = 0.25,
-                  random_state: Any = 0) -> ProjectionGrid:
-        """Directions from ``random_state``; each range is the rows' projected range ± ``margin`` of it."""
+                  random_state: Any = 0, units: ColumnBounds | None = None) -> ProjectionGrid:
+        """Directions from ``random_state``; each range is the rows' projected range ± ``margin`` of it
+        (``rows`` in the fitting space, projected in the data's units when ``units`` is given)."""
         rows = np.asarray(rows, dtype=np.float64)
+        if units is not None:
+            rows = units.inverse(rows)
         g = np.random.default_rng(random_state).standard_normal((int(n_directions), rows.shape[1]))
         V = g / np.linalg.norm(g, axis=1, keepdims=True)
         p = rows @ V.T
         lo, hi = p.min(axis=0), p.max(axis=0)
         width = np.maximum(hi - lo, 1e-12 * np.maximum(np.abs(hi), 1.0))
         lo, hi = lo - margin * width, hi + margin * width
-        return cls(V, lo, (hi - lo) / int(n_bins), int(n_bins))
+        return cls(V, lo, (hi - lo) / int(n_bins), int(n_bins), units)
 
     @property
     def n_directions(self) -> int:
@@ -52,11 +64,21 @@ class ProjectionGrid:
 
     @property
     def fingerprint(self) -> str:
-        return array_hash(b"tgpflow.ProjectionGrid.v1", [self.n_bins], (self.directions, self.lower, self.step)).hexdigest()
+        arrays = (self.directions, self.lower, self.step)
+        if self.units is None:
+            return array_hash(b"tgpflow.ProjectionGrid.v1", [self.n_bins], arrays).hexdigest()
+        return array_hash(b"tgpflow.ProjectionGrid.v2", [self.n_bins],
+                          arrays + (self.units.lower, self.units.upper)).hexdigest()
 
     def bins(self, x: np.ndarray) -> np.ndarray:
         """Flat bin indices (n, K) into a (K·G) histogram: bin of row i along direction k, plus k·G."""
-        idx = np.floor((x @ self.directions.T - self.lower) / self.step)
+        if self.units is not None:
+            x = self.units.inverse(x)
+        with np.errstate(invalid="ignore", over="ignore"):
+            idx = np.floor((x @ self.directions.T - self.lower) / self.step)
+        # a draw far out in the fitting space can map to ±inf in the data's units (e^t overflows), and
+        # to inf − inf = NaN along a direction mixing a lower- and an upper-bounded column: the end bin
+        idx = np.nan_to_num(idx, nan=self.n_bins - 1, posinf=self.n_bins - 1, neginf=0)
         np.clip(idx, 0, self.n_bins - 1, out=idx)
         return idx.astype(np.int64) + np.arange(self.n_directions, dtype=np.int64) * self.n_bins
 
@@ -72,9 +94,11 @@ class ProjectionGrid:
                 "n_bins": np.array(self.n_bins)}
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> ProjectionGrid:
+    def from_arrays(cls, arrays: dict[str, np.ndarray], units: ColumnBounds | None = None) -> ProjectionGrid:
+        """The grid of :meth:`to_arrays`; ``units`` (the estimator's ``bounds_``) is not stored with it: a grid
+        restored without the units it was drawn with has another fingerprint, so its counts are refused."""
         return cls(np.asarray(arrays["directions"], dtype=np.float64), np.asarray(arrays["lower"], dtype=np.float64),
-                   np.asarray(arrays["step"], dtype=np.float64), int(arrays["n_bins"]))
+                   np.asarray(arrays["step"], dtype=np.float64), int(arrays["n_bins"]), units)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
