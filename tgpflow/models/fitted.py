@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tgpflow.sample.resample import importance_resample
+from tgpflow.core.gaussian_base import importance_resample
 
 __all__ = ["Fitted", "fitted_from_arrays", "prefixed"]
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.solve.tgp import Base
+from tgpflow.core.gaussian_base import Base
 
 __all__ = ["NormalizerEstimate", "DEFAULT_NORMALIZER_DRAWS", "DRAW_BLOCK", "base_draw_blocks",
            "estimate_log_normalizer", "WeightSums"]
