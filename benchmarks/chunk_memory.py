@@ -2,7 +2,7 @@
 
 For FD (S = 1000), NCFD (S = 1000, H = 4 and H = 10) and NKEF (m = 100, d = 10), at budgets
 for the per-row part (``block_bytes``) of 1, 64 and 256 MiB: the planner's rows per block and
-planned peak (:func:`tgpflow.memory.plan_blocks`), and the peak that :mod:`tracemalloc` sees while
+planned peak (:func:`tgpflow.core.memory.plan_blocks`), and the peak that :mod:`tracemalloc` sees while
 the chunk function runs (NumPy's allocations; the chunk itself is allocated before). Prints
 planned, measured and measured/planned. The chunk holds enough rows for the largest budget's
 block. Usage: python benchmarks/chunk_memory.py [--quick]
@@ -15,10 +15,10 @@ import time
 
 import numpy as np
 
+from tgpflow.core.memory import plan_blocks, traced_peak
 from tgpflow.features.noise import noise_levels
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.memory import plan_blocks, traced_peak
 from tgpflow.stats.kef import kef_chunk_stats, kef_memory
 from tgpflow.stats.ncfd import ncfd_chunk_stats, ncfd_memory
 from tgpflow.stats.tgp import tgp_chunk_stats, tgp_memory

@@ -3,7 +3,7 @@
 For each method (FD, NCFD, FVPD; MAP with ``--methods fd,ncfd,fvpd,map``) and each λ rule — the defaults (γ and λ selected
 on held-out rows, ``criterion="sliced"``), the held-out log-likelihood criterion, and the paper's
 fixed settings (λ = 0.1, Scott's γ, σ_max = √trΣ/d) — fit the demo's 3-D mixture
-(``tgpflow.demo.make_dataset``'s generator) at 200k and 2M rows and print, against 20 000 held-out
+(``tgpflow.io.demo_data.make_dataset``'s generator) at 200k and 2M rows and print, against 20 000 held-out
 rows: the model's normalised mass outside the training box (and the limit), the ESS of its base
 proposals, the held-out log-likelihood, the sample check (sliced KS of 20 000 resampled rows, beside
 two halves of the data; mean error; spread ratio) and the fit time. The last table compares each
@@ -26,8 +26,8 @@ import numpy as np
 
 
 def mixture(n: int, seed: int) -> np.ndarray:
-    """The demo's generator (tgpflow.demo.mixture_rows), in memory."""
-    from tgpflow.demo import mixture_rows
+    """The demo's generator (tgpflow.io.demo_data.mixture_rows), in memory."""
+    from tgpflow.io.demo_data import mixture_rows
 
     return mixture_rows(n, np.random.default_rng(seed))
 

@@ -21,8 +21,8 @@ def main() -> None:
     import dask.array as da
 
     from tgpflow import GPTiltedDensity, RandomFourierFeatures
+    from tgpflow.core.engine import accumulate
     from tgpflow.io.sources import as_source
-    from tgpflow.stats.reduce import accumulate
     from tgpflow.stats.tgp import tgp_chunk_stats
 
     p = argparse.ArgumentParser()

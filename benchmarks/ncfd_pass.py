@@ -25,11 +25,12 @@ def main() -> None:
     except ImportError:  # run as a script: benchmarks/ is on sys.path
         from stats_pass import syrk_rows_per_second
     from tgpflow import RandomFourierFeatures
+    from tgpflow.core.engine import accumulate
+    from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
     from tgpflow.features.noise import noise_levels
     from tgpflow.io.sources import as_source
     from tgpflow.stats.ncfd import ncfd_chunk_stats
-    from tgpflow.stats.reduce import accumulate
-    from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for, tgp_chunk_stats
+    from tgpflow.stats.tgp import block_rows_for, tgp_chunk_stats
 
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=300_000)

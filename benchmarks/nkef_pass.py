@@ -34,9 +34,9 @@ def main() -> None:
     import dask.array as da
 
     from tgpflow import NystromKEF
-    from tgpflow.stats.kef import kef_block_rows
-    from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
+    from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
     from tgpflow.features.nystrom import NystromBasis
+    from tgpflow.stats.kef import kef_block_rows
 
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=20_000)

@@ -27,12 +27,12 @@ def main() -> None:
     import dask
     import dask.array as da
 
+    from tgpflow.core.engine import accumulate
+    from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
     from tgpflow.features.sdo import draw_sdo_features
     from tgpflow.io.sources import as_source
-    from tgpflow.stats.reduce import accumulate
     from tgpflow.stats.rsr import rsr_chunk_stats
     from tgpflow.stats.rsr_kernel import floor_kernels
-    from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=1_000_000)

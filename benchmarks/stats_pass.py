@@ -35,9 +35,10 @@ def main() -> None:
 
     from tgpflow import GPTiltedDensity, RandomFourierFeatures
     from tgpflow.cluster import dask_client
+    from tgpflow.core.engine import accumulate
+    from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
     from tgpflow.io.sources import as_source
-    from tgpflow.stats.reduce import accumulate
-    from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for, tgp_chunk_stats
+    from tgpflow.stats.tgp import block_rows_for, tgp_chunk_stats
 
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=2_000_000)

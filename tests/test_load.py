@@ -152,6 +152,21 @@ def test_load_reads_the_solution_bitwise_and_solves_nothing(name, fitted_models,
             assert back.normalizer_.log_z == est.normalizer_.log_z
 
 
+def test_every_kind_of_model_file_reads_as_a_model_and_its_statistics_do_not(fitted_models, tmp_path):
+    """The output kind (what ``--overwrite`` may replace) comes from the file's metadata, not from the models'
+    registry: every registered kind's file is a "model", and its statistics are "statistics"."""
+    from tgpflow.io.outputs import output_kind
+    from tgpflow.models.registry import kind_names
+
+    saved = set()
+    for name, est in fitted_models.items():
+        assert output_kind(est.save(tmp_path / f"{name}.zarr")) == "model", name
+        saved.add(type(est).__name__)
+        if hasattr(getattr(est, "stats_", None), "save"):
+            assert output_kind(est.stats_.save(tmp_path / f"{name}-stats.npz")) == "statistics", name
+    assert saved == set(kind_names())
+
+
 def test_info_reads_a_model_without_solving(fitted_models, tmp_path, monkeypatch):
     from click.testing import CliRunner
 

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
+from tests.oracles import fd_objective, gauss_hermite, phi_raw
 from tgpflow import GPTiltedDensity, RandomFourierFeatures
+from tgpflow.core.gaussian_base import Base, base_from_moments
 from tgpflow.solve.base_learning import fd_loss, learn_base, solve_lyapunov, update_cov, update_mean
 from tgpflow.solve.map import PointSet, base_draws, map_gradient, map_objective, solve_map
-from tgpflow.solve.tgp import Base, base_from_moments
 from tgpflow.stats.tgp import tgp_chunk_stats
-from tests.oracles import fd_objective, gauss_hermite, phi_raw
 
 
 @pytest.fixture

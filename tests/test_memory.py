@@ -12,10 +12,10 @@ import pytest
 from dask.sizeof import sizeof
 
 import tgpflow
+from tgpflow.core.memory import local_budget, pass_budget, plan_blocks, plan_pass, traced_peak
 from tgpflow.features.noise import noise_levels
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.memory import local_budget, pass_budget, plan_blocks, plan_pass, traced_peak
 from tgpflow.stats.kef import diag_chunk_stats, diag_memory, kef_chunk_stats, kef_memory, lite_chunk_stats, lite_memory
 from tgpflow.stats.ncfd import ncfd_chunk_stats, ncfd_memory
 from tgpflow.stats.split import split_chunk_stats
@@ -114,7 +114,7 @@ def test_a_pass_is_planned_and_logged_before_it_starts(caplog):
 
 def test_a_fit_too_big_for_the_machine_is_refused_before_its_pass(gaussian_mix, monkeypatch):
     """Without a cluster the budget is this machine's available RAM (here made small)."""
-    monkeypatch.setattr("tgpflow.memory.local_budget", lambda: (100_000, "a small machine"))
+    monkeypatch.setattr("tgpflow.core.memory.local_budget", lambda: (100_000, "a small machine"))
     est = tgpflow.GPTiltedDensity(method="fd", n_features=S, lam=0.1, bandwidth=1.0)
     with pytest.raises(MemoryError, match=r"needs \d+ bytes .* but a task has 100000 bytes .*a small machine"):
         est.fit(gaussian_mix)
@@ -135,7 +135,7 @@ def test_with_a_cluster_the_budget_is_the_workers_limit_per_thread():
         plan = plan_pass(tgp_chunk_stats, (_feats(), BLOCK, "float64"), D)
         assert plan.budget == limit // 2
         # a task reads the same budget from the worker it runs on, and plans within it
-        from tgpflow.memory import task_budget
+        from tgpflow.core.memory import task_budget
 
         assert client.submit(lambda: task_budget()[0], pure=False).result() == limit // 2
         f = _feats()

@@ -8,19 +8,20 @@ import pytest
 import scipy.integrate
 from scipy.stats import multivariate_normal, norm
 
+from tests.oracles import fd_divergence
 from tgpflow import GPTiltedDensity, RandomFourierFeatures
+from tgpflow.core.gaussian_base import Base, base_from_moments
 from tgpflow.errors import DiagnosticWarning, SourceError
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.metrics import heldout_loglik, sample_check
 from tgpflow.solve.normalizer import base_draw_blocks, estimate_log_normalizer
-from tgpflow.solve.proposal import WIDE_SCALE, WIDE_SHARE
+from tgpflow.core.proposal import WIDE_SCALE, WIDE_SHARE
 from tgpflow.solve.select import score_fvpd, score_tilts
-from tgpflow.solve.tgp import Base, base_from_moments, fd_system
+from tgpflow.solve.tgp import fd_system
 from tgpflow.stats.projections import ProjectionGrid, ks_by_direction, projection_counts
 from tgpflow.stats.split import SPLIT_SALT, validation_mask
 from tgpflow.stats.support import SupportBox
 from tgpflow.stats.tgp import tgp_chunk_stats
-from tests.oracles import fd_divergence
 
 
 def _base(mean, cov) -> Base:
@@ -177,7 +178,7 @@ def test_ks_by_direction_matches_the_two_sample_statistic_at_the_bins():
 
 def _mixture(n, seed):
     """The demo's 3-D mixture."""
-    from tgpflow.demo import mixture_rows
+    from tgpflow.io.demo_data import mixture_rows
 
     return mixture_rows(n, np.random.default_rng(seed))
 
@@ -342,8 +343,8 @@ def test_bounded_model_round_trips(tmp_path):
 # -- MCMC from the base ------------------------------------------------------------------------------
 
 def test_mcmc_from_the_base_reproduces_a_gaussian_and_reports_rhat_and_ess():
+    from tgpflow.models.target import Target
     from tgpflow.sample import mcmc_sample
-    from tgpflow.sample.target import Target
 
     C = np.array([[1.0, 0.5], [0.5, 2.0]])
     P = np.linalg.inv(C)

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from scipy import integrate
 
+from tgpflow.core.gaussian_base import Base
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.select import TooFewRowsError, pilot_bandwidth
-from tgpflow.solve.tgp import Base, solve_fd
+from tgpflow.solve.tgp import solve_fd
 from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.split import SPLIT_SALT, fold_index, validation_mask
 from tgpflow.stats.tgp import tgp_chunk_stats

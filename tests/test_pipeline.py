@@ -14,14 +14,14 @@ import yaml
 from click.testing import CliRunner
 
 import tgpflow
+from tests.conftest import write_parquet
+from tests.faults import run_cli
+from tests.oracles import tree_hash
 from tgpflow.cli import main
 from tgpflow.pipeline.runner import run_pipeline
 from tgpflow.pipeline.spec import PipelineSpec, SpecError, load_spec
 from tgpflow.pipeline.store import StatsStore
 from tgpflow.pipeline.versions import ModelVersions
-from tests.conftest import write_parquet
-from tests.faults import run_cli
-from tests.oracles import tree_hash
 
 
 def _partition(path: Path, seed: int, n: int = 1500) -> np.ndarray:
@@ -338,8 +338,8 @@ def test_a_worker_killed_mid_pass_gives_bit_identical_statistics(tmp_path):
 
     from distributed import Client, LocalCluster
 
+    from tgpflow.core.engine import accumulate
     from tgpflow.io.sources import as_source
-    from tgpflow.stats.reduce import accumulate
     from tgpflow.stats.tgp import tgp_chunk_stats
 
     X = np.random.default_rng(0).normal(size=(12_000, 3))

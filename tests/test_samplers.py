@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 import scipy.linalg as sl
 
+from tgpflow.features.local_kernels import closed_neighbourhoods
 from tgpflow.metrics import ksd, mmd
 from tgpflow.sample import Target, kernel_hmc, langevin, mala, svgd, svgd_direction, trajectory_acceptance
-from tgpflow.sample.svgd import closed_neighbourhoods, grid_graph
+from tgpflow.sample.svgd import grid_graph
 
 MU = np.array([1.0, -2.0])
 SIGMA = np.array([[2.0, 0.9], [0.9, 1.0]])

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
+from tests.oracles import fd_objective, phi_raw, quadratic_minimiser
 from tgpflow import GPTiltedDensity, RandomFourierFeatures
 from tgpflow.features.rff import paper_kernel_cov
 from tgpflow.solve.tgp import feature_moments_under_base, fd_system
-from tests.oracles import fd_objective, phi_raw, quadratic_minimiser
 
 
 def _fit(X, method, S=24, lam=0.1, **kw):
@@ -36,7 +36,7 @@ def test_fvpd_posterior_mean_is_fd_with_lam_times_eta(gaussian_mix):
 
 
 def _base(est):
-    from tgpflow.solve.tgp import Base
+    from tgpflow.core.gaussian_base import Base
 
     return Base(est.mean_, est.covariance_, est.precision_)
 

@@ -5,13 +5,13 @@ from hypothesis import strategies as st
 
 import dask.array as da
 
+from tests.oracles import phi_raw
+from tgpflow.core.engine import accumulate
+from tgpflow.core.moments import Moments
 from tgpflow.errors import FeaturesMismatchError, ModelFileError
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.sources import as_source
-from tgpflow.stats.moments import Moments
-from tgpflow.stats.reduce import accumulate
 from tgpflow.stats.tgp import TGPStats, block_rows_for, tgp_chunk_stats
-from tests.oracles import phi_raw
 
 FIELDS = ("gram", "u", "U", "psi")
 

@@ -13,8 +13,6 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 #: Public name → the module that defines it (imported when the name is first looked up).
 _LAZY = {
     "GPTiltedDensity": "tgpflow.models.gp_tilted",
@@ -24,19 +22,20 @@ _LAZY = {
     "ExactKDE": "tgpflow.models.kde",
     "RandomFourierFeatures": "tgpflow.features.rff",
     "NystromBasis": "tgpflow.features.nystrom",
-    "Moments": "tgpflow.stats.moments",
+    "Moments": "tgpflow.core.moments",
     "TGPStats": "tgpflow.stats.tgp",
     "NCFDStats": "tgpflow.stats.ncfd",
     "KEFStats": "tgpflow.stats.kef",
     "DiagStats": "tgpflow.stats.kef",
     "StatsBundle": "tgpflow.stats.split",
 }
-_SUBMODULES = frozenset({"backend", "cli", "cluster", "cluster_files", "demo", "errors", "logs", "features", "io", "metrics", "models",
+_SUBMODULES = frozenset({"cli", "cluster", "cluster_files", "core", "demo", "errors", "features", "io", "metrics", "models",
                          "pipeline", "sample", "solve", "stats"})
 __all__ = ["GPTiltedDensity", "NystromKEF", "ScoreEstimator", "RootSobolevDensity", "ExactKDE", "RandomFourierFeatures", "NystromBasis",
            "Moments", "TGPStats", "NCFDStats", "KEFStats", "DiagStats", "StatsBundle", "load", "__version__"]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
+    from tgpflow.core.moments import Moments
     from tgpflow.features.nystrom import NystromBasis
     from tgpflow.features.rff import RandomFourierFeatures
     from tgpflow.models.gp_tilted import GPTiltedDensity
@@ -44,14 +43,15 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from tgpflow.models.kernel_score import NystromKEF, ScoreEstimator
     from tgpflow.models.root_sobolev import RootSobolevDensity
     from tgpflow.stats.kef import DiagStats, KEFStats
-    from tgpflow.stats.moments import Moments
     from tgpflow.stats.ncfd import NCFDStats
     from tgpflow.stats.split import StatsBundle
     from tgpflow.stats.tgp import TGPStats
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
+    if name == "__version__":  # from the installed metadata (pyproject.toml), read when first asked for
+        from tgpflow.core.version import __version__ as value
+    elif name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
     elif name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")

@@ -15,12 +15,15 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
 
 from tgpflow.cluster import DEFAULT_CONNECT_TIMEOUT
+
+if TYPE_CHECKING:
+    from tgpflow.core.engine import Progress
 
 logger = logging.getLogger("tgpflow")
 
@@ -79,27 +82,25 @@ def _debug() -> bool:
 
 
 @contextlib.contextmanager
-def _progress(mode: str, client: Any) -> Iterator[None]:
-    """Progress for the computes inside: a bar or periodic log lines; none for tiny jobs."""
-    from tgpflow.stats.reduce import progress_reporter
+def _progress(mode: str, client: Any) -> Iterator[Progress | None]:
+    """Progress for the computes inside: a bar or periodic log lines; none for tiny jobs.
 
+    With a distributed client, yields the callback to pass as ``progress=`` to the call that runs the
+    passes (it is given each compute's futures); on the local schedulers, yields None and shows the
+    progress of every compute inside through a dask callback."""
     if mode == "auto":
         mode = "bar" if sys.stderr.isatty() else "log"
     if mode == "none":
-        yield
+        yield None
         return
     if client is not None:
-        token = progress_reporter.set(_distributed_bar if mode == "bar" else _distributed_log)
-        try:
-            yield
-        finally:
-            progress_reporter.reset(token)
+        yield _distributed_bar if mode == "bar" else _distributed_log
         return
     from dask.diagnostics import ProgressBar
 
     cb = ProgressBar(minimum=2.0, out=sys.stderr) if mode == "bar" else _LogProgress()
     with cb:
-        yield
+        yield None
 
 
 def _distributed_bar(futures: Sequence[Any]) -> None:
@@ -329,8 +330,8 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
             est = make(**model_params, n_features=n_features, smoothness=a, random_state=seed,
                        on_bad_rows=on_bad_rows, device=device, **given)  # RSR's own default split otherwise
             t0 = time.perf_counter()
-            with dask_client(scheduler, local=local) as client, _progress(progress_mode, client):
-                est.fit(src)
+            with dask_client(scheduler, local=local) as client, _progress(progress_mode, client) as progress:
+                est.fit(src, progress=progress)
             est.save(out, overwrite=overwrite)
         click.echo(json.dumps({"model": out, "method": method, "rows": est.n_samples_seen_, "smoothness": est.smoothness_,
                                "fit": {k: v for k, v in est.fit_info_.items() if k != "history"},
@@ -366,8 +367,8 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
                        precision=precision, validation_fraction=validation_fraction,
                        criterion=criterion, bounds=bounds, on_bad_rows=on_bad_rows)
         t0 = time.perf_counter()
-        with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client):
-            est.fit(src)
+        with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client) as progress:
+            est.fit(src, progress=progress)
         est.save(out, overwrite=overwrite)
         click.echo(json.dumps({
             "model": out, "method": method, "rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_,
@@ -454,9 +455,9 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
     import dask.dataframe as dd
 
     from tgpflow.cluster import dask_client
+    from tgpflow.core.engine import compute
     from tgpflow.io.atomic import atomic_path
     from tgpflow.io.sources import as_source
-    from tgpflow.stats.reduce import compute
 
     _check_out(out, "scores", overwrite)
     with _runtime_errors():
@@ -469,7 +470,7 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
         cols = _split(columns) or ([str(c) for c in names] if names is not None else None)
         src = as_source(source, columns=cols, on_bad_rows=on_bad_rows)
         work = float(src.n_rows or 0) * getattr(est, "n_features", 0) ** 2 if src.n_rows is not None else None
-        with dask_client(scheduler, work=work) as client, _progress(progress_mode, client), \
+        with dask_client(scheduler, work=work) as client, _progress(progress_mode, client) as progress, \
                 atomic_path(out, "scores", overwrite=overwrite, marker=True) as tmp:
             # one frame per chunk: its length is known only once read when bad rows may be dropped
             threshold = getattr(est, "anomaly_threshold_", None)
@@ -480,7 +481,7 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
             frame = dd.from_delayed(parts, meta=_score_frame(np.empty(0), np.empty(0, np.int64) if drop else None,
                                                              threshold))
             write = frame.to_parquet(str(tmp), write_index=False, compute=False).to_delayed()  # one graph: no mixing
-            _, dropped = compute(write, dask.delayed(sum, pure=True)(src.dropped_counts()))
+            _, dropped = compute(write, dask.delayed(sum, pure=True)(src.dropped_counts()), progress=progress)
         click.echo(json.dumps({"scores": out, "model": model, "source": source, "rows_dropped": int(dropped)}))
 
 
@@ -663,8 +664,8 @@ def run(spec_path: str, date: str | None, overrides: tuple[str, ...], progress_m
     with _runtime_errors():
         spec = load_spec(spec_path, date=date, overrides=list(overrides))
         t0 = time.perf_counter()
-        with spec_client(spec.cluster) as client, _progress(progress_mode, client):
-            result = run_pipeline(spec, date=date)
+        with spec_client(spec.cluster) as client, _progress(progress_mode, client) as progress:
+            result = run_pipeline(spec, date=date, progress=progress)
         click.echo(json.dumps(dict(result, spec=spec_path, seconds=round(time.perf_counter() - t0, 2)), default=str))
 
 

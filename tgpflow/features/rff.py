@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.backend import is_numpy, namespace
+from tgpflow.core.backend import is_numpy, namespace
 from tgpflow.features.digest import array_hash
 
 __all__ = ["RandomFourierFeatures", "scott_bandwidth", "paper_kernel_cov"]

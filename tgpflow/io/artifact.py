@@ -101,7 +101,7 @@ def write_artifact(path: str | Path, kind: str, arrays: dict[str, np.ndarray], m
     header["header_checksum"] = _header_checksum(header)
     from tgpflow.io.outputs import artifact_output
 
-    with atomic_path(path, artifact_output(kind), overwrite=overwrite) as tmp:
+    with atomic_path(path, artifact_output(meta), overwrite=overwrite) as tmp:
         if path.suffix == ".npz":
             with open(tmp, "wb") as fh:
                 np.savez(fh, **arrays, **{_META_KEY: np.array(json.dumps(header))})

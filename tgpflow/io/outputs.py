@@ -3,7 +3,9 @@
 Every output tgpflow writes says what it is, so that a later command can tell its own output from a
 user's data before it replaces anything:
 
-* models and statistics are artifacts (:mod:`tgpflow.io.artifact`): their header names their kind;
+* models and statistics are artifacts (:mod:`tgpflow.io.artifact`): their header names their kind, and
+  a model's metadata holds the parameters of the estimator that :func:`tgpflow.load` rebuilds
+  (:func:`artifact_output`);
 * a Parquet file (samples, a pipeline's per-partition scores) carries ``tgpflow.output`` in its
   schema metadata;
 * a directory (a scores dataset, a report) holds a marker file :data:`MARKER` — Parquet readers
@@ -21,8 +23,11 @@ from __future__ import annotations
 
 import json
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from tgpflow.core.version import __version__
 from tgpflow.errors import OutputExistsError
 
 __all__ = ["MARKER", "PARQUET_KEY", "output_kind", "artifact_output", "check_replace", "write_marker"]
@@ -76,14 +81,19 @@ def output_kind(path: str | Path) -> str | None:
 
 
 def _artifact_output(header: dict) -> str | None:
-    return artifact_output(header.get("kind", "")) if "tgpflow_schema" in header else None
+    return artifact_output(header.get("meta") or {}) if "tgpflow_schema" in header else None
 
 
-def artifact_output(kind: str) -> str:
-    """The output kind of an artifact kind: ``"model"`` for what :func:`tgpflow.load` reads, else ``"statistics"``."""
-    from tgpflow.models.registry import kind_names
+def artifact_output(meta: Mapping[str, Any]) -> str:
+    """The output kind of an artifact with metadata ``meta``: ``"model"`` for what :func:`tgpflow.load` reads,
+    else ``"statistics"`` (statistics, a statistics store's feature draws).
 
-    return "model" if kind in kind_names() else "statistics"
+    A model file's metadata holds ``params``, the estimator's parameters that loading rebuilds it from
+    (every layout has them; :func:`tgpflow.models.model_file.write_model` refuses metadata without them);
+    no other artifact has them. Deciding from the file itself keeps this layer from asking the models
+    layer for its list of kinds.
+    """
+    return "model" if isinstance(meta.get("params"), Mapping) else "statistics"
 
 
 def check_replace(path: str | Path, kind: str, *, overwrite: bool) -> None:
@@ -106,6 +116,4 @@ def check_replace(path: str | Path, kind: str, *, overwrite: bool) -> None:
 
 def write_marker(directory: str | Path, kind: str) -> None:
     """Mark a directory output (written inside its temporary, before the swap) as a tgpflow ``kind``."""
-    import tgpflow
-
-    (Path(directory) / MARKER).write_text(json.dumps({"kind": kind, "tgpflow": tgpflow.__version__}))
+    (Path(directory) / MARKER).write_text(json.dumps({"kind": kind, "tgpflow": __version__}))

@@ -24,8 +24,9 @@ import dataclasses
 
 import numpy as np
 
+from tgpflow.core.engine import Progress, compute
+from tgpflow.core.moments import Moments
 from tgpflow.io.sources import Source
-from tgpflow.stats.moments import Moments
 
 __all__ = ["PilotSample", "pilot_sample", "DEFAULT_PILOT_ROWS", "DEFAULT_PILOT_CHUNKS"]
 
@@ -62,8 +63,9 @@ def _systematic(weights: np.ndarray, k: int, rng: np.random.Generator) -> tuple[
 
 
 def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: int | None = 0,
-                 max_chunks: int = DEFAULT_PILOT_CHUNKS) -> PilotSample:
-    """Draw the pilot sample of ``source`` (see the module docstring)."""
+                 max_chunks: int = DEFAULT_PILOT_CHUNKS, *, progress: Progress | None = None) -> PilotSample:
+    """Draw the pilot sample of ``source`` (see the module docstring); ``progress`` is called with the futures
+    of its one distributed compute (:data:`tgpflow.core.engine.Progress`)."""
     rng = np.random.default_rng(random_state)
     sizes = np.asarray(source.sizes, dtype=np.float64)
     k_all = len(sizes)
@@ -82,7 +84,7 @@ def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: i
             per = max(1, rows // max_chunks)
             wanted = {int(c): np.sort(rng.choice(int(sizes[c]), size=min(per * h, int(sizes[c])), replace=False))
                       for c, h in zip(chosen, hits, strict=True)}
-        data, dropped = _read(source, list(wanted))
+        data, dropped = _read(source, list(wanted), progress)
         parts = []
         for (c, r), block in zip(wanted.items(), data, strict=True):
             # Rows dropped as bad shift positions; keep the draw inside the rows that remain.
@@ -90,7 +92,7 @@ def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: i
         sample = np.concatenate(parts) if parts else np.empty((0, source.n_columns))
         return PilotSample(sample, n_total, True, len(wanted), dropped)
     chosen, _ = _systematic(np.ones(k_all), min(max_chunks, k_all), rng)
-    data, dropped = _read(source, [int(c) for c in chosen])
+    data, dropped = _read(source, [int(c) for c in chosen], progress)
     per = max(1, rows // len(chosen))
     parts = [b[np.sort(rng.choice(b.shape[0], size=min(per, b.shape[0]), replace=False))] for b in data]
     sample = np.concatenate(parts)
@@ -99,10 +101,8 @@ def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: i
     return PilotSample(sample, n_est, False, len(chosen), dropped)
 
 
-def _read(source: Source, chunks: list[int]) -> tuple[list[np.ndarray], int]:
+def _read(source: Source, chunks: list[int], progress: Progress | None) -> tuple[list[np.ndarray], int]:
     """The validated rows of the given chunks, and how many rows validation dropped from them (one compute)."""
-    from tgpflow.stats.reduce import compute
-
     blocks, counts = source.blocks(), source.dropped_counts()
-    out = compute(*[blocks[c] for c in chunks], *[counts[c] for c in chunks])
+    out = compute(*[blocks[c] for c in chunks], *[counts[c] for c in chunks], progress=progress)
     return list(out[:len(chunks)]), int(sum(out[len(chunks):]))

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.engine import accumulate
 from tgpflow.io.sources import as_source
-from tgpflow.stats.reduce import accumulate
 
 __all__ = ["SlicedDistances", "random_directions", "model_reference_sample", "sliced_distances"]
 

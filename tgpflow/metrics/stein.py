@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.sample.svgd import local_kernels, median_bandwidths, neighbourhood_matrix
-from tgpflow.sample.target import as_target
+from tgpflow.features.local_kernels import local_kernels, median_bandwidths, neighbourhood_matrix
+from tgpflow.models.target import as_target
 
 __all__ = ["ksd", "mmd"]
 

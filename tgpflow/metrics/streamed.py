@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.engine import accumulate
 from tgpflow.io.sources import as_source
-from tgpflow.stats.reduce import accumulate
 
 __all__ = ["streamed_mean"]
 

@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tgpflow.sample.resample import importance_resample
-from tgpflow.solve.proposal import proposal_draws
+from tgpflow.core.gaussian_base import importance_resample
+from tgpflow.core.proposal import proposal_draws
 
 __all__ = ["Fitted", "fitted_from_arrays", "prefixed"]
 
@@ -94,7 +94,7 @@ class Fitted(abc.ABC):
     def sample(self, n_samples: int, random_state: Any = None, *, n_proposals: int | None = None,
                return_ess: bool = False) -> np.ndarray | tuple[np.ndarray, float]:
         """``n_samples`` rows by importance resampling from the base N(μ, Σ), made defensive (MATH.md §5;
-        :mod:`tgpflow.solve.proposal`).
+        :mod:`tgpflow.core.proposal`).
 
         ``n_proposals`` defaults to max(20·n_samples, 10 000); with ``return_ess`` the effective
         sample size of the weights is returned too.
@@ -112,7 +112,7 @@ class Fitted(abc.ABC):
         return base.mean + z @ np.linalg.cholesky(base.cov).T
 
     def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Draws ζ of the defensive proposal q around the base (:mod:`tgpflow.solve.proposal`) and their
+        """Draws ζ of the defensive proposal q around the base (:mod:`tgpflow.core.proposal`) and their
         normalised weights ∝ exp(log p̃(ζ) − log q(ζ)) (seed 003 §IV compares a model with data through
         them); draws where the log density is not finite (KDE-RFF's estimate ≤ 0) get weight 0."""
         base = self._gaussian_base()

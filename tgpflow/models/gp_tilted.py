@@ -19,15 +19,20 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from tgpflow.backend import resolve_device
+from tgpflow.core.backend import resolve_device
+from tgpflow.core.engine import Progress
+from tgpflow.core.engine import accumulate as run_pass
+from tgpflow.core.gaussian_base import base_from_moments, check_covariance
+from tgpflow.core.logs import logger, phase
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
+from tgpflow.core.moments import Moments
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
 from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
-from tgpflow.io.degenerate import check_covariance, check_pilot_rows, check_rows_left
+from tgpflow.io.degenerate import check_pilot_rows, check_rows_left
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
-from tgpflow.logs import logger, phase
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning, fit_diagnostics
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution, write_model
@@ -39,14 +44,11 @@ from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimat
 from tgpflow.solve.select import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS, DEFAULT_LAM_GRID,
                                   DEFAULT_LOGLIK_LAM_GRID, MIN_SELECT_ESS_FRACTION, TooFewRowsError, choose, healthy,
                                   pilot_bandwidth)
-from tgpflow.solve.tgp import base_from_moments
-from tgpflow.stats.moments import Moments
 from tgpflow.stats.ncfd import NCFDStats
-from tgpflow.stats.reduce import accumulate as run_pass
 from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.split import SPLIT_SALT, HeldOut, StatsBundle, fold_index, split_chunk_stats
 from tgpflow.stats.support import SupportBox
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, PRECISIONS, TGPStats
+from tgpflow.stats.tgp import PRECISIONS, TGPStats
 
 __all__ = ["GPTiltedDensity"]
 
@@ -119,7 +121,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     on_bad_rows : {"raise", "drop"} — rows with missing/non-finite values.
     block_bytes : int — cap on the per-row part of a chunk task's memory (its feature blocks, 8·(3S + 2d)
         bytes a row); the S² accumulators and temporaries come on top. Each pass is planned and logged by
-        :mod:`tgpflow.memory` within the workers' memory limit per thread (else this machine's available
+        :mod:`tgpflow.core.memory` within the workers' memory limit per thread (else this machine's available
         RAM), and refused with both numbers when one row does not fit.
     split_every : int — fan-in of the reduction tree.
     random_state : int — seed of the pilot, the feature draw and the MAP draws.
@@ -241,19 +243,20 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return tuple(np.random.SeedSequence(self.random_state).spawn(5))
 
     # -- data entry -------------------------------------------------------------------
-    def _pilot_moments(self, source: Source) -> tuple[int, np.ndarray, np.ndarray, dict[str, Any]]:
+    def _pilot_moments(self, source: Source,
+                       progress: Progress | None) -> tuple[int, np.ndarray, np.ndarray, dict[str, Any]]:
         """(N, mean, covariance) from a bounded pilot sample, or exactly with ``pilot="exact"``."""
         pilot_seed = self._seeds()[0]
         with phase("pilot", mode=self.pilot, chunks=source.n_chunks) as info:
             if self.pilot == "exact":
-                moments, dropped = run_pass(source, Moments.from_rows, split_every=self.split_every)
+                moments, dropped = run_pass(source, Moments.from_rows, split_every=self.split_every, progress=progress)
                 check_rows_left(int(moments.n), dropped, source.n_chunks, source.description, 1,
                                 "the GP-tilted density")
                 n_total = n_rows = int(moments.n)
                 mean, cov = moments.mean, moments.covariance
                 info.update(rows=moments.n, chunks_read=source.n_chunks)
             else:
-                pilot = pilot_sample(source, rows=self.pilot_rows, random_state=pilot_seed)
+                pilot = pilot_sample(source, rows=self.pilot_rows, random_state=pilot_seed, progress=progress)
                 check_pilot_rows(pilot, source.description, 1, "the GP-tilted density")
                 n_total, n_rows, mean = pilot.n_total, pilot.rows.shape[0], pilot.rows.mean(axis=0)
                 self._pilot_rows = pilot.rows
@@ -263,8 +266,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             check_covariance(n_rows, mean, cov, self._column_names(source), source.description)
         return n_total, mean, cov, dict(info)
 
-    def _draw_features(self, n_total: int, mean: np.ndarray, cov: np.ndarray,
-                       source: Source | None = None) -> RandomFourierFeatures:
+    def _draw_features(self, n_total: int, mean: np.ndarray, cov: np.ndarray, source: Source | None = None,
+                       progress: Progress | None = None) -> RandomFourierFeatures:
         if is_grid(self.bandwidth):
             gamma = float(self.bandwidth[0])  # the grid shares Z and c; each γ is applied in the pass
         elif self.bandwidth in ("scott", "auto"):
@@ -279,10 +282,11 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             features = RandomFourierFeatures(features.Z, features.c, features.gamma, features.shift,
                                              seed=int(self.random_state))
         if self.bandwidth == "auto" and self._method.selects:  # the KDE baseline keeps Scott's rule
-            features = features.with_bandwidth(self._auto_bandwidth(features, source))
+            features = features.with_bandwidth(self._auto_bandwidth(features, source, progress))
         return features
 
-    def _auto_bandwidth(self, features: RandomFourierFeatures, source: Source | None) -> float:
+    def _auto_bandwidth(self, features: RandomFourierFeatures, source: Source | None,
+                        progress: Progress | None = None) -> float:
         """``bandwidth="auto"``: γ by the cross-validated log-likelihood of FD fits on (≤ 30 000 rows of)
         the pilot.
 
@@ -301,7 +305,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             if source is None:
                 raise ValueError("bandwidth='auto' selects γ on a pilot sample of the data: fit from data, or give "
                                  "a bandwidth")
-            self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0]).rows
+            self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0],
+                                            progress=progress).rows
         rows = self._pilot_rows
         if rows.shape[0] > AUTO_BANDWIDTH_ROWS:  # a uniform subsample of the (uniform) pilot
             keep = np.random.default_rng(self._seeds()[4]).choice(rows.shape[0], AUTO_BANDWIDTH_ROWS, replace=False)
@@ -349,21 +354,21 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         spec = self._chunk_fn(validation=True)
         return None if spec is None else spec[1]
 
-    def prepare(self, X: Any, *, columns: list[str] | None = None) -> GPTiltedDensity:
+    def prepare(self, X: Any, *, columns: list[str] | None = None, progress: Progress | None = None) -> GPTiltedDensity:
         """Draw the features (and a selection's held-out grid) from a pilot sample of ``X``, without a pass.
 
         A pipeline then accumulates each partition's statistics for this draw (:meth:`chunk_tasks`) and
-        solves their sum (:meth:`fit_from_stats`).
+        solves their sum (:meth:`fit_from_stats`). ``progress``: see :meth:`fit`.
         """
         self._check_params()
         self._pilot_rows = None
         source = self._source(X, columns, reset=True)
         self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
         source = self._fitting_source(source)
-        n_total, mean, cov, self.pilot_ = self._pilot_moments(source)
-        self.features_ = self._draw_features(n_total, mean, cov, source)
+        n_total, mean, cov, self.pilot_ = self._pilot_moments(source, progress)
+        self.features_ = self._draw_features(n_total, mean, cov, source, progress)
         if self._selecting:
-            self._make_heldout_grid(source)
+            self._make_heldout_grid(source, progress)
         if self._pilot_rows is not None:
             self.support_ = SupportBox.from_rows(self._to_data(self._pilot_rows))
         self._pilot_rows = None
@@ -387,8 +392,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                                    self.heldout_grid_), True
 
     # -- the public pieces --------------------------------------------------------------
-    def accumulate(self, X: Any, *, columns: list[str] | None = None,
-                   features: RandomFourierFeatures | None = None) -> TGPStats | NCFDStats | StatsBundle:
+    def accumulate(self, X: Any, *, columns: list[str] | None = None, features: RandomFourierFeatures | None = None,
+                   progress: Progress | None = None) -> TGPStats | NCFDStats | StatsBundle:
         """Statistics of the rows of ``X`` for this estimator's feature draw (one pass).
 
         The draw is, in order: ``features`` if given, the fitted ``features_``, or a new
@@ -396,6 +401,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         ``fit_from_stats`` can use it). The statistics are :class:`TGPStats`, or
         :class:`NCFDStats` for NCFD. On a first fit that selects λ, η or γ on held-out rows,
         they are a :class:`StatsBundle` with ``("train", γ)`` and ``("val", γ)`` parts for every γ.
+        ``progress``: see :meth:`fit`.
         """
         self._check_params()
         fitted = hasattr(self, "features_")
@@ -404,17 +410,18 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             self._check_width(source)
         else:
             self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
-        return self._accumulate_source(self._fitting_source(source), features)
+        return self._accumulate_source(self._fitting_source(source), features, progress)
 
-    def _accumulate_source(self, source: Source, features: RandomFourierFeatures | None) -> Any:
+    def _accumulate_source(self, source: Source, features: RandomFourierFeatures | None,
+                           progress: Progress | None = None) -> Any:
         fitted = hasattr(self, "features_")
         cov = None
         if features is None and fitted:
             features = self.features_
         elif features is None or (self._method.noise_conditional and self.sigma_max == "paper" and not fitted):
-            n_total, mean, cov, self.pilot_ = self._pilot_moments(source)
+            n_total, mean, cov, self.pilot_ = self._pilot_moments(source, progress)
             if features is None:
-                features = self._draw_features(n_total, mean, cov, source)
+                features = self._draw_features(n_total, mean, cov, source, progress)
         if features.n_dims != source.n_columns:
             raise ValueError(f"the features were drawn for d={features.n_dims} but the data have {source.n_columns} columns")
         if is_grid(self.bandwidth) and not fitted and features.gamma not in [float(g) for g in self.bandwidth]:
@@ -428,22 +435,27 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             grid = [float(g) for g in self.bandwidth] if is_grid(self.bandwidth) else [features.gamma]
             variants = {g: features.with_bandwidth(g) for g in grid}
             self.split_key_ = "global row position" if source.n_rows is not None else "chunk and row in chunk"
-            self._make_heldout_grid(source)
+            self._make_heldout_grid(source, progress)
         return self._stream_pass(source, fn, features, args, variants, self._val_args() if variants else None,
-                                 getattr(self, "heldout_grid_", None) if variants else None,
+                                 getattr(self, "heldout_grid_", None) if variants else None, progress=progress,
                                  n_features=features.n_features)
 
-    def _make_heldout_grid(self, source: Source) -> None:
+    def _make_heldout_grid(self, source: Source, progress: Progress | None = None) -> None:
         """The projection grid on which the held-out rows' sliced CDFs are counted in the pass
         (:mod:`tgpflow.stats.projections`), from the pilot rows of the fitting space."""
         if getattr(self, "_pilot_rows", None) is None:
-            self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0]).rows
+            self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0],
+                                            progress=progress).rows
         self.heldout_grid_ = ProjectionGrid.from_rows(self._pilot_rows, random_state=self._seeds()[4],
                                                       units=getattr(self, "bounds_", None))
 
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
-            features: RandomFourierFeatures | None = None) -> GPTiltedDensity:
-        """Fit from any source: NumPy/pandas, dask array/DataFrame, Parquet path/glob, Zarr path."""
+            features: RandomFourierFeatures | None = None, progress: Progress | None = None) -> GPTiltedDensity:
+        """Fit from any source: NumPy/pandas, dask array/DataFrame, Parquet path/glob, Zarr path.
+
+        ``progress`` is called with the futures of each distributed compute of the fit (the pilot, the
+        pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`).
+        """
         self._check_params()
         for attr in ("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_", "heldout_grid_",
                      "bandwidth_selection_", "_fitted"):
@@ -454,10 +466,11 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         source = self._source(X, columns, reset=True)
         self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
         source = self._fitting_source(source)
-        stats = self._accumulate_source(source, features)
+        stats = self._accumulate_source(source, features, progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
         if self._pilot_rows is None:  # pilot="exact" or given features: a bounded sample for the checks
-            self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0]).rows
+            self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0],
+                                            progress=progress).rows
         rows = self._to_data(self._pilot_rows)  # the pilot in the data's units
         self.support_ = SupportBox.from_rows(rows)
         self.pilot_["suggested_bounds"] = suggest_bounds(rows, self._column_names(source), self.bounds_)
@@ -583,15 +596,17 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             self._set_solution(stats, features, base, lam, eta)
             info.update(solver=self.solver_info_.get("method"))
 
-    def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None) -> GPTiltedDensity:
+    def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
+                    progress: Progress | None = None) -> GPTiltedDensity:
         """Add the statistics of new rows to ``stats_`` and re-solve (fits if not yet fitted).
 
-        Values selected on held-out rows at ``fit`` (λ, η, γ) are kept, not re-selected.
+        Values selected on held-out rows at ``fit`` (λ, η, γ) are kept, not re-selected. ``progress``: see
+        :meth:`fit`.
         """
         if not hasattr(self, "stats_"):
-            return self.fit(X, columns=columns)
+            return self.fit(X, columns=columns, progress=progress)
         check_stats_kept(self)
-        stats = self.accumulate(X, columns=columns)
+        stats = self.accumulate(X, columns=columns, progress=progress)
         self.n_rows_dropped_ = getattr(self, "n_rows_dropped_", 0) + self.last_rows_dropped_
         return self.fit_from_stats(self.stats_ + stats)
 

@@ -17,8 +17,9 @@ from sklearn.base import BaseEstimator
 from sklearn.neighbors import KernelDensity
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from tgpflow.core.gaussian_base import check_covariance
 from tgpflow.features.rff import paper_kernel_cov, scott_bandwidth
-from tgpflow.io.degenerate import check_covariance, check_pilot_rows
+from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import as_source
 

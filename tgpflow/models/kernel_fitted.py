@@ -19,11 +19,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tgpflow.core.gaussian_base import Base
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.models.blocked_score import BlockedScore
 from tgpflow.models.fitted import Fitted, prefixed
 from tgpflow.models.tgp_fitted import base_arrays, base_from_arrays
-from tgpflow.solve.tgp import Base
 
 __all__ = ["KernelFitted", "KERNEL_MODELS"]
 

@@ -22,25 +22,26 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from tgpflow.backend import resolve_device
+from tgpflow.core.backend import resolve_device
+from tgpflow.core.engine import Progress
+from tgpflow.core.gaussian_base import Base, base_from_moments
+from tgpflow.core.logs import logger, phase
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.kernels import KERNELS, median_heuristic
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.validate import check_on_bad_rows
-from tgpflow.logs import logger, phase
 from tgpflow.models.diagnostics import fit_diagnostics
 from tgpflow.models.kernel_fitted import KernelFitted
-from tgpflow.models.tgp_fitted import base_arrays
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution, write_model
-from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
-from tgpflow.stats.support import SupportBox
 from tgpflow.models.streaming import StreamingMixin, check_stats_kept, is_grid, is_positive
+from tgpflow.models.tgp_fitted import base_arrays
 from tgpflow.solve.kef import REGULARIZERS, diag_h, kef_h, kernel_heldout_loss, lite_r, spectral_solve, tikhonov_direct
-from tgpflow.solve.tgp import Base, base_from_moments
+from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats, diag_chunk_stats, kef_chunk_stats, lite_chunk_stats
 from tgpflow.stats.split import StatsBundle
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
+from tgpflow.stats.support import SupportBox
 
 __all__ = ["ScoreEstimator", "NystromKEF", "PRESETS"]
 
@@ -143,14 +144,15 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         resolve_device(self.device)
 
     # -- the basis ----------------------------------------------------------------------
-    def _make_basis(self, source: Any, given: Any) -> NystromBasis:
+    def _make_basis(self, source: Any, given: Any, progress: Progress | None = None) -> NystromBasis:
         if isinstance(given, NystromBasis):
             return given
         need_pilot = given is None or self.bandwidth == "median"
         rows = None
         if need_pilot:
             with phase("pilot", chunks=source.n_chunks) as info:
-                pilot = pilot_sample(source, rows=self.pilot_rows, random_state=np.random.SeedSequence(self.random_state))
+                pilot = pilot_sample(source, rows=self.pilot_rows, random_state=np.random.SeedSequence(self.random_state),
+                                     progress=progress)
                 rows = pilot.rows
                 info.update(rows=rows.shape[0])
             self._pilot_rows = rows
@@ -182,12 +184,13 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
     def _stats_type(self) -> type:
         return {"curl_free": KEFStats, "diagonal": DiagStats, "lite": LiteStats}[self._kind]
 
-    def prepare(self, X: Any, *, columns: list[str] | None = None) -> ScoreEstimator:
+    def prepare(self, X: Any, *, columns: list[str] | None = None, progress: Progress | None = None) -> ScoreEstimator:
         """Draw the basis from a pilot sample of ``X`` without a pass (a pipeline then accumulates each
-        partition's statistics on it, :meth:`chunk_tasks`, and solves their sum, :meth:`fit_from_stats`)."""
+        partition's statistics on it, :meth:`chunk_tasks`, and solves their sum, :meth:`fit_from_stats`).
+        ``progress``: see :meth:`fit`."""
         self._check_params()
         source = self._source(X, columns, reset=True)
-        self.basis_ = self._make_basis(source, None)
+        self.basis_ = self._make_basis(source, None, progress)
         self.n_features_in_ = source.n_columns
         return self
 
@@ -196,8 +199,10 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         return self._chunk_fn(), (self.basis_, int(self.block_bytes)), False
 
     # -- the public pieces --------------------------------------------------------------
-    def accumulate(self, X: Any, *, columns: list[str] | None = None, basis: Any = None) -> KEFStats | DiagStats:
-        """One pass: the statistics of the rows of X on the basis (given, fitted, or drawn from a pilot)."""
+    def accumulate(self, X: Any, *, columns: list[str] | None = None, basis: Any = None,
+                   progress: Progress | None = None) -> KEFStats | DiagStats:
+        """One pass: the statistics of the rows of X on the basis (given, fitted, or drawn from a pilot).
+        ``progress``: see :meth:`fit`."""
         self._check_params()
         fitted = hasattr(self, "basis_")
         source = self._source(X, columns, reset=not fitted)
@@ -206,7 +211,7 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
         if basis is None and fitted:
             basis = self.basis_
         else:
-            basis = self._make_basis(source, basis)
+            basis = self._make_basis(source, basis, progress)
         if basis.n_dims != source.n_columns:
             raise ValueError(f"the basis is in d={basis.n_dims} but the data have {source.n_columns} columns")
         self.basis_ = basis
@@ -215,20 +220,23 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
             grid = [float(b) for b in self.bandwidth] if is_grid(self.bandwidth) else [basis.bandwidth]
             variants = {b: basis.with_bandwidth(b) for b in grid}
         return self._stream_pass(source, self._chunk_fn(), basis, (int(self.block_bytes),), variants,
-                                 n_basis=basis.n_basis, kernel=self._kind)
+                                 progress=progress, n_basis=basis.n_basis, kernel=self._kind)
 
     @property
     def _selecting(self) -> bool:
         return self.lam == "auto" or is_grid(self.bandwidth)
 
-    def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None, basis: Any = None) -> ScoreEstimator:
-        """Fit from any source; ``basis``: an (m, d) array of basis points or a NystromBasis."""
+    def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None, basis: Any = None,
+            progress: Progress | None = None) -> ScoreEstimator:
+        """Fit from any source; ``basis``: an (m, d) array of basis points or a NystromBasis. ``progress`` is
+        called with the futures of each distributed compute of the fit (the pilot, the pass), e.g.
+        ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
         self._check_params()
         for attr in ("basis_", "stats_", "selection_", "support_", "_fitted"):
             if hasattr(self, attr):
                 delattr(self, attr)
         self._pilot_rows = None
-        stats = self.accumulate(X, columns=columns, basis=basis)
+        stats = self.accumulate(X, columns=columns, basis=basis, progress=progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
         if self._pilot_rows is not None and self._pilot_rows.shape[0] > 1:
             self.support_ = SupportBox.from_rows(self._pilot_rows)
@@ -365,12 +373,13 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
             c = full
         return c.reshape(m, d), info
 
-    def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None) -> ScoreEstimator:
-        """Add the statistics of new rows and re-solve (fits if not yet fitted)."""
+    def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
+                    progress: Progress | None = None) -> ScoreEstimator:
+        """Add the statistics of new rows and re-solve (fits if not yet fitted); ``progress``: see :meth:`fit`."""
         if not hasattr(self, "stats_"):
-            return self.fit(X, columns=columns)
+            return self.fit(X, columns=columns, progress=progress)
         check_stats_kept(self)
-        stats = self.accumulate(X, columns=columns)
+        stats = self.accumulate(X, columns=columns, progress=progress)
         return self.fit_from_stats(self.stats_ + stats)
 
     # -- evaluation -------------------------------------------------------------------
@@ -504,8 +513,8 @@ class NystromKEF(ScoreEstimator):
         if self.lite and self.n_components is not None:
             raise ValueError("dimension subsampling (n_components) applies to the derivative basis, not to lite")
 
-    def _make_basis(self, source: Any, given: Any) -> NystromBasis:
-        basis = super()._make_basis(source, given)
+    def _make_basis(self, source: Any, given: Any, progress: Progress | None = None) -> NystromBasis:
+        basis = super()._make_basis(source, given, progress)
         if self.n_components is None or isinstance(given, NystromBasis) or self.n_components >= basis.n_dims:
             return basis
         # seed 001 §3: exactly ℓ of the d components of each basis point, uniformly, seeded

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.version import __version__
 from tgpflow.errors import ModelFileError
 from tgpflow.io.artifact import write_artifact
 from tgpflow.models.fitted import Fitted, prefixed
@@ -92,9 +93,11 @@ def read_fitted(kind: type[Fitted], solution: dict[str, np.ndarray], meta: dict[
 def write_model(path: str | Path, kind: str, fitted: Fitted, names: Mapping[str, str], *,
                 extra: Mapping[str, np.ndarray], stats: Any, meta: dict[str, Any], overwrite: bool) -> Path:
     """Write a model file (layout 2) atomically: the draw, the solution (``fitted`` and the estimator's
-    ``extra`` arrays), the statistics when given, and ``meta``."""
-    from tgpflow import __version__
-
+    ``extra`` arrays), the statistics when given, and ``meta`` (which must hold the estimator's ``params``:
+    loading rebuilds the estimator from them, and :func:`tgpflow.io.outputs.artifact_output` knows a model
+    file by them)."""
+    if not isinstance(meta.get("params"), Mapping):
+        raise ValueError("a model file's metadata needs the estimator's params (a dict)")
     arrays = solution_arrays(fitted, names)
     arrays.update({f"fitted.{k}": np.asarray(v) for k, v in extra.items()})
     if stats is not None:

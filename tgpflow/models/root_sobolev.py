@@ -49,7 +49,10 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from tgpflow.backend import resolve_device
+from tgpflow.core.backend import resolve_device
+from tgpflow.core.engine import Progress, compute, tree_reduce
+from tgpflow.core.logs import phase
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, plan_pass
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.sdo import default_order, draw_sdo_features, sdo_width
 from tgpflow.features.whiten import ROBUST_TRIM, Whitening, whitening
@@ -57,16 +60,13 @@ from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
-from tgpflow.logs import phase
-from tgpflow.memory import plan_pass
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.model_file import fitted_arrays, read_fitted, write_model
 from tgpflow.models.rsr_fitted import RSRFitted
 from tgpflow.models.streaming import StreamingMixin
-from tgpflow.stats.reduce import compute, tree_reduce
 from tgpflow.stats.rsr import RSRIterStats, rsr_chunk_stats
 from tgpflow.stats.split import SPLIT_SALT, validation_mask
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
+from tgpflow.stats.tgp import block_rows_for
 
 __all__ = ["RootSobolevDensity"]
 
@@ -79,9 +79,12 @@ def _train_rows(block: np.ndarray, keys: np.ndarray, fraction: float, part: str)
 
 
 class _Rows:
-    """The rows an iteration maps over: persisted blocks, or the source's lazy blocks (re-streamed)."""
+    """The rows an iteration maps over: persisted blocks, or the source's lazy blocks (re-streamed); each
+    compute over them reports to ``progress``."""
 
-    def __init__(self, source: Source, persist_bytes: int, part: str | None, fraction: float):
+    def __init__(self, source: Source, persist_bytes: int, part: str | None, fraction: float,
+                 progress: Progress | None = None):
+        self.progress = progress
         blocks = source.blocks()
         self.n_columns, self._planned = source.n_columns, set()
         if part is not None:
@@ -96,7 +99,8 @@ class _Rows:
                 self.blocks = get_client().persist(blocks)
                 self.where = "persisted in distributed memory"
             except (ImportError, ValueError):
-                self.blocks = [dask.delayed(b, pure=True) for b in compute(*blocks)] if blocks else []
+                held = compute(*blocks, progress=progress) if blocks else ()
+                self.blocks = [dask.delayed(b, pure=True) for b in held]
                 self.where = "held in memory"
         else:
             self.blocks = blocks
@@ -108,7 +112,7 @@ class _Rows:
             self._planned.add(fn)
         task = dask.delayed(fn, pure=True)
         shared = [dask.delayed(a, pure=True) for a in args]
-        return compute(tree_reduce([task(b, *shared) for b in self.blocks], 8))[0]
+        return compute(tree_reduce([task(b, *shared) for b in self.blocks], 8), progress=self.progress)[0]
 
 
 class _CentredDraw:
@@ -189,12 +193,15 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         resolve_device(self.device)
 
     # -- fitting --------------------------------------------------------------------------
-    def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None) -> RootSobolevDensity:
-        """Fit from any source (NumPy/pandas, dask, Parquet, Zarr)."""
+    def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
+            progress: Progress | None = None) -> RootSobolevDensity:
+        """Fit from any source (NumPy/pandas, dask, Parquet, Zarr). ``progress`` is called with the futures of
+        each distributed compute of the fit (the pilot, every pass), e.g. ``distributed.progress``
+        (:data:`tgpflow.core.engine.Progress`)."""
         self._check_params()
         source = self._source(X, columns, reset=True)
         with phase("pilot", chunks=source.n_chunks) as info:
-            pilot = pilot_sample(source, rows=self.pilot_rows, random_state=self.random_state)
+            pilot = pilot_sample(source, rows=self.pilot_rows, random_state=self.random_state, progress=progress)
             info.update(rows=pilot.rows.shape[0])
         check_pilot_rows(pilot, source.description, 2, "the root-Sobolev density")
         d = source.n_columns
@@ -208,11 +215,11 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         base = _CentredDraw(Z=draw.Z @ wh.matrix, phase=draw.c, centre=wh.shift, m_s=self.order_, seed=draw.seed)
         grid = [float(a) for a in (self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness])]
         if len(grid) > 1 and self.method == "rsr":
-            self.smoothness_, self.selection_ = self._select(source, base, grid)
+            self.smoothness_, self.selection_ = self._select(source, base, grid, progress)
         else:
             self.smoothness_ = grid[0]
         features = base.at(self.smoothness_)
-        rows = _Rows(source, int(self.persist_bytes), None, 0.0)
+        rows = _Rows(source, int(self.persist_bytes), None, 0.0, progress)
         logger.info("RSR rows are %s", rows.where)
         self.rows_held_ = rows.where
         coef, self.fit_info_ = self._iterate(rows, features)
@@ -274,7 +281,8 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                    "nonpositive_rows": nonpos, "sign_change_rows": min(nonpos, n - nonpos),
                    "norm_w": float(np.linalg.norm(w)), "history": [h["loss"] for h in history]}
 
-    def _select(self, source: Source, base: Any, grid: list[float]) -> tuple[float, dict[str, Any]]:
+    def _select(self, source: Source, base: Any, grid: list[float],
+                progress: Progress | None = None) -> tuple[float, dict[str, Any]]:
         k = int(self.whitening_["rank"])
         if 2 * self.order_ <= k + 4:
             # the RFF Laplacian Σ w_t‖z_t‖²φ_t needs E‖z‖⁴ < ∞, i.e. 2m_s > d + 4; the default m_s = ⌊d/2⌋ + 1
@@ -282,8 +290,8 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             logger.warning("held-out Hyvärinen loss with order m_s = %d <= d/2 + 2 (d = %d): its value has infinite "
                            "variance over the feature draw; use order >= %d to select a", self.order_, k, k // 2 + 3)
         fraction = float(self.validation_fraction)
-        train = _Rows(source, int(self.persist_bytes), "train", fraction)
-        val = _Rows(source, int(self.persist_bytes), "val", fraction)
+        train = _Rows(source, int(self.persist_bytes), "train", fraction, progress)
+        val = _Rows(source, int(self.persist_bytes), "val", fraction, progress)
         curve = []
         for a in sorted(grid):
             feats = base.at(a)

@@ -14,10 +14,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.fitted import Fitted, prefixed
 from tgpflow.models.registry import RSR_METHODS
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
+from tgpflow.stats.tgp import block_rows_for
 
 __all__ = ["RSRFitted", "RSR_METHODS"]
 

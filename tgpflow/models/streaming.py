@@ -20,10 +20,11 @@ import dask.array as da
 import numpy as np
 from sklearn.utils.validation import validate_data
 
+from tgpflow.core.engine import Progress
+from tgpflow.core.engine import accumulate as run_pass
+from tgpflow.core.logs import phase
 from tgpflow.io.sources import Source, as_source, select_frame
 from tgpflow.io.validate import check_exact_ints
-from tgpflow.logs import phase
-from tgpflow.stats.reduce import accumulate as run_pass
 from tgpflow.stats.split import SPLIT_SALT, split_chunk_stats
 
 __all__ = ["StreamingMixin", "is_lazy", "is_grid", "is_positive", "check_stats_kept"]
@@ -111,7 +112,7 @@ class StreamingMixin:
 
     def _stream_pass(self, source: Source, chunk_fn: Any, draw: Any, args: tuple[Any, ...],
                      variants: dict[float, Any] | None, val_args: tuple[Any, ...] | None = None,
-                     grid: Any = None, **facts: Any) -> Any:
+                     grid: Any = None, progress: Progress | None = None, **facts: Any) -> Any:
         """The one pass of ``chunk_fn(rows, draw, *args)`` over ``source``.
 
         With ``variants`` (name → draw, e.g. one per bandwidth of a grid) the rows are split into
@@ -119,7 +120,8 @@ class StreamingMixin:
         :class:`~tgpflow.stats.split.StatsBundle` with both parts of every variant (``val_args``,
         when given, replace ``args`` for the validation rows; with a projection ``grid`` the
         validation parts also count the rows' projections). Dropped rows
-        are logged and counted in ``last_rows_dropped_``; a pass that kept no row raises.
+        are logged and counted in ``last_rows_dropped_``; a pass that kept no row raises. ``progress`` goes
+        to the engine (:func:`tgpflow.core.engine.accumulate`).
         """
         split = variants is not None
         with phase("pass", chunks=source.n_chunks, split=split, **facts) as info:
@@ -128,11 +130,12 @@ class StreamingMixin:
                 val_parts = None if val_args is None else {name: (v, *val_args) for name, v in variants.items()}
                 stats, dropped = run_pass(source, split_chunk_stats, float(self.validation_fraction), SPLIT_SALT,
                                           chunk_fn, parts, val_parts, grid, split_every=int(self.split_every),
-                                          with_row_keys=True)
+                                          with_row_keys=True, progress=progress)
                 first = next(iter(variants))
                 n_rows = sum(v.n for k, v in stats.items() if k[1] == first)
             else:
-                stats, dropped = run_pass(source, chunk_fn, draw, *args, split_every=int(self.split_every))
+                stats, dropped = run_pass(source, chunk_fn, draw, *args, split_every=int(self.split_every),
+                                          progress=progress)
                 n_rows = stats.n
             info.update(rows=n_rows, dropped=dropped)
         if dropped:

@@ -25,14 +25,15 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.linalg
 
+from tgpflow.core.gaussian_base import Base
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.blocked_score import BlockedScore
 from tgpflow.models.fitted import Fitted, prefixed
 from tgpflow.solve.ncfd import level_base
-from tgpflow.solve.tgp import Base
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
+from tgpflow.stats.tgp import block_rows_for
 
 __all__ = ["TGPFitted", "BoundedFitted", "base_arrays", "base_from_arrays"]
 

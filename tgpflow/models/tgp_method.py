@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tgpflow.core.gaussian_base import Base
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.tgp_fitted import TGPFitted
 from tgpflow.solve.select import score_tilts
-from tgpflow.solve.tgp import Base
 from tgpflow.stats.tgp import TGPStats, tgp_chunk_stats
 
 __all__ = ["TGPMethod", "Hyper", "Solution", "GridContext", "with_tilt_scores"]

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from tgpflow.demo import make_dataset
+from tgpflow.io.demo_data import make_dataset
 from tgpflow.pipeline.runner import run_pipeline
 from tgpflow.pipeline.spec import load_spec
 

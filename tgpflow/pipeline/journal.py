@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.engine import Progress, compute
 from tgpflow.errors import TgpflowError
 from tgpflow.io.atomic import atomic_path, remove_temporaries
 from tgpflow.io.outputs import output_kind
@@ -69,8 +70,10 @@ def steps_after_commit(spec: PipelineSpec, ests: dict[str, Any], versions: dict[
     return steps
 
 
-def finish(spec: PipelineSpec, manifest: dict[str, Any] | None) -> dict[str, list[str]]:
-    """Do what the run that committed ``manifest`` left undone: publish, score, report (module docstring)."""
+def finish(spec: PipelineSpec, manifest: dict[str, Any] | None, *,
+           progress: Progress | None = None) -> dict[str, list[str]]:
+    """Do what the run that committed ``manifest`` left undone: publish, score, report (module docstring);
+    the scoring computes report to ``progress`` (:data:`tgpflow.core.engine.Progress`)."""
     done: dict[str, list[str]] = {"published": [], "scored": [], "reports": []}
     if manifest is None:
         return done
@@ -86,19 +89,18 @@ def finish(spec: PipelineSpec, manifest: dict[str, Any] | None) -> dict[str, lis
         done["published"].append(name)
     steps = manifest.get("steps") or {}
     if steps.get("scores"):
-        done["scored"] = _score(spec, manifest, steps["scores"])
+        done["scored"] = _score(spec, manifest, steps["scores"], progress)
     if steps.get("reports"):
         done["reports"] = _report(spec, manifest, steps["reports"])
     return done
 
 
-def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) -> list[str]:
+def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
+           progress: Progress | None = None) -> list[str]:
     """Per partition: raw-row log density and anomaly flag, one Parquet file each, atomic, written once."""
     import dask
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from tgpflow.stats.reduce import compute
 
     parts = manifest["partitions"]
     directory = Path(step["path"])
@@ -118,7 +120,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) -
         # minus Σ log scale, is the density of the raw rows; only the scores come back
         src = partition_source(spec, f, manifest["columns"], pre)
         density = dask.delayed(est.fitted().log_density, pure=True)
-        logp = np.concatenate(compute(*[density(b) for b in src.blocks()])) + log_jacobian(pre)
+        logp = np.concatenate(compute(*[density(b) for b in src.blocks()], progress=progress)) + log_jacobian(pre)
         table = pa.table({"log_density": logp, "anomaly": _flags(logp, info)})
         table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": parts[f]["fingerprint"],
                                                "tgpflow.model_version": step["version"], "tgpflow.source": f})

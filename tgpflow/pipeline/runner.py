@@ -34,6 +34,8 @@ from typing import Any
 import dask
 import numpy as np
 
+from tgpflow.core.engine import Progress, compute, tree_reduce
+from tgpflow.core.logs import phase
 from tgpflow.errors import TgpflowError
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.nystrom import NystromBasis
@@ -41,14 +43,12 @@ from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.parquet import list_parquet_files
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import Source, as_source
-from tgpflow.logs import phase
 from tgpflow.models.anomaly import anomaly_threshold
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import log_jacobian, partition_source, preprocessor, union_source
 from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore, partition_fingerprint
 from tgpflow.pipeline.versions import ModelVersions
-from tgpflow.stats.reduce import compute, tree_reduce
 from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.support import SupportBox
 
@@ -95,10 +95,10 @@ def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], column
     est.feature_names_in_ = np.asarray(columns, dtype=object)
 
 
-def _freeze_preprocess(spec: PipelineSpec, src: Source, seed: int) -> dict[str, Any] | None:
+def _freeze_preprocess(spec: PipelineSpec, src: Source, seed: int, progress: Progress | None) -> dict[str, Any] | None:
     if not (spec.preprocess.center or spec.preprocess.scale):
         return None
-    rows = pilot_sample(src, rows=100_000, random_state=seed).rows
+    rows = pilot_sample(src, rows=100_000, random_state=seed, progress=progress).rows
     d = rows.shape[1]
     center = rows.mean(axis=0) if spec.preprocess.center else np.zeros(d)
     scale = rows.std(axis=0) if spec.preprocess.scale else np.ones(d)
@@ -107,18 +107,19 @@ def _freeze_preprocess(spec: PipelineSpec, src: Source, seed: int) -> dict[str, 
     return {"center": center.tolist(), "scale": scale.tolist()}
 
 
-def run_pipeline(spec: PipelineSpec, *, date: str | None = None) -> RunResult:
-    """Run one refit of ``spec`` (see the module docstring); returns what it did."""
+def run_pipeline(spec: PipelineSpec, *, date: str | None = None, progress: Progress | None = None) -> RunResult:
+    """Run one refit of ``spec`` (see the module docstring); returns what it did. ``progress`` is called with
+    the futures of each distributed compute of the run (:data:`tgpflow.core.engine.Progress`)."""
     store = StatsStore(spec.outputs.store)
     with store.lock(spec.lock_timeout):
         manifest = store.read_manifest()
         collect(spec, store, manifest)  # what a killed run left uncommitted
-        owed = finish(spec, manifest)  # what the last committed run left undone
-        return _run(spec, store, manifest, date or datetime.date.today().isoformat(), owed)
+        owed = finish(spec, manifest, progress=progress)  # what the last committed run left undone
+        return _run(spec, store, manifest, date or datetime.date.today().isoformat(), owed, progress)
 
 
 def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, date: str,
-         owed: dict[str, list[str]]) -> RunResult:
+         owed: dict[str, list[str]], progress: Progress | None = None) -> RunResult:
     fs, files = list_parquet_files(spec.source.path)
     if not files:
         raise TgpflowError(f"{spec.source.path}: no Parquet partitions match")
@@ -158,12 +159,12 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         probe = as_source(files[0], columns=columns)
         columns = list(probe.columns)
         union = union_source(spec, files, columns, None)
-        pre = _freeze_preprocess(spec, union, seed)
+        pre = _freeze_preprocess(spec, union, seed, progress)
         union = union_source(spec, files, columns, pre)
         models: dict[str, Any] = {}
         for m in spec.models:
             est = _estimator(m)
-            est.prepare(union)
+            est.prepare(union, progress=progress)
             arrays, meta = _draw_arrays(est)
             models[m.name] = {"estimator": m.estimator, "params": m.params, "columns": columns,
                               "draw": store.save_draw(f"{m.name}-{run:06d}", arrays, meta)}
@@ -184,7 +185,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
             for est in ests.values():
                 roots.append(tree_reduce(est.chunk_tasks(src), 8))
             dropped.append(dask.delayed(sum, pure=True)(src.dropped_counts()))
-        results = compute(*roots, *dropped) if added else ()
+        results = compute(*roots, *dropped, progress=progress) if added else ()
         facts.update(rows_dropped=int(sum(results[len(roots):])))
     new_parts = {f: {"fingerprint": fps[f], "stats": {}, "run": run} for f in added}
     k = 0
@@ -201,7 +202,8 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     versions = {}
     # one bounded pilot read per run, for every model: the rows the anomaly thresholds are learned
     # on, and (preprocessed) the support box the fit diagnostics compare the model's mass with
-    pilot_rows = pilot_sample(union_source(spec, files, columns, None), rows=20_000, random_state=seed).rows
+    pilot_rows = pilot_sample(union_source(spec, files, columns, None), rows=20_000, random_state=seed,
+                              progress=progress).rows
     threshold_rows = pilot_rows if spec.outputs.scores else None
     prep = preprocessor(pre)
     box = SupportBox.from_rows(prep(pilot_rows) if prep is not None else pilot_rows) if len(pilot_rows) > 1 else None
@@ -235,7 +237,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
                     "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
     store.write_manifest(new_manifest)  # the commit point
     collect(spec, store, new_manifest)  # the totals and draws it replaced
-    done = finish(spec, new_manifest)
+    done = finish(spec, new_manifest, progress=progress)
     rows = {name: ModelVersions(Path(spec.outputs.models) / name).info()["rows"] for name in versions}
     logger.info("%s: run %d added %d and removed %d partition(s); models %s", spec.name, run, len(added),
                 len(removed), versions)

@@ -1,10 +1,14 @@
 """Samplers over fitted models and score functions (DESIGN.md: sample/).
 
-* :func:`resample` — importance resampling from a GP-tilted density's base (MATH.md §5);
+* :func:`resample` — importance resampling from a GP-tilted density's base (MATH.md §5;
+  :func:`~tgpflow.core.gaussian_base.importance_resample`, which a fitted model's ``sample`` uses);
 * :func:`langevin`, :func:`mala` — unadjusted / Metropolis-adjusted Langevin chains on a score;
 * :func:`mcmc_sample` — MALA chains started at the model's base, with R̂ and ESS across chains;
 * :func:`kernel_hmc` — gradient-free HMC with a learned score (seed 001 §5.2);
 * :func:`svgd` — vanilla and graphical SVGD (MATH.md §9, seed 002 Algorithm 1).
+
+Samplers take a :class:`Target` (:mod:`tgpflow.models.target`): a fitted model, a ``Fitted`` value or a
+score callable.
 """
 
 from __future__ import annotations
@@ -13,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.gaussian_base import importance_resample
+from tgpflow.models.target import Target, as_target
 from tgpflow.sample.kernel_hmc import KernelHMCResult, kernel_hmc, leapfrog, trajectory_acceptance
 from tgpflow.sample.langevin import ChainResult, langevin, mala
 from tgpflow.sample.mcmc import MCMCResult, chain_diagnostics, mcmc_sample
-from tgpflow.sample.resample import importance_resample
 from tgpflow.sample.svgd import SVGDResult, grid_graph, svgd, svgd_direction
-from tgpflow.sample.target import Target, as_target
 
 __all__ = ["resample", "importance_resample", "langevin", "mala", "ChainResult", "kernel_hmc", "KernelHMCResult",
            "leapfrog", "trajectory_acceptance", "svgd", "svgd_direction", "SVGDResult", "grid_graph", "Target",

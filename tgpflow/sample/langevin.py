@@ -26,8 +26,8 @@ import math
 
 import numpy as np
 
+from tgpflow.models.target import as_target
 from tgpflow.sample.chains import Draws, mh_probability
-from tgpflow.sample.target import as_target
 
 __all__ = ["ChainResult", "langevin", "mala", "DualAveraging"]
 
@@ -91,7 +91,7 @@ def langevin(target, x0: np.ndarray, n_steps: int, *, step_size: float = 0.1, n_
     """Run ``len(x0)`` Langevin chains for ``n_warmup`` + ``n_steps`` steps; keep every ``thin``-th draw.
 
     ``metropolis=True`` is MALA (needs ``log_density``). ``target`` is a fitted model, a
-    :class:`~tgpflow.sample.target.Target` or a score callable.
+    :class:`~tgpflow.models.target.Target` or a score callable.
     """
     tgt = as_target(target)
     x = np.array(x0, dtype=np.float64, ndmin=2, copy=True)

@@ -22,9 +22,10 @@ import warnings
 
 import numpy as np
 
+from tgpflow.core.gaussian_base import Base
 from tgpflow.errors import TgpflowWarning
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.solve.tgp import Base, fd_system, solve_fd
+from tgpflow.solve.tgp import fd_system, solve_fd
 from tgpflow.stats.tgp import TGPStats
 
 __all__ = ["fd_loss", "update_mean", "update_cov", "solve_lyapunov", "learn_base"]

@@ -21,10 +21,10 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
+from tgpflow.core.gaussian_base import Base
+from tgpflow.core.memory import check_fits
 from tgpflow.features.nystrom import NystromBasis
-from tgpflow.memory import check_fits
 from tgpflow.solve.linalg import safe_blas_threads
-from tgpflow.solve.tgp import Base
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 
 __all__ = ["REGULARIZERS", "kernel_heldout_loss", "kef_h", "diag_h", "lite_r", "tikhonov_direct", "spectral_solve", "check_memory", "nu_method_coeffs"]
@@ -34,7 +34,7 @@ REGULARIZERS = ("tikhonov", "cutoff", "landweber", "nu")
 
 def check_memory(n_matrices: int, size: int, what: str) -> None:
     """Raise MemoryError (with both numbers) if ``n_matrices`` float64 size×size matrices exceed the RAM
-    available where the solve runs (this process, after the pass: :func:`tgpflow.memory.check_fits`)."""
+    available where the solve runs (this process, after the pass: :func:`tgpflow.core.memory.check_fits`)."""
     check_fits(n_matrices * 8 * size * size, f"{what} ({n_matrices} float64 matrices of {size}×{size})",
                "use fewer basis points (n_basis) or dimension subsampling")
 

@@ -18,9 +18,10 @@ import numpy as np
 import scipy.linalg
 from scipy.special import logsumexp
 
+from tgpflow.core.gaussian_base import Base
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.solve.tgp import Base
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, block_rows_for
+from tgpflow.stats.tgp import block_rows_for
 
 __all__ = ["PointSet", "base_draws", "map_objective", "map_gradient", "solve_map"]
 

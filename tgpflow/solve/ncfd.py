@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from tgpflow.core.gaussian_base import Base
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.linalg import spd_solve
-from tgpflow.solve.tgp import Base
 from tgpflow.stats.ncfd import NCFDStats
 
 __all__ = ["ncfd_system", "solve_ncfd", "level_base"]

@@ -7,7 +7,7 @@ Every GP-tilted density (and a kernel exponential family with a Gaussian base) h
 ``Z = ∫ q̃(x) dx = E_{ζ~q} [ q̃(ζ) / q(ζ) ]``,
 
 estimated from M seeded draws of the proposal ``q`` — the base made defensive against mass far
-from the data (:mod:`tgpflow.solve.proposal`) — by ``Ẑ = (1/M) Σ_j w_j``,
+from the data (:mod:`tgpflow.core.proposal`) — by ``Ẑ = (1/M) Σ_j w_j``,
 ``log w_j = log q̃(ζ_j) − log q(ζ_j)`` (the importance weights of the resampler, MATH.md §5). With
 the effective sample size ``ESS = (Σw)²/Σw²`` the delta-method standard error of ``log Ẑ`` is
 ``√(1/ESS − 1/M)``. The same self-normalised weights give the model's mean, spread and the mass it
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.solve.proposal import DRAW_BLOCK, proposal_blocks
-from tgpflow.solve.tgp import Base
+from tgpflow.core.gaussian_base import Base
+from tgpflow.core.proposal import DRAW_BLOCK, proposal_blocks
 
 __all__ = ["NormalizerEstimate", "DEFAULT_NORMALIZER_DRAWS", "DRAW_BLOCK", "base_draw_blocks",
            "estimate_log_normalizer", "WeightSums"]
@@ -80,7 +80,7 @@ class NormalizerEstimate:
 def base_draw_blocks(base: Base, n_draws: int, random_state: Any,
                      block_rows: int = DRAW_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Blocks of (ζ, log q(ζ)) for ``n_draws`` draws ζ of the defensive proposal around the base
-    N(μ, Σ) (:func:`tgpflow.solve.proposal.proposal_blocks`); block b from child seed b."""
+    N(μ, Σ) (:func:`tgpflow.core.proposal.proposal_blocks`); block b from child seed b."""
     return proposal_blocks(base.mean, base.cov, n_draws, random_state, block_rows)
 
 

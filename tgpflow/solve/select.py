@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from tgpflow.core.gaussian_base import Base
+from tgpflow.core.moments import Moments
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.base_learning import fd_loss
 from tgpflow.solve.normalizer import WeightSums, base_draw_blocks
-from tgpflow.solve.tgp import Base, fd_system, feature_moments_under_base
-from tgpflow.stats.moments import Moments
+from tgpflow.solve.tgp import fd_system, feature_moments_under_base
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, ks_by_direction
 from tgpflow.stats.support import SupportBox, mass_outside_limit
 from tgpflow.stats.tgp import TGPStats
@@ -257,9 +258,9 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
     """
     import dask
 
-    from tgpflow.solve.tgp import base_from_moments
+    from tgpflow.core.engine import compute
+    from tgpflow.core.gaussian_base import base_from_moments
     from tgpflow.stats.projections import projection_counts
-    from tgpflow.stats.reduce import compute
     from tgpflow.stats.tgp import tgp_chunk_stats
 
     n_folds = int(folds.max()) + 1 if folds.size else 0

@@ -1,7 +1,7 @@
 """Closed-form solves of the GP-tilted density after the pass (MATH.md §2, §4), float64.
 
-All inputs are the one-pass :class:`~tgpflow.stats.tgp.TGPStats` and the feature draw;
-the base N(μ, Σ) is chosen here (by default the exact full-data moments of the pass), so
+All inputs are the one-pass :class:`~tgpflow.stats.tgp.TGPStats`, the feature draw and the base
+N(μ, Σ) (:mod:`tgpflow.core.gaussian_base`; by default the exact full-data moments of the pass), so
 nothing needs μ, Σ before the pass. ψ' is formed from ``U − u(μ − x₀)ᵀ`` (MATH.md §1).
 """
 
@@ -11,47 +11,14 @@ import dataclasses
 import math
 
 import numpy as np
-import scipy.linalg
 
+from tgpflow.core.gaussian_base import Base
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.io.degenerate import check_covariance
 from tgpflow.solve.linalg import SPDFactor, spd_factor, spd_solve
-from tgpflow.stats.moments import Moments
 from tgpflow.stats.tgp import TGPStats
 
-__all__ = ["Base", "base_from_moments", "psi_prime", "fd_system", "solve_fd", "FVPDSolution", "solve_fvpd",
+__all__ = ["psi_prime", "fd_system", "solve_fd", "FVPDSolution", "solve_fvpd",
            "feature_moments_under_base", "fvpd_predictive"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Base:
-    """The Gaussian base measure N(μ, Σ) with its precision P = Σ⁻¹."""
-
-    mean: np.ndarray
-    cov: np.ndarray
-    precision: np.ndarray
-
-
-def base_from_moments(moments: Moments, columns: tuple[str, ...] | None = None) -> Base:
-    """Base = exact moments of the pass: μ = mean, Σ = m2/N (population covariance)."""
-    if moments.n < 2:
-        raise ValueError(f"the GP-tilted density needs at least 2 rows; got {moments.n} sample"
-                         f"{'s' if moments.n != 1 else ''} (n_samples = {moments.n})")
-    cov = moments.covariance
-    names = columns or tuple(str(j) for j in range(moments.d))
-    check_covariance(int(moments.n), moments.mean, cov, names, "the data", "a Gaussian base")
-    var = np.diag(cov)
-    scale = max(float(var.max()), np.finfo(float).tiny)
-    flat = np.flatnonzero(var <= 1e-14 * scale)
-    if flat.size:
-        names = [columns[j] if columns else str(j) for j in flat]
-        raise ValueError(f"column(s) {names} are constant (zero variance); drop them before fitting")
-    try:
-        chol = scipy.linalg.cholesky(cov, lower=True)
-    except np.linalg.LinAlgError as exc:
-        raise ValueError("the data covariance is singular (collinear columns); drop redundant columns") from exc
-    precision = scipy.linalg.cho_solve((chol, True), np.eye(cov.shape[0]))
-    return Base(moments.mean.copy(), cov, 0.5 * (precision + precision.T))
 
 
 def psi_prime(stats: TGPStats, features: RandomFourierFeatures, base: Base) -> np.ndarray:

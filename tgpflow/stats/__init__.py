@@ -1,6 +1,9 @@
-"""Statistics as values: sums over rows that merge (+), remove (−) and round-trip to disk."""
+"""Statistics as values: sums over rows that merge (+), remove (−) and round-trip to disk.
 
-from tgpflow.stats.moments import Moments
+The moments every family shares, and the algebra base of all of them, are in :mod:`tgpflow.core`
+(:mod:`~tgpflow.core.moments`, :mod:`~tgpflow.core.summable`).
+"""
+
 from tgpflow.stats.tgp import TGPStats
 
-__all__ = ["Moments", "TGPStats"]
+__all__ = ["TGPStats"]

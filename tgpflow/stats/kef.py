@@ -25,14 +25,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F64, MemoryCost, declare, plan_blocks, task_budget
+from tgpflow.core.moments import Moments
+from tgpflow.core.summable import Summable
 from tgpflow.errors import FeaturesMismatchError
 from tgpflow.features.kernels import curl_free_blocks
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.io.artifact import read_artifact, write_artifact
-from tgpflow.stats.moments import Moments
-from tgpflow.stats.summable import Summable
-from tgpflow.memory import F64, MemoryCost, declare, plan_blocks, task_budget
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
 __all__ = ["KEFStats", "DiagStats", "LiteStats", "kef_chunk_stats", "diag_chunk_stats", "lite_chunk_stats",
            "kef_block_rows", "kef_memory", "diag_memory", "lite_memory"]
@@ -159,7 +158,7 @@ class DiagStats(_ArrayStats):
 
 
 def kef_memory(basis: NystromBasis) -> MemoryCost:
-    """The bytes of one :func:`kef_chunk_stats` task (see :mod:`tgpflow.memory`).
+    """The bytes of one :func:`kef_chunk_stats` task (see :mod:`tgpflow.core.memory`).
 
     Fixed: the accumulator ``C`` and the SYRK product buffer (2·(md)², or 2·|I|² with dimension
     subsampling), ``h_lap``, ``E0``, ``F`` (m·d·(1 + d + d²)) and their per-block sums. Per block row:
@@ -212,7 +211,7 @@ def kef_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOC
     """Curl-free statistics of one chunk of rows (MATH.md §6), in row blocks; float64.
 
     ``block_bytes`` caps the per-row part of the task's memory; the whole task is planned by
-    :func:`kef_memory` (:mod:`tgpflow.memory`)."""
+    :func:`kef_memory` (:mod:`tgpflow.core.memory`)."""
     x = _check(x, basis)
     out = KEFStats.zero(basis)
     moments = Moments.from_rows(x)

@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
+from tgpflow.core.moments import Moments
+from tgpflow.core.summable import Summable
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.artifact import read_artifact, write_artifact
-from tgpflow.stats.moments import Moments
-from tgpflow.stats.summable import Summable
-from tgpflow.memory import F32, F64, MemoryCost, declare, plan_blocks, task_budget
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES, TGPStats, _mismatch, level_products
+from tgpflow.stats.tgp import TGPStats, _mismatch, level_products
 
 __all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights", "ncfd_memory"]
 
@@ -68,7 +68,7 @@ def ncfd_weights(features: RandomFourierFeatures, sigma: float) -> tuple[np.ndar
 
 
 def ncfd_memory(features: RandomFourierFeatures, n_levels: int, precision: str = "float64") -> MemoryCost:
-    """The bytes of one :func:`ncfd_chunk_stats` task (NumPy chunks; see :mod:`tgpflow.memory`).
+    """The bytes of one :func:`ncfd_chunk_stats` task (NumPy chunks; see :mod:`tgpflow.core.memory`).
 
     Fixed: the accumulators ``abar`` and ``gram0`` (2 S²) and, at a level σ > 0, the larger of
     the product phase (``sin sinᵀ``, ``cos cosᵀ`` and the product buffer: 3 S²) and the weight

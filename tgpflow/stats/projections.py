@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.summable import Summable
 from tgpflow.errors import FeaturesMismatchError
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.digest import array_hash
-from tgpflow.stats.summable import Summable
 
 __all__ = ["ProjectionGrid", "ProjectionCounts", "projection_counts", "ks_by_direction"]
 

@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F64, MemoryCost, declare, plan_blocks, task_budget
+from tgpflow.core.summable import Summable
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.memory import F64, MemoryCost, declare, plan_blocks, task_budget
-from tgpflow.stats.summable import Summable
-from tgpflow.stats.tgp import DEFAULT_BLOCK_BYTES
 
 __all__ = ["RSRIterStats", "rsr_chunk_stats", "rsr_memory"]
 
@@ -29,7 +28,7 @@ CACHE_BLOCK_BYTES = 2**22
 
 
 def rsr_memory(features: RandomFourierFeatures) -> MemoryCost:
-    """The bytes of one :func:`rsr_chunk_stats` task (see :mod:`tgpflow.memory`).
+    """The bytes of one :func:`rsr_chunk_stats` task (see :mod:`tgpflow.core.memory`).
 
     Fixed: the T-vectors (g, the weights, f and Δf coefficients). Per chunk row: the shifted,
     contiguous rows and their absolute values (2·d). Per block row of the blocked path: the

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.memory import F64, MemoryCost, cost_of, declare, sequential
+from tgpflow.core.memory import F64, MemoryCost, cost_of, declare, sequential
+from tgpflow.core.summable import Summable
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, projection_counts
-from tgpflow.stats.summable import Summable
 
 __all__ = ["validation_mask", "fold_index", "StatsBundle", "HeldOut", "split_chunk_stats", "SPLIT_SALT"]
 

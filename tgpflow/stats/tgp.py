@@ -2,7 +2,7 @@
 
 One pass accumulates, as sums over rows:
 
-* the moments ``N, mean, m2`` (:class:`~tgpflow.stats.moments.Moments`);
+* the moments ``N, mean, m2`` (:class:`~tgpflow.core.moments.Moments`);
 * ``gram = Φ' = Σ φ'(x) φ'(x)ᵀ`` (S×S), ``u = Σ φ'(x)``, ``psi = ψ = Σ φ(x)``;
 * ``U = Σ φ'(x) (x − x₀)ᵀ`` (S×d) about the pilot shift x₀ of the features (MATH.md §1),
   so that ``U − u μᵀ`` is formed as ``U − u (μ − x₀)ᵀ`` without cancellation;
@@ -10,7 +10,7 @@ One pass accumulates, as sums over rows:
   whose log-likelihood needs the mean of ``φᵀM⁻¹φ`` (MATH.md §4).
 
 μ and Σ of the base are not needed during the pass: they are combined afterwards
-(``tgpflow.solve.tgp``). Per chunk, rows are processed in blocks sized from a byte budget;
+(``tgpflow.solve.tgp``, ``tgpflow.core.gaussian_base``). Per chunk, rows are processed in blocks sized from a byte budget;
 each block costs one GEMM for the angles, the compiled sincos, one ``sin sinᵀ`` (SYRK inside
 NumPy's matmul) and two small GEMVs/GEMMs — never a loop over rows.
 Precision: float64 everywhere (features, products, accumulators).
@@ -25,19 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.backend import is_numpy, namespace, to_numpy
+from tgpflow.core.backend import is_numpy, namespace, to_numpy
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
+from tgpflow.core.moments import Moments
+from tgpflow.core.summable import Summable
 from tgpflow.errors import FeaturesMismatchError
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.artifact import read_artifact, write_artifact
-from tgpflow.memory import F32, F64, MemoryCost, declare, plan_blocks, task_budget
-from tgpflow.stats.moments import Moments
-from tgpflow.stats.summable import Summable
 
-__all__ = ["TGPStats", "tgp_chunk_stats", "tgp_memory", "level_products", "block_rows_for", "DEFAULT_BLOCK_BYTES",
-           "PRECISIONS"]
-
-#: Default cap on the per-row part of a chunk task's memory: its feature blocks (bytes).
-DEFAULT_BLOCK_BYTES = 64 * 2**20
+__all__ = ["TGPStats", "tgp_chunk_stats", "tgp_memory", "level_products", "block_rows_for", "PRECISIONS"]
 
 
 def block_rows_for(n_features: int, n_dims: int, block_bytes: int) -> int:
@@ -52,7 +48,7 @@ def block_rows_for(n_features: int, n_dims: int, block_bytes: int) -> int:
 
 
 def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with_phi_gram: bool = False) -> MemoryCost:
-    """The bytes of one :func:`tgp_chunk_stats` task (NumPy chunks; see :mod:`tgpflow.memory`).
+    """The bytes of one :func:`tgp_chunk_stats` task (NumPy chunks; see :mod:`tgpflow.core.memory`).
 
     Fixed: the S×S accumulator ``gram`` (and ``gram_cos`` for Σφφᵀ) and the S×S product buffer
     (float32 under ``precision="mixed"``); the S×d sums ``U``, its block product and the
@@ -185,7 +181,7 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
     ``block_bytes`` caps the per-row part of the task's memory (its feature blocks); the
     accumulators and S² temporaries come on top (:func:`tgp_memory`). Inside a distributed
     worker, rows per block also keep the whole task within the worker's memory limit per thread
-    (:func:`tgpflow.memory.plan_blocks`).
+    (:func:`tgpflow.core.memory.plan_blocks`).
     """
     n, d = int(x.shape[0]), int(x.shape[1])
     if d != features.n_dims:

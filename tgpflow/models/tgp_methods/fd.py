@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from tgpflow.core.gaussian_base import Base
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.tgp_fitted import TGPFitted
 from tgpflow.models.tgp_method import GridContext, Hyper, Solution, TGPMethod, with_tilt_scores
 from tgpflow.models.tgp_methods import register_method
 from tgpflow.solve.base_learning import learn_base
 from tgpflow.solve.select import GridScorer
-from tgpflow.solve.tgp import Base, fd_system, solve_fd
+from tgpflow.solve.tgp import fd_system, solve_fd
 
 
 class FD(TGPMethod):

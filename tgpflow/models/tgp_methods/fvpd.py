@@ -6,13 +6,14 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.gaussian_base import Base
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.tgp_fitted import TGPFitted
 from tgpflow.models.tgp_method import GridContext, Hyper, Solution, TGPMethod
 from tgpflow.models.tgp_methods import register_method
 from tgpflow.solve.base_learning import learn_base
 from tgpflow.solve.select import GridScorer, score_fvpd
-from tgpflow.solve.tgp import Base, fd_system, solve_fvpd
+from tgpflow.solve.tgp import fd_system, solve_fvpd
 
 
 class FVPD(TGPMethod):

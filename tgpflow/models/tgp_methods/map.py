@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tgpflow.core.gaussian_base import Base
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.tgp_fitted import TGPFitted
 from tgpflow.models.tgp_method import GridContext, Hyper, Solution, TGPMethod, with_tilt_scores
 from tgpflow.models.tgp_methods import register_method
 from tgpflow.solve.map import base_draws, solve_map
 from tgpflow.solve.select import heldout_loss
-from tgpflow.solve.tgp import Base
 
 #: Base draws of MAP's λ path in the held-out selection (see MAP.score_grid).
 MAP_SELECTION_DRAWS = 25_000

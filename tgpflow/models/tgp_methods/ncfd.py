@@ -6,13 +6,13 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.gaussian_base import Base
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.tgp_fitted import TGPFitted
 from tgpflow.models.tgp_method import GridContext, Hyper, Solution, TGPMethod, with_tilt_scores
 from tgpflow.models.tgp_methods import register_method
 from tgpflow.solve.ncfd import ncfd_system, solve_ncfd
 from tgpflow.solve.select import GridScorer
-from tgpflow.solve.tgp import Base
 from tgpflow.stats.ncfd import NCFDStats, ncfd_chunk_stats
 
 

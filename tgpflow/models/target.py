@@ -1,4 +1,5 @@
-"""What a sampler needs from a distribution: its score, and its log density up to a constant.
+"""What a sampler or a Stein discrepancy needs from a distribution: its score, and its log density up to a
+constant (used by :mod:`tgpflow.sample` and :mod:`tgpflow.metrics.stein`, which do not import each other).
 
 Every fitted tgpflow model is a target (``grad_log_density``; ``log_density`` where the model
 has one), evaluated through its ``fitted()`` value. Plain callables are wrapped with :class:`Target`. Both functions take (n, d) float64

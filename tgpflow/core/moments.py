@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.backend import namespace, to_numpy
-from tgpflow.memory import F64, MemoryCost, declare
-from tgpflow.stats.summable import Summable
+from tgpflow.core.backend import namespace, to_numpy
+from tgpflow.core.memory import F64, MemoryCost, declare
+from tgpflow.core.summable import Summable
 
 __all__ = ["Moments", "moments_memory"]
 
@@ -110,7 +110,7 @@ class Moments(Summable):
 
 def moments_memory(n_dims: int) -> MemoryCost:
     """The bytes of one :meth:`Moments.from_rows` task: the centred copy of the chunk (d per chunk
-    row) and the d-vectors and d×d sums; no blocks (see :mod:`tgpflow.memory`)."""
+    row) and the d-vectors and d×d sums; no blocks (see :mod:`tgpflow.core.memory`)."""
     d = int(n_dims)
     return MemoryCost(f"moments (d={d})", F64 * (3 * d * d + 3 * d), 0, F64 * d, "use fewer columns",
                       F64 * (d * d + d))

@@ -34,13 +34,15 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MemoryCost", "BlockPlan", "sequential", "plan_blocks", "plan_pass", "declare", "cost_of", "cluster_budget",
-           "local_budget", "task_budget", "pass_budget", "check_fits", "traced_peak"]
+__all__ = ["DEFAULT_BLOCK_BYTES", "MemoryCost", "BlockPlan", "sequential", "plan_blocks", "plan_pass", "declare", "cost_of",
+           "cluster_budget", "local_budget", "task_budget", "pass_budget", "check_fits", "traced_peak"]
 
 logger = logging.getLogger("tgpflow")
 
 #: Bytes of a float64 / float32 value.
 F64, F32 = 8, 4
+#: Default cap on the per-row part of a chunk task's memory: its feature blocks (bytes).
+DEFAULT_BLOCK_BYTES = 64 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,25 +6,42 @@ merges with at most ``split_every`` inputs per node (the shape of ``dask.array.r
 only on the number of chunks, so the same data, chunking and features give bit-identical
 statistics on any scheduler and after retries. Nothing is read twice and no length is
 learnt before the pass.
+
+Progress is a parameter, not a setting the engine looks up: ``compute`` and ``accumulate`` take
+``progress``, a :data:`Progress` callback that receives the futures of a distributed compute (e.g.
+``distributed.progress``); the estimators' ``fit``/``accumulate``/``partial_fit``, ``pilot_sample``
+and ``run_pipeline`` pass theirs down. On Dask's local schedulers there are no futures: a
+``dask.diagnostics.ProgressBar`` (or any ``dask.callbacks.Callback``) entered by the caller sees the
+tasks instead, as it does for every ``dask.compute``.
 """
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
 
 import dask
 from threadpoolctl import threadpool_limits
 
-from tgpflow.io.sources import Source
-from tgpflow.memory import plan_pass
+from tgpflow.core.memory import plan_pass
 
-__all__ = ["accumulate", "tree_reduce", "compute", "progress_reporter"]
+__all__ = ["accumulate", "tree_reduce", "compute", "Progress", "ChunkSource"]
 
-#: Set by the CLI: called with the futures of a distributed compute to show progress.
-progress_reporter: contextvars.ContextVar[Callable[[Sequence[Any]], None] | None] = contextvars.ContextVar(
-    "tgpflow_progress_reporter", default=None)
+#: Called with the futures of a distributed compute, before the engine waits for them (to show progress).
+Progress = Callable[[Sequence[Any]], None]
+
+
+class ChunkSource(Protocol):
+    """What the pass reads: the delayed, validated row blocks of a source (:class:`tgpflow.io.sources.Source`)."""
+
+    @property
+    def n_columns(self) -> int: ...
+
+    def blocks(self) -> Iterable[Any]: ...
+
+    def row_keys(self) -> Iterable[Any]: ...
+
+    def dropped_counts(self) -> list[Any]: ...
 
 
 def _merge(*parts: Any) -> Any:
@@ -56,11 +73,11 @@ def _active_client() -> Any:
         return None
 
 
-def compute(*objs: Any) -> tuple[Any, ...]:
+def compute(*objs: Any, progress: Progress | None = None) -> tuple[Any, ...]:
     """Compute lazy objects in one graph on the active scheduler.
 
-    A distributed ``Client`` in scope is used (with the CLI's progress reporter, if one is
-    set); otherwise Dask's default scheduler. BLAS runs single-threaded inside tasks, since
+    A distributed ``Client`` in scope is used (``progress``, if given, is called with the futures
+    before they are gathered); otherwise Dask's default scheduler. BLAS runs single-threaded inside tasks, since
     parallelism comes from the chunks (and multi-threaded BLAS under several Dask threads
     oversubscribes the cores; distributed's nanny does the same for worker processes).
     """
@@ -69,21 +86,20 @@ def compute(*objs: Any) -> tuple[Any, ...]:
         if client is None:
             return dask.compute(*objs)
         futures = client.compute(list(objs))
-        reporter = progress_reporter.get()
-        if reporter is not None:
-            reporter(futures)
+        if progress is not None:
+            progress(futures)
         return tuple(client.gather(futures))
 
 
-def accumulate(source: Source, chunk_fn: Callable[..., Any], *args: Any, split_every: int = 8,
-               with_row_keys: bool = False) -> tuple[Any, int]:
+def accumulate(source: ChunkSource, chunk_fn: Callable[..., Any], *args: Any, split_every: int = 8,
+               with_row_keys: bool = False, progress: Progress | None = None) -> tuple[Any, int]:
     """Run the one pass: ``chunk_fn(block, *args)`` on every validated chunk, merged by a tree.
 
     With ``with_row_keys`` the call is ``chunk_fn(block, keys, *args)``, ``keys`` the stable
-    row keys of :meth:`Source.row_keys` (for a hashed train/validation split).
+    row keys of ``source.row_keys()`` (for a hashed train/validation split).
     ``args`` (e.g. the feature draw) enter the graph once, not once per task. Returns
     ``(statistics, rows_dropped)``. A chunk function that declared its memory
-    (:func:`tgpflow.memory.declare`) is planned first: the plan is logged, and a pass whose
+    (:func:`tgpflow.core.memory.declare`) is planned first: the plan is logged, and a pass whose
     task cannot fit one row in the workers' memory is refused before it starts.
     """
     plan_pass(chunk_fn, args, source.n_columns)
@@ -95,5 +111,5 @@ def accumulate(source: Source, chunk_fn: Callable[..., Any], *args: Any, split_e
         parts = [fn(block, *shared) for block in source.blocks()]
     root = tree_reduce(parts, split_every)
     dropped = dask.delayed(sum, pure=True)(source.dropped_counts())
-    stats, n_dropped = compute(root, dropped)
+    stats, n_dropped = compute(root, dropped, progress=progress)
     return stats, int(n_dropped)

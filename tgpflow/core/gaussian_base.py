@@ -1,0 +1,120 @@
+"""The Gaussian base measure N(μ, Σ): built from the exact moments of a pass, refused in the data's terms
+when the data cannot carry it, and drawn from by importance resampling (MATH.md §1, §5).
+
+Every model family with a Gaussian base (the GP-tilted density, a kernel model with ``base="gaussian"``)
+takes it from here, and so does a fitted model's ``sample``: proposals ζ from the base made defensive
+(:mod:`tgpflow.core.proposal`) are weighted by ``exp(log p̃(ζ) − log q(ζ))`` and resampled multinomially (the effective sample size of the weights
+says how good the proposal was). :func:`check_covariance` says why a covariance is singular — fewer rows
+than d + 1, a constant column, collinear columns — naming the columns and the ``columns=``/``--columns``
+that drops them, before any linear algebra fails on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import scipy.linalg
+
+from tgpflow.core.moments import Moments
+from tgpflow.core.proposal import proposal_draws
+from tgpflow.errors import SourceError
+
+__all__ = ["Base", "base_from_moments", "check_covariance", "COLLINEAR_TOL", "importance_resample"]
+
+#: A column whose 1 − R² on the columns before it is at most this is called collinear with them.
+COLLINEAR_TOL = 1e-10
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    """The Gaussian base measure N(μ, Σ) with its precision P = Σ⁻¹."""
+
+    mean: np.ndarray
+    cov: np.ndarray
+    precision: np.ndarray
+
+
+def base_from_moments(moments: Moments, columns: tuple[str, ...] | None = None) -> Base:
+    """Base = exact moments of the pass: μ = mean, Σ = m2/N (population covariance)."""
+    if moments.n < 2:
+        raise ValueError(f"the GP-tilted density needs at least 2 rows; got {moments.n} sample"
+                         f"{'s' if moments.n != 1 else ''} (n_samples = {moments.n})")
+    cov = moments.covariance
+    names = columns or tuple(str(j) for j in range(moments.d))
+    check_covariance(int(moments.n), moments.mean, cov, names, "the data", "a Gaussian base")
+    var = np.diag(cov)
+    scale = max(float(var.max()), np.finfo(float).tiny)
+    flat = np.flatnonzero(var <= 1e-14 * scale)
+    if flat.size:
+        names = [columns[j] if columns else str(j) for j in flat]
+        raise ValueError(f"column(s) {names} are constant (zero variance); drop them before fitting")
+    try:
+        chol = scipy.linalg.cholesky(cov, lower=True)
+    except np.linalg.LinAlgError as exc:
+        raise ValueError("the data covariance is singular (collinear columns); drop redundant columns") from exc
+    precision = scipy.linalg.cho_solve((chol, True), np.eye(cov.shape[0]))
+    return Base(moments.mean.copy(), cov, 0.5 * (precision + precision.T))
+
+
+def _others(columns: Sequence[str], leave_out: Sequence[str]) -> str:
+    """The fix: the columns to keep, as the Python argument and the CLI flag."""
+    keep = [c for c in columns if c not in leave_out]
+    if not keep:
+        return "a density needs at least one column that varies"
+    return (f"leave {'it' if len(leave_out) == 1 else 'them'} out with columns={keep!r} "
+            f"(CLI: --columns {','.join(keep)})")
+
+
+def check_covariance(n: int, mean: np.ndarray, cov: np.ndarray, columns: Sequence[str], where: str,
+                     model: str = "the GP-tilted density") -> None:
+    """Refuse data whose covariance over ``n`` rows is singular, saying why: fewer rows than d + 1, a
+    constant column, or collinear columns (named, with the ``columns=``/``--columns`` that drops them)."""
+    columns = [str(c) for c in columns]
+    d = len(columns)
+    if n <= d:
+        raise SourceError(
+            f"{where}: {n} row(s) in {d} column(s) are too few (n_samples = {n}) for {model}, which estimates a "
+            f"{d}×{d} covariance and needs at least {d + 1} rows (more rows than columns); supply more rows, or "
+            f"select fewer columns with columns=[...] (CLI: --columns)")
+    std = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    # a constant column: its spread is rounding of its mean (exactly 0 when the values are all equal)
+    flat = np.flatnonzero(std <= 8 * np.finfo(np.float64).eps * np.abs(mean))
+    if flat.size:
+        names = [columns[j] for j in flat]
+        what = (f"column {names[0]!r} is" if len(names) == 1 else f"columns {names} are")
+        values = ", ".join(f"{columns[j]!r} = {mean[j]:.6g}" for j in flat)
+        raise SourceError(f"{where}: {what} constant over the {n} rows read ({values}), so {model} is "
+                          f"degenerate in {'it' if len(names) == 1 else 'them'}; {_others(columns, names)}")
+    corr = cov / np.outer(std, std)
+    try:
+        # the Cholesky pivots of the correlation matrix: L_kk² = 1 − R² of column k on the columns before it
+        residual = np.diag(np.linalg.cholesky(corr)) ** 2
+        first = int(np.argmax(residual <= COLLINEAR_TOL)) if (residual <= COLLINEAR_TOL).any() else None
+    except np.linalg.LinAlgError:
+        first = d - 1
+    if first is None:
+        return
+    _, vectors = np.linalg.eigh(corr[:first + 1, :first + 1])
+    weights = np.abs(vectors[:, 0])  # the (nearly) constant combination
+    names = [columns[j] for j in np.flatnonzero(weights > 1e-6 * weights.max())]
+    raise SourceError(f"{where}: columns {names} are collinear over the {n} rows read (a linear combination of "
+                      f"them is constant), so their covariance is singular; {_others(columns, names[-1:])}")
+
+
+def importance_resample(log_density: Callable[[np.ndarray], np.ndarray], mean: np.ndarray, cov: np.ndarray,
+                        n_samples: int, n_proposals: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """``n_samples`` rows resampled from ``n_proposals`` draws of the defensive proposal around N(``mean``,
+    ``cov``) (:mod:`tgpflow.core.proposal`), weighted by ``exp(log_density − log q)`` (MATH.md §5); returns
+    (rows, ESS of the weights)."""
+    if n_samples < 1 or n_proposals < 1:
+        raise ValueError(f"n_samples and n_proposals must be >= 1; got {n_samples}, {n_proposals}")
+    proposals, log_q = proposal_draws(mean, np.linalg.cholesky(cov), n_proposals, rng)
+    log_w = log_density(proposals) - log_q
+    log_w -= log_w.max()
+    w = np.exp(log_w)
+    w /= w.sum()
+    ess = float(1.0 / np.sum(w * w))
+    idx = rng.choice(n_proposals, size=n_samples, replace=True, p=w)
+    return proposals[idx], ess
