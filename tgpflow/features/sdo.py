@@ -126,11 +126,8 @@ class SDODraw:
                    seed=draw.seed)
 
     @property
-    def n_features(self) -> int:
-        return int(self.Z.shape[0])
-
-    @property
     def n_dims(self) -> int:
+        """d, the input's columns (T is ``Z.shape[0]``)."""
         return int(self.Z.shape[1])
 
     @cached_property
