@@ -726,7 +726,8 @@ def stats_info(path: str) -> None:
             st = load_stats(path)
             click.echo(json.dumps({"kind": type(st).__name__, "rows": st.n, "fingerprint": st.fingerprint}))
             return
-        totals = {m: {"rows": store.load(v["total"]).n, "version": v.get("version")}
+        # a model without additive statistics (RSR) has no total: it is refitted on the partitions' rows
+        totals = {m: {"rows": store.load(v["total"]).n if v.get("total") else None, "version": v.get("version")}
                   for m, v in manifest["models"].items()}
         for part in manifest["partitions"].values():  # verifies every entry's checksums
             for rel in part["stats"].values():

@@ -16,7 +16,8 @@ import importlib
 from typing import Any
 
 __all__ = ["ModelKind", "register_kind", "model_kinds", "kind_names", "model_classes", "kind_methods",
-           "pipeline_estimators", "cli_models", "stats_classes", "param_applies", "models_using", "RSR_METHODS"]
+           "pipeline_estimators", "cli_models", "stats_classes", "param_applies", "models_using", "refits_from_rows",
+           "RSR_METHODS"]
 
 #: The root-Sobolev density and its KDE-SDO baseline.
 RSR_METHODS = ("rsr", "kde_sdo")
@@ -29,7 +30,9 @@ class ModelKind:
     ``name`` is the class name (and a saved model's kind), ``module`` where it is defined. ``methods``
     are the values of its ``method`` parameter (None: it has no such parameter; ``"tgp"``: the GP-tilted
     method registry). ``cli`` maps a ``tgpflow fit --model`` value to the parameters it sets, for
-    kinds without a ``method`` parameter. ``pipelines``: a pipeline spec may name it.
+    kinds without a ``method`` parameter. ``pipelines``: a pipeline spec may name it. ``row_methods``: the
+    methods without additive statistics (an iteration over the rows whose sums depend on the current
+    solution): a pipeline refits them on the rows of all its partitions and stores no statistics for them.
     """
 
     name: str
@@ -38,6 +41,7 @@ class ModelKind:
     cli: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     pipelines: bool = True
     stats: tuple[str, ...] = ()  # "module:Class" of the statistics its passes make
+    row_methods: tuple[str, ...] = ()
 
     def estimator_class(self) -> type:
         return getattr(importlib.import_module(self.module), self.name)
@@ -65,7 +69,8 @@ register_kind(ModelKind("GPTiltedDensity", "tgpflow.models.gp_tilted", methods="
                         stats=("tgpflow.stats.tgp:TGPStats", "tgpflow.stats.ncfd:NCFDStats")))
 register_kind(ModelKind("NystromKEF", "tgpflow.models.kernel_score", cli=(("nkef", ()),), stats=_KEF_STATS))
 register_kind(ModelKind("ScoreEstimator", "tgpflow.models.kernel_score", cli=(("score", ()),), stats=_KEF_STATS))
-register_kind(ModelKind("RootSobolevDensity", "tgpflow.models.root_sobolev", methods=RSR_METHODS, pipelines=False))
+register_kind(ModelKind("RootSobolevDensity", "tgpflow.models.root_sobolev", methods=RSR_METHODS,
+                        stats=("tgpflow.stats.kde_sdo:KDESDOStats",), row_methods=("rsr",)))
 
 
 def model_kinds() -> dict[str, ModelKind]:
@@ -96,6 +101,11 @@ def kind_methods(name: str) -> tuple[str, ...]:
 
         return method_names()
     return tuple(methods or ())
+
+
+def refits_from_rows(name: str, method: str | None) -> bool:
+    """Whether kind ``name`` fitted with ``method`` has no additive statistics (``ModelKind.row_methods``)."""
+    return method in _KINDS[name].row_methods
 
 
 def pipeline_estimators() -> tuple[str, ...]:

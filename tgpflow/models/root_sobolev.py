@@ -20,6 +20,21 @@ the stable local minimum at the largest a). ``method="kde_sdo"`` is the KDE-SDO 
 ``p ∝ φ(x)ᵀΣφ(x_i)/N`` from the same features. Anomaly scores: ``−log p`` with a threshold at
 the ``threshold_quantile`` of the training rows (:class:`~tgpflow.models.anomaly.AnomalyMixin`).
 
+Statistics, ``partial_fit`` and pipelines:
+
+* ``method="kde_sdo"`` is a sum over rows: its statistics ``Σφ(x_i), N``
+  (:class:`~tgpflow.stats.kde_sdo.KDESDOStats`) are additive, so ``accumulate``, ``fit_from_stats``
+  and ``partial_fit`` (add the new rows' statistics, solve ``w = g/N``) are exact, and a pipeline keeps
+  them in its statistics store like the other models' (incremental, window and forgetting refits).
+* ``method="rsr"`` has no additive sufficient statistics: every pass's sums ``Σφ/f`` depend on the
+  current w. ``accumulate`` and ``fit_from_stats`` refuse, saying so. A pipeline refit re-reads the
+  partitions it has accepted and runs ``fit`` over all of them with the draw it froze on its first
+  run (one pass per iteration), so each version is the batch fit of its rows, and the store keeps
+  no statistics for it. ``partial_fit`` is an online update that approximates the batch fit: from the
+  current w, the implicit stochastic-approximation step of :mod:`tgpflow.solve.rsr` on the new rows
+  with the decaying weight ρ = N_B/n (like ``MiniBatchKMeans``' 1/count), keeping the features,
+  whitening and smoothness of the first call; the anomaly threshold stays the one that call learned.
+
 Input scale (``whiten="robust"``, the default): the SDO kernel acts on the pilot-whitened input
 ``u = W(x − μ)`` (:mod:`tgpflow.features.whiten`; W from the pivoted Cholesky factor of a
 correlation matrix, numerically collinear and constant columns dropped), i.e. it is a kernel of
@@ -44,90 +59,39 @@ import math
 import numbers
 from typing import Any
 
-import dask
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from tgpflow.core.backend import resolve_device
-from tgpflow.core.engine import Progress, compute, tree_reduce
-from tgpflow.core.logs import phase
-from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, plan_pass
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.features.sdo import default_order, draw_sdo_features, sdo_width
-from tgpflow.features.whiten import ROBUST_TRIM, Whitening, whitening
+from tgpflow.features.sdo import WHITEN_MODES, SDODraw
 from tgpflow.io.degenerate import check_pilot_rows
-from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
+from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, PilotSample, pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.io.validate import check_on_bad_rows
+from tgpflow.core.logs import phase
 from tgpflow.models.anomaly import AnomalyMixin
-from tgpflow.models.model_file import fitted_arrays, read_fitted, write_model
+from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution, write_model
 from tgpflow.models.rsr_fitted import RSRFitted
-from tgpflow.models.streaming import StreamingMixin
-from tgpflow.stats.rsr import RSRIterStats, rsr_chunk_stats
-from tgpflow.stats.split import SPLIT_SALT, validation_mask
-from tgpflow.stats.tgp import block_rows_for
+from tgpflow.models.rsr_rows import IterationRows
+from tgpflow.models.streaming import StreamingMixin, check_stats_kept
+from tgpflow.solve.rsr import natural_gradient_iterate
+from tgpflow.stats.kde_sdo import KDESDOStats, kde_sdo_chunk_stats
+from tgpflow.core.engine import Progress
+from tgpflow.core.engine import accumulate as run_pass
+from tgpflow.stats.rsr import rsr_chunk_stats
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 
 __all__ = ["RootSobolevDensity"]
 
 logger = logging.getLogger("tgpflow")
 
-
-def _train_rows(block: np.ndarray, keys: np.ndarray, fraction: float, part: str) -> np.ndarray:
-    held = validation_mask(keys, fraction, SPLIT_SALT)
-    return block[held] if part == "val" else block[~held]
-
-
-class _Rows:
-    """The rows an iteration maps over: persisted blocks, or the source's lazy blocks (re-streamed); each
-    compute over them reports to ``progress``."""
-
-    def __init__(self, source: Source, persist_bytes: int, part: str | None, fraction: float,
-                 progress: Progress | None = None):
-        self.progress = progress
-        blocks = source.blocks()
-        self.n_columns, self._planned = source.n_columns, set()
-        if part is not None:
-            select = dask.delayed(_train_rows, pure=True)
-            blocks = [select(b, k, fraction, part) for b, k in zip(blocks, source.row_keys(), strict=True)]
-        est = (source.n_rows or 0) * source.n_columns * 8
-        self.persisted = source.n_rows is not None and est <= persist_bytes
-        if self.persisted:
-            try:
-                from distributed import get_client
-
-                self.blocks = get_client().persist(blocks)
-                self.where = "persisted in distributed memory"
-            except (ImportError, ValueError):
-                held = compute(*blocks, progress=progress) if blocks else ()
-                self.blocks = [dask.delayed(b, pure=True) for b in held]
-                self.where = "held in memory"
-        else:
-            self.blocks = blocks
-            self.where = "re-streamed from the source each iteration"
-
-    def reduce(self, fn: Any, *args: Any) -> Any:
-        if fn not in self._planned:  # once per kind of iteration: log the memory plan, refuse early
-            plan_pass(fn, args, self.n_columns)
-            self._planned.add(fn)
-        task = dask.delayed(fn, pure=True)
-        shared = [dask.delayed(a, pure=True) for a in args]
-        return compute(tree_reduce([task(b, *shared) for b in self.blocks], 8), progress=self.progress)[0]
-
-
-class _CentredDraw:
-    """One frequency draw ``Z`` (whitening folded in) and phases b for the centred input: the
-    features at smoothness a are ``cos(Z(x − μ)/γ + b)``, ``γ = a^{1/2m_s}`` (MATH.md §8), stored as
-    :class:`RandomFourierFeatures` with ``c = b − Zμ/γ`` and shift μ. Drawing b for x − μ rather
-    than for x makes the draw itself, not only its kernel, invariant to a shift of the data."""
-
-    def __init__(self, Z: np.ndarray, phase: np.ndarray, centre: np.ndarray, m_s: int, seed: int | None):
-        self.Z, self.phase, self.centre, self.m_s, self.seed = Z, phase, centre, m_s, seed
-
-    def at(self, a: float) -> RandomFourierFeatures:
-        gamma = sdo_width(a, self.m_s)
-        c = np.mod(self.phase - (self.Z @ self.centre) / gamma, 2 * np.pi)
-        return RandomFourierFeatures(Z=self.Z, c=c, gamma=gamma, shift=self.centre, seed=self.seed)
+#: Why method="rsr" has no accumulate/fit_from_stats, and what to do instead.
+NO_RSR_STATS = ("RootSobolevDensity(method='rsr') has no additive sufficient statistics: every natural-gradient "
+                "pass sums φ(x)/f(x) at the current w (MATH.md §8), so there is nothing to accumulate once and "
+                "solve later. Refit on the rows (fit; partial_fit for an online update), or use "
+                "method='kde_sdo', whose statistics Σφ(x_i), N add up")
 
 
 class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
@@ -145,6 +109,10 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     max_iter, tol, step : the natural-gradient iteration (η = step < ½; at most max_iter passes).
     persist_bytes : keep the rows in memory between iterations up to this size.
     validation_fraction, threshold_quantile, pilot_rows, on_bad_rows, block_bytes, random_state, device.
+
+    Fitted attributes: ``draw_`` (the :class:`~tgpflow.features.sdo.SDODraw`, set by ``fit``/``prepare``),
+    ``features_`` (the draw at ``smoothness_``), ``coef_`` (w), ``order_``, ``whitening_``, ``fit_info_``,
+    ``n_samples_seen_``, ``anomaly_threshold_``, ``stats_`` (KDE-SDO: its statistics; RSR: None).
     """
 
     def __init__(self, *, method: str = "rsr", n_features: int = 2000, smoothness: float | list[float] = 1.0,
@@ -179,7 +147,7 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         grid = self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness]
         if not grid or not all(isinstance(a, numbers.Real) and math.isfinite(a) and a > 0 for a in grid):
             raise ValueError(f"smoothness must be a positive number or a list of them; got {self.smoothness!r}")
-        if self.whiten not in ("robust", "classical", "none"):
+        if self.whiten not in WHITEN_MODES:
             raise ValueError(f"whiten must be 'robust', 'classical' or 'none'; got {self.whiten!r}")
         if self.a_rule not in ("min", "largest_local_min"):
             raise ValueError(f"a_rule must be 'min' or 'largest_local_min'; got {self.a_rule!r}")
@@ -192,96 +160,192 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         check_on_bad_rows(self.on_bad_rows)
         resolve_device(self.device)
 
-    # -- fitting --------------------------------------------------------------------------
-    def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
-            progress: Progress | None = None) -> RootSobolevDensity:
-        """Fit from any source (NumPy/pandas, dask, Parquet, Zarr). ``progress`` is called with the futures of
-        each distributed compute of the fit (the pilot, every pass), e.g. ``distributed.progress``
-        (:data:`tgpflow.core.engine.Progress`)."""
+    def _grid(self) -> list[float]:
+        grid = self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness]
+        return [float(a) for a in grid]
+
+    # -- the draw -------------------------------------------------------------------------
+    def prepare(self, X: Any, *, columns: list[str] | None = None, progress: Progress | None = None) -> RootSobolevDensity:
+        """Whiten by a pilot sample of ``X`` and draw the features (``draw_``) without a pass: a pipeline
+        freezes this draw, then accumulates each partition's KDE-SDO statistics on it (:meth:`chunk_tasks`,
+        :meth:`fit_from_stats`) or, for RSR, refits on all its partitions with it (``fit(…, features=draw_)``)."""
         self._check_params()
         source = self._source(X, columns, reset=True)
+        self._adopt_draw(self._draw(self._pilot(source, progress).rows), source.n_columns, source.description)
+        return self
+
+    def _pilot(self, source: Source, progress: Progress | None = None) -> PilotSample:
         with phase("pilot", chunks=source.n_chunks) as info:
             pilot = pilot_sample(source, rows=self.pilot_rows, random_state=self.random_state, progress=progress)
             info.update(rows=pilot.rows.shape[0])
         check_pilot_rows(pilot, source.description, 2, "the root-Sobolev density")
-        d = source.n_columns
-        if self.whiten != "none":
-            wh = whitening(pilot.rows, trim=ROBUST_TRIM if self.whiten == "robust" else 0.0)
-        else:
-            wh = Whitening(shift=pilot.rows.mean(axis=0), matrix=np.eye(d), columns=np.arange(d))
-        self.whitening_ = {"whiten": self.whiten, "rank": wh.rank, "columns": [int(c) for c in wh.columns]}
-        self.order_ = default_order(wh.rank) if self.order == "auto" else int(self.order)
-        draw = draw_sdo_features(int(self.n_features), wh.rank, m_s=self.order_, a=1.0, random_state=self.random_state)
-        base = _CentredDraw(Z=draw.Z @ wh.matrix, phase=draw.c, centre=wh.shift, m_s=self.order_, seed=draw.seed)
-        grid = [float(a) for a in (self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness])]
-        if len(grid) > 1 and self.method == "rsr":
-            self.smoothness_, self.selection_ = self._select(source, base, grid, progress)
-        else:
+        return pilot
+
+    def _draw(self, rows: np.ndarray) -> SDODraw:
+        return SDODraw.from_pilot(rows, int(self.n_features), whiten=self.whiten, order=self.order,
+                                  random_state=self.random_state)
+
+    def _adopt_draw(self, draw: SDODraw, n_columns: int, where: str) -> None:
+        if not isinstance(draw, SDODraw):
+            raise TypeError(f"features must be an SDODraw (est.draw_ of a fitted or prepared RootSobolevDensity); "
+                            f"got {type(draw).__name__}")
+        if draw.n_dims != n_columns:
+            raise ValueError(f"{where}: the draw is for d={draw.n_dims} but the data have {n_columns} columns")
+        self.draw_, self.order_ = draw, draw.order
+        self.whitening_ = {"whiten": self.whiten, "rank": draw.rank, "columns": [int(c) for c in draw.columns]}
+
+    def _kde_features(self, draw: SDODraw | RandomFourierFeatures | None = None) -> RandomFourierFeatures:
+        """The KDE-SDO features: ``draw`` at the smoothness (features as they are), else the fitted
+        ``features_``, else ``draw_`` at the smoothness."""
+        if isinstance(draw, RandomFourierFeatures):
+            return draw
+        if draw is None and hasattr(self, "features_"):
+            return self.features_
+        draw = draw if draw is not None else getattr(self, "draw_", None)
+        if draw is None:
+            raise ValueError("no feature draw: fit or prepare first, or pass features=est.draw_")
+        return draw.at(getattr(self, "smoothness_", self._grid()[0]))
+
+    # -- fitting --------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
+            features: SDODraw | None = None, progress: Progress | None = None) -> RootSobolevDensity:
+        """Fit from any source (NumPy/pandas, dask, Parquet, Zarr). ``features``: an SDO draw to reuse
+        (``est.draw_`` of an earlier fit or ``prepare``); by default one is drawn from the pilot rows.
+        ``progress`` is called with the futures of each distributed compute of the fit (the pilot, every
+        pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
+        self._check_params()
+        for attr in ("draw_", "features_", "stats_", "selection_", "smoothness_", "_fitted"):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        source = self._source(X, columns, reset=True)
+        pilot = self._pilot(source, progress)  # also the rows the anomaly threshold is learned on
+        self._adopt_draw(features if features is not None else self._draw(pilot.rows), source.n_columns,
+                         source.description)
+        grid = self._grid()
+        if self.method == "kde_sdo":
             self.smoothness_ = grid[0]
-        features = base.at(self.smoothness_)
-        rows = _Rows(source, int(self.persist_bytes), None, 0.0, progress)
-        logger.info("RSR rows are %s", rows.where)
-        self.rows_held_ = rows.where
-        coef, self.fit_info_ = self._iterate(rows, features)
-        self._set_fitted(RSRFitted(features, coef, self.method, int(self.block_bytes)))
-        self.n_samples_seen_ = int(self.fit_info_["n"])
+            self.fit_from_stats(self._accumulate_source(source, self.draw_.at(grid[0]), progress))
+        else:
+            if len(grid) > 1:
+                self.smoothness_, self.selection_ = self._select(source, self.draw_, grid, progress)
+            else:
+                self.smoothness_ = grid[0]
+            features_a = self.draw_.at(self.smoothness_)
+            rows = IterationRows(source, int(self.persist_bytes), progress=progress)
+            logger.info("RSR rows are %s", rows.where)
+            self.rows_held_ = rows.where
+            coef, self.fit_info_ = self._iterate(rows, features_a)
+            self._set_fitted(RSRFitted(features_a, coef, self.method, int(self.block_bytes)))
+            self.stats_ = None
+            self.n_samples_seen_ = int(self.fit_info_["n"])
         self._set_threshold(pilot.rows)
         return self
 
-    def _iterate(self, rows: _Rows, features: Any) -> tuple[np.ndarray, dict[str, Any]]:
-        T = features.n_features
-        with phase("rsr-init", n_features=T):  # the KDE initialisation: Σφ(x_i)/N, one pass
-            init = rows.reduce(_sum_phi, features, int(self.block_bytes))
-        n = init.n
-        w = init.g / n
+    def accumulate(self, X: Any, *, columns: list[str] | None = None, features: SDODraw | None = None,
+                   progress: Progress | None = None) -> KDESDOStats:
+        """KDE-SDO only: the statistics ``Σφ(x_i), N`` of the rows of ``X`` (one pass) for, in order, the draw
+        ``features``, the fitted features, the prepared ``draw_``, or a new draw from a pilot sample of ``X``
+        (kept as ``draw_``, so that later parts and ``fit_from_stats`` use it). RSR has none (it refuses)."""
+        self._check_params()
+        if self.method != "kde_sdo":
+            raise ValueError(NO_RSR_STATS)
+        known = hasattr(self, "features_") or hasattr(self, "draw_")
+        source = self._source(X, columns, reset=not known)
+        if known:
+            self._check_width(source)
+        if features is not None or not known:
+            draw = features if features is not None else self._draw(self._pilot(source, progress).rows)
+            self._adopt_draw(draw, source.n_columns, source.description)
+        return self._accumulate_source(source, self._kde_features(features), progress)
+
+    def _accumulate_source(self, source: Source, features: Any, progress: Progress | None = None) -> KDESDOStats:
+        with phase("pass", chunks=source.n_chunks, n_features=features.n_features) as info:
+            stats, dropped = run_pass(source, kde_sdo_chunk_stats, features, int(self.block_bytes), progress=progress)
+            info.update(rows=stats.n, dropped=dropped)
+        if dropped:
+            logger.warning("%s: dropped %d rows with missing or non-finite values", source.description, dropped)
+        self.last_rows_dropped_ = dropped
+        if stats.n == 0:
+            raise ValueError(f"{source.description}: no rows left to fit (all {dropped} rows were dropped)")
+        return stats
+
+    def fit_from_stats(self, stats: KDESDOStats,
+                       features: SDODraw | RandomFourierFeatures | None = None) -> RootSobolevDensity:
+        """KDE-SDO only: ``w = Σφ(x_i)/N`` from statistics (no data access), for ``features`` (an SDO draw, or
+        the features the statistics were accumulated with; default: the fitted or prepared draw). RSR refuses:
+        it has no additive statistics (module docstring)."""
+        self._check_params()
+        if self.method != "kde_sdo":
+            raise ValueError(NO_RSR_STATS)
+        if not isinstance(stats, KDESDOStats):
+            raise TypeError(f"method='kde_sdo' needs KDESDOStats, got {type(stats).__name__}")
+        if features is None and not hasattr(self, "features_"):
+            features = getattr(self, "draw_", None)  # prepared (or restored by a pipeline), not yet fitted
+        feats = self._kde_features(features)
+        stats.check_features(feats)
+        if not stats.n > 0:
+            raise ValueError("the statistics hold no rows")
+        if isinstance(features, SDODraw):
+            self._adopt_draw(features, features.n_dims, "fit_from_stats")
+        self.smoothness_ = getattr(self, "smoothness_", self._grid()[0])
+        with phase("solve", method="kde_sdo", n_features=feats.n_features):
+            self._set_fitted(RSRFitted(feats, stats.g / stats.n, "kde_sdo", int(self.block_bytes)))
+        self.stats_ = stats
+        self.n_samples_seen_ = int(stats.n)
+        self.fit_info_ = {"n": stats.n, "iterations": 0, "method": "kde_sdo"}
+        return self
+
+    def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
+                    progress: Progress | None = None) -> RootSobolevDensity:
+        """Update with new rows (fits if not yet fitted). KDE-SDO: exact (add their statistics, re-solve).
+        RSR: the online update of :mod:`tgpflow.solve.rsr`, an approximation of the batch fit on all rows
+        seen; the features, whitening and smoothness of the first call are kept, and so is its anomaly
+        threshold."""
+        if not hasattr(self, "_fitted"):
+            return self.fit(X, columns=columns, progress=progress)
         if self.method == "kde_sdo":
-            return w, {"n": n, "iterations": 0, "method": "kde_sdo"}
-        w = w / np.linalg.norm(w)
-        eta_max = float(self.step)
-        eta, converged, rejected, streak = eta_max, False, 0, 0
-        st: RSRIterStats = rows.reduce(rsr_chunk_stats, features, w, int(self.block_bytes))
-        loss = -st.sum_log_f2 / st.n + float(w @ w)
-        history = [{"loss": loss, "nonpositive": st.n_nonpositive}]
-        it = 0
-        while it < int(self.max_iter):
-            # one pass per candidate. Monotone: a step that raises L (or adds rows with f ≤ 0) is
-            # rejected and retried from the same w with half the step. −log f(x_i)² is a barrier at
-            # f(x_i) = 0, so accepted steps keep the sign of f on every row (MATH.md §8: L is convex
-            # on that cone) — the plain fixed-point step of seed 004 leaves it on the RFF kernel,
-            # whose negative values make g = Σφ/f jump (measured: L 2.37 → 5.82 in one step).
-            it += 1
-            cand = (1 - 2 * eta) * w + 2 * eta * st.g / st.n
-            st_c = rows.reduce(rsr_chunk_stats, features, cand, int(self.block_bytes))
-            loss_c = -st_c.sum_log_f2 / st_c.n + float(cand @ cand)
-            # (a rounding margin: at the fixed point the full step returns w and L to the last bits)
-            if not (loss_c <= loss + 1e-12 * max(1.0, abs(loss)) and st_c.n_nonpositive <= st.n_nonpositive):
-                rejected += 1
-                streak = 0
-                eta /= 2
-                if eta < 1e-8:  # no descent along the natural gradient: a stationary point to rounding
-                    converged = True
-                    break
-                continue
-            change = (loss - loss_c) * eta_max / eta  # the decrease scaled to a full step
-            w, st, loss = cand, st_c, loss_c
-            history.append({"loss": loss, "nonpositive": st.n_nonpositive})
-            streak += 1
-            if change <= self.tol * max(1.0, abs(loss)):
-                converged = True
-                break
-            if streak >= 2:  # grow back after two accepted steps in a row (not after each: that
-                eta = min(2 * eta, eta_max)  # alternates accept/reject and doubles the passes)
-        nonpos = history[-1]["nonpositive"]
-        if not converged:
+            check_stats_kept(self)
+            return self.fit_from_stats(self.stats_ + self.accumulate(X, columns=columns, progress=progress))
+        self._check_params()
+        source = self._source(X, columns, reset=False)
+        self._check_width(source)
+        rows = IterationRows(source, int(self.persist_bytes), progress=progress)
+        features, n_old = self.features_, self.n_samples_seen_
+        with phase("rsr-online", n_features=features.n_features, rows_before=n_old):
+            w, info = natural_gradient_iterate(
+                lambda v: rows.reduce(rsr_chunk_stats, features, v, int(self.block_bytes)), self.coef_,
+                step=float(self.step), max_iter=int(self.max_iter), tol=float(self.tol), anchor=self.coef_,
+                anchor_rows=n_old)
+        n_new = info["rows"]
+        if not info["converged"]:
+            logger.warning("RSR partial_fit did not converge in %d iterations", self.max_iter)
+        self._set_fitted(RSRFitted(features, w, self.method, int(self.block_bytes)))
+        self.n_samples_seen_ = int(n_old + n_new)
+        self.fit_info_ = {**info, "n": self.n_samples_seen_,
+                          "partial_fits": int(self.fit_info_.get("partial_fits", 0)) + 1}
+        return self
+
+    def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
+        """(chunk statistics function, its arguments after the rows, whether it takes row keys): a pipeline's
+        pass of KDE-SDO statistics (:meth:`chunk_tasks`). RSR has no statistics to accumulate."""
+        if self.method != "kde_sdo":
+            raise ValueError(NO_RSR_STATS)
+        return kde_sdo_chunk_stats, (self._kde_features(), int(self.block_bytes)), False
+
+    def _iterate(self, rows: IterationRows, features: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        """The batch fit: the KDE start ``w₀ ∝ Σφ(x_i)/N`` (one pass), then the natural-gradient iteration."""
+        with phase("rsr-init", n_features=features.n_features):
+            init = rows.reduce(kde_sdo_chunk_stats, features, int(self.block_bytes))
+        w = init.g / init.n
+        w, info = natural_gradient_iterate(
+            lambda v: rows.reduce(rsr_chunk_stats, features, v, int(self.block_bytes)), w / np.linalg.norm(w),
+            step=float(self.step), max_iter=int(self.max_iter), tol=float(self.tol))
+        if not info["converged"]:
             logger.warning("RSR did not converge in %d iterations (kernel width a^(1/2m_s) = %.3g)", self.max_iter,
                            features.gamma)
-        # w ↔ −w is a symmetry (p = f²): the rows on the minority side of f's sign are its sign changes
-        return w, {"n": n, "iterations": it, "converged": converged, "loss": history[-1]["loss"], "final_step": eta,
-                   "rejected_steps": rejected, "residual": float(np.linalg.norm(st.g / st.n - w) / np.linalg.norm(w)),
-                   "nonpositive_rows": nonpos, "sign_change_rows": min(nonpos, n - nonpos),
-                   "norm_w": float(np.linalg.norm(w)), "history": [h["loss"] for h in history]}
+        return w, {"n": init.n, **info}
 
-    def _select(self, source: Source, base: Any, grid: list[float],
+    def _select(self, source: Source, draw: SDODraw, grid: list[float],
                 progress: Progress | None = None) -> tuple[float, dict[str, Any]]:
         k = int(self.whitening_["rank"])
         if 2 * self.order_ <= k + 4:
@@ -290,11 +354,11 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             logger.warning("held-out Hyvärinen loss with order m_s = %d <= d/2 + 2 (d = %d): its value has infinite "
                            "variance over the feature draw; use order >= %d to select a", self.order_, k, k // 2 + 3)
         fraction = float(self.validation_fraction)
-        train = _Rows(source, int(self.persist_bytes), "train", fraction, progress)
-        val = _Rows(source, int(self.persist_bytes), "val", fraction, progress)
+        train = IterationRows(source, int(self.persist_bytes), "train", fraction, progress)
+        val = IterationRows(source, int(self.persist_bytes), "val", fraction, progress)
         curve = []
         for a in sorted(grid):
-            feats = base.at(a)
+            feats = draw.at(a)
             w, info = self._iterate(train, feats)
             st = val.reduce(rsr_chunk_stats, feats, w, int(self.block_bytes))
             curve.append({"a": a, "heldout_hyvarinen": st.sum_hyvarinen / st.n, "iterations": info["iterations"],
@@ -340,9 +404,9 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
 
     def save(self, path: Any, *, overwrite: bool = True, stats: bool = True) -> Any:
         """Write the fitted model atomically (Zarr group, checksums, no pickle): the features and w, which is
-        what :func:`tgpflow.load` reads. The fit iterates over the rows, so there are no statistics to store
-        (``stats`` is accepted for a common signature). An existing path is replaced only if it holds a
-        tgpflow model and ``overwrite`` (never a user's file or directory)."""
+        what :func:`tgpflow.load` reads, and with ``stats`` KDE-SDO's statistics (for ``partial_fit`` and
+        ``load(verify=True)``; an RSR fit iterates over the rows and has none). An existing path is replaced
+        only if it holds a tgpflow model and ``overwrite`` (never a user's file or directory)."""
         check_is_fitted(self, "_fitted")
         params = self.get_params()
         if isinstance(params["smoothness"], (list, tuple)):
@@ -353,19 +417,21 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                 "anomaly_threshold": getattr(self, "anomaly_threshold_", None),
                 "selection": getattr(self, "selection_", None), "whitening": getattr(self, "whitening_", None),
                 "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None}
-        return write_model(path, "RootSobolevDensity", self._fitted, _FILE_NAMES, extra={}, stats=None, meta=meta,
+        kept = getattr(self, "stats_", None) if stats else None
+        return write_model(path, "RootSobolevDensity", self._fitted, _FILE_NAMES, extra={}, stats=kept, meta=meta,
                            overwrite=overwrite)
 
     @classmethod
     def _from_artifact(cls, arrays: dict[str, Any], meta: dict[str, Any], path: Any,
                        verify: bool = False) -> RootSobolevDensity:
-        """The model of a verified artifact, read from its stored w (the fit is not repeated)."""
+        """The model of a verified artifact, read from its stored w (the fit is not repeated; ``verify``:
+        KDE-SDO's w is compared with the solve of its stored statistics)."""
         from tgpflow.errors import ModelFileError
 
-        if verify:
+        est = cls(**meta["params"])
+        if verify and est.method == "rsr":
             raise ModelFileError(f"{path}: a RootSobolevDensity is fitted by iterating over the rows, so its file holds "
                                  f"no statistics to re-solve: verify=True cannot check it (its arrays are checksummed)")
-        est = cls(**meta["params"])
         est._set_fitted(read_fitted(RSRFitted, fitted_arrays(arrays, _FILE_NAMES), meta, path,
                                     {"method": est.method, "block_bytes": int(est.block_bytes),
                                      "feature_seed": meta.get("feature_seed")}))
@@ -379,6 +445,10 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             est.whitening_ = meta["whitening"]
         if meta.get("feature_names_in"):
             est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        est.stats_ = stored_stats(arrays, meta, {"KDESDOStats": KDESDOStats})
+        if verify:
+            verify_solution(est, path, arrays, _FILE_NAMES,
+                            lambda ref: ref.fit_from_stats(est.stats_, est.features_)._fitted)
         return est
 
     def _set_fitted(self, fitted: RSRFitted) -> None:
@@ -391,11 +461,3 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
 #: A model file keeps w under the estimator's attribute name (model_file).
 _FILE_NAMES = {"coef": "coef_"}
 
-
-def _sum_phi(x: np.ndarray, features: Any, block_bytes: int) -> Any:
-    """Σφ(x_i) of a chunk, as an RSRIterStats (only g and n used)."""
-    rows = block_rows_for(features.n_features, features.n_dims, block_bytes)
-    g = np.zeros(features.n_features)
-    for s in range(0, x.shape[0], rows):
-        g += features.transform(np.asarray(x[s:s + rows], dtype=np.float64))[0].sum(axis=0)
-    return RSRIterStats(g, int(x.shape[0]), 0.0, 0, 0.0)

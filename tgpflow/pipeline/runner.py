@@ -10,7 +10,12 @@ A run (under the store's lock):
    graph for all of them, one pass over each — and writes them to the store;
 4. updates each model's running total: ``total + new − (changed, disappeared, left the window)``;
    the old partitions are never re-read;
-5. solves each model from its total and writes a new, unpublished, model version;
+5. solves each model from its total and writes a new, unpublished, model version. A model without
+   additive statistics (a RootSobolevDensity with ``method: rsr``: every pass sums φ/f at the
+   current w) is instead refitted on the rows of every partition the run keeps — old and new,
+   one pass per iteration, with the draw frozen in step 2 — so its version is exactly
+   ``fit(those rows, features=draw)``; the store keeps no statistics for it, and its partitions,
+   version, anomaly threshold and run info are recorded like any other model's;
 6. swaps the store's manifest: the commit point, and the journal of the steps that follow
    (:mod:`tgpflow.pipeline.journal`) — publish each version (its run info, then ``CURRENT``),
    score the new partitions (per-row log density of the raw rows and an anomaly flag, by the
@@ -40,6 +45,7 @@ from tgpflow.errors import TgpflowError
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.features.sdo import SDODraw
 from tgpflow.io.parquet import list_parquet_files
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import Source, as_source
@@ -68,6 +74,9 @@ def _estimator(model_spec: Any) -> Any:
 
 
 def _draw_arrays(est: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    if isinstance(getattr(est, "draw_", None), SDODraw):  # a root-Sobolev draw, for every smoothness
+        draw = est.draw_
+        return dict(draw.to_arrays()), {"type": "sdo", "seed": draw.seed, "fingerprint": draw.fingerprint}
     if hasattr(est, "features_"):
         arrays = dict(est.features_.to_arrays())
         if hasattr(est, "noise_levels_"):
@@ -80,7 +89,9 @@ def _draw_arrays(est: Any) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], columns: list[str]) -> None:
-    if meta["type"] == "rff":
+    if meta["type"] == "sdo":
+        est.draw_ = SDODraw.from_arrays(arrays, seed=meta.get("seed"))
+    elif meta["type"] == "rff":
         est.features_ = RandomFourierFeatures.from_arrays(arrays, seed=meta.get("seed"))
         if "noise_levels" in arrays:
             est.noise_levels_ = np.asarray(arrays["noise_levels"], dtype=np.float64)
@@ -176,13 +187,14 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         est = _estimator(m)
         _restore_draw(est, *store.load_draw(models[m.name]["draw"]), columns)
         ests[m.name] = est
+    summed = {m.name: ests[m.name] for m in spec.models if not m.refits_from_rows()}  # the others: from rows
 
     # -- one graph: the statistics of every new partition, for every model ---------------
-    with phase("partitions", added=len(added), removed=len(removed), models=len(ests)) as facts:
+    with phase("partitions", added=len(added), removed=len(removed), models=len(summed)) as facts:
         roots, dropped = [], []
         for f in added:
             src = partition_source(spec, f, columns, pre)
-            for est in ests.values():
+            for est in summed.values():
                 roots.append(tree_reduce(est.chunk_tasks(src), 8))
             dropped.append(dask.delayed(sum, pure=True)(src.dropped_counts()))
         results = compute(*roots, *dropped, progress=progress) if added else ()
@@ -190,7 +202,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     new_parts = {f: {"fingerprint": fps[f], "stats": {}, "run": run} for f in added}
     k = 0
     for f in added:
-        for name in ests:
+        for name in summed:
             stats = results[k]
             k += 1
             new_parts[f]["stats"][name] = store.save(stats, f"parts/{fps[f]}/{name}.zarr")
@@ -209,23 +221,30 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     box = SupportBox.from_rows(prep(pilot_rows) if prep is not None else pilot_rows) if len(pilot_rows) > 1 else None
     for m in spec.models:
         name, est = m.name, ests[m.name]
-        if rebuild:
-            total = sum(store.load(partitions[f]["stats"][name]) for f in sorted(partitions))
+        if name not in summed:  # no statistics: the rows of every partition kept, with the frozen draw
+            with phase("refit-rows", model=name, partitions=len(partitions)):
+                est.fit(union_source(spec, sorted(partitions), columns, pre), features=est.draw_)
+            rows = est.n_samples_seen_
         else:
-            total = store.load(models[name]["total"])
-            decay = spec.refit.factor if policy == "forgetting" else 1.0
-            if decay != 1.0:  # every earlier partition's weight falls by the factor each run
-                total = total.scaled(decay)
-            for f in added:
-                total = total + store.load(new_parts[f]["stats"][name])
-            for f in removed:  # at the weight it has now
-                total = total - store.load(old_parts[f]["stats"][name]).scaled(decay ** (run - old_parts[f]["run"]))
-        models[name]["total"] = store.save(total, f"totals/{name}-{run:06d}.zarr")
-        if box is not None and hasattr(est, "features_"):
-            est.support_ = box
-        est.fit_from_stats(total)
+            if rebuild:
+                total = sum(store.load(partitions[f]["stats"][name]) for f in sorted(partitions))
+            else:
+                total = store.load(models[name]["total"])
+                decay = spec.refit.factor if policy == "forgetting" else 1.0
+                if decay != 1.0:  # every earlier partition's weight falls by the factor each run
+                    total = total.scaled(decay)
+                for f in added:
+                    total = total + store.load(new_parts[f]["stats"][name])
+                for f in removed:  # at the weight it has now
+                    weight = decay ** (run - old_parts[f]["run"])
+                    total = total - store.load(old_parts[f]["stats"][name]).scaled(weight)
+            models[name]["total"] = store.save(total, f"totals/{name}-{run:06d}.zarr")
+            if box is not None and hasattr(est, "features_"):
+                est.support_ = box
+            est.fit_from_stats(total)
+            rows = total.n
         threshold = _threshold(spec, est, threshold_rows, columns, pre)
-        run_info = {"run": run, "date": date, "rows": float(total.n), "partitions": sorted(partitions),
+        run_info = {"run": run, "date": date, "rows": float(rows), "partitions": sorted(partitions),
                     "preprocess": pre, "columns": columns, "anomaly_threshold": threshold,
                     "threshold_of": "anomaly_score", "policy": policy,
                     "threshold_quantile": spec.outputs.scores.threshold_quantile if spec.outputs.scores else None}

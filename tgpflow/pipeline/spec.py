@@ -32,7 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tgpflow.errors import validation_message
-from tgpflow.models.registry import model_kinds, pipeline_estimators
+from tgpflow.models.registry import model_kinds, pipeline_estimators, refits_from_rows
 
 __all__ = ["PipelineSpec", "load_spec", "SpecError"]
 
@@ -86,6 +86,14 @@ class ModelSpec(_Strict):
     def estimator_class(self) -> type:
         """The estimator class this model names."""
         return model_kinds()[self.estimator].estimator_class()
+
+    def refits_from_rows(self) -> bool:
+        """Whether this model has no additive statistics (RootSobolevDensity's method "rsr"): each run refits it
+        on the rows of every partition it keeps, and the store holds no statistics for it."""
+        return refits_from_rows(self.estimator, self.params.get("method", self._default_method()))
+
+    def _default_method(self) -> Any:
+        return self.estimator_class()().get_params().get("method")
 
 
 class ScoresSpec(_Strict):
@@ -154,6 +162,15 @@ class PipelineSpec(_Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"model names must be unique; got {names}")
         return models
+
+    @model_validator(mode="after")
+    def _forgetting_needs_statistics(self) -> PipelineSpec:
+        rows = [m.name for m in self.models if m.refits_from_rows()]
+        if self.refit.policy == "forgetting" and rows:
+            raise ValueError(f"refit.policy 'forgetting' down-weights stored statistics, and {rows} have none (a "
+                             f"RootSobolevDensity with method 'rsr' is refitted on the partitions' rows): use the "
+                             f"policy 'window', or method 'kde_sdo'")
+        return self
 
     @model_validator(mode="after")
     def _scores_model(self) -> PipelineSpec:

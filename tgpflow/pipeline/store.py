@@ -9,6 +9,8 @@ Layout (the root is a Zarr group; every artifact below is a checksummed Zarr gro
       draws/<model>.zarr           the feature draw / Nyström basis each model's statistics use
       parts/<pfp>/<model>.zarr     statistics of one partition (pfp: partition fingerprint)
       totals/<model>-<run>.zarr    the running total after run <run>
+                                   (none for a model without additive statistics, RSR: it is refitted
+                                   on the rows of the partitions the manifest lists)
       .lock                        held by a run from start to end (filelock)
 
 A run writes new part and total artifacts first, then swaps ``manifest.json``; a run that dies
@@ -150,7 +152,7 @@ class StatsStore:
         (``dry_run``: only lists them)."""
         keep: set[str] = set()
         if manifest is not None:
-            keep = {manifest["models"][m]["total"] for m in manifest["models"]}
+            keep = {m["total"] for m in manifest["models"].values() if m.get("total")}  # none: refit from rows
             keep |= {rel for p in manifest["partitions"].values() for rel in p["stats"].values()}
             keep |= {manifest["models"][m]["draw"] for m in manifest["models"]}
         removed = remove_temporaries(self.root, dry_run=dry_run)
