@@ -99,13 +99,39 @@ def test_a_model_saved_to_a_url_loads_back_with_the_same_density(mem, tmp_path, 
         assert {n.split("/")[0] for n in names} == {MARKER, pointer["current"]}
 
 
-def test_load_and_save_take_storage_options(mem, gaussian_mix):
-    """``storage_options`` reach the filesystem (memory:// accepts and ignores unknown keys: check they travel)."""
+class _Recording(MemoryFileSystem):
+    """``memory://`` under another protocol, recording the storage options each instance is made with."""
+
+    protocol = ("tgpflowtest",)
+    seen: list[dict] = []
+
+    def __init__(self, *args, **storage_options):
+        _Recording.seen.append(dict(storage_options))
+        super().__init__(*args, **storage_options)
+
+    @classmethod
+    def _strip_protocol(cls, path):
+        if isinstance(path, str) and path.startswith("tgpflowtest://"):
+            path = "memory://" + path.removeprefix("tgpflowtest://")
+        return MemoryFileSystem._strip_protocol(path)
+
+
+@pytest.mark.filterwarnings("ignore:UPath 'tgpflowtest' filesystem not explicitly implemented")
+def test_save_and_load_pass_storage_options_to_every_filesystem_they_open(mem, gaussian_mix):
+    fsspec.register_implementation("tgpflowtest", _Recording, clobber=True)  # a protocol only this test uses
     est = ESTIMATORS["fd"]().fit(gaussian_mix)
-    path = est.save("memory://bucket/m.zarr", storage_options={"tag": "x"})
-    assert dict(path.storage_options) == {"tag": "x"}
-    back = tgpflow.load("memory://bucket/m.zarr", storage_options={"tag": "x"}, verify=True)
+    for step in ("save", "load"):
+        _Recording.clear_instance_cache()  # so that every filesystem opened is made, and recorded, anew
+        _Recording.seen.clear()
+        if step == "save":
+            est.save("tgpflowtest://bucket/m.zarr", storage_options={"token": "t"})
+        else:
+            back = tgpflow.load("tgpflowtest://bucket/m.zarr", storage_options={"token": "t"}, verify=True)
+        # the path's filesystem and the Zarr FsspecStore's (made asynchronous by zarr) both got them
+        assert _Recording.seen and all(s.get("token") == "t" for s in _Recording.seen), (step, _Recording.seen)
+        assert any(s.get("asynchronous") for s in _Recording.seen), step
     np.testing.assert_array_equal(back.theta_, est.theta_)
+    assert mem.isfile(f"/bucket/m.zarr/{MARKER}")  # the memory store behind the recording protocol
 
 
 def test_npz_and_verify_over_memory(mem, gaussian_mix):
@@ -219,22 +245,39 @@ def test_a_file_killed_before_its_copy_leaves_only_a_hidden_temporary(mem, gauss
 def test_what_tgpflow_did_not_write_is_refused_and_untouched(mem, tmp_path, gaussian_mix, where):
     est = ESTIMATORS["fd"]().fit(gaussian_mix)
     user_dir, user_file = _url(where, tmp_path, "results"), _url(where, tmp_path, "notes.parquet")
-    fs, root = fsspec.core.url_to_fs(_url(where, tmp_path, ""))
-    fs.makedirs(fs._strip_protocol(user_dir), exist_ok=True)
-    fs.pipe_file(fs._strip_protocol(user_dir) + "/a.csv", b"a,b\n1,2\n")
-    fs.pipe_file(fs._strip_protocol(user_file), b"a week of work")
+    fs, directory = fsspec.core.url_to_fs(user_dir)
+    _, file = fsspec.core.url_to_fs(user_file)
+    fs.makedirs(directory, exist_ok=True)
+    fs.pipe_file(f"{directory}/a.csv", b"a,b\n1,2\n")
+    fs.pipe_file(file, b"a week of work")
     for url in (user_dir, user_file):
         with pytest.raises(OutputExistsError, match="did not write"):
             est.save(url, overwrite=True)
-    assert fs.cat_file(fs._strip_protocol(user_dir) + "/a.csv") == b"a,b\n1,2\n"
-    assert fs.cat_file(fs._strip_protocol(user_file)) == b"a week of work"
-    assert sorted(Path(p).name for p in fs.ls(root, detail=False)) == ["notes.parquet", "results"]
+    assert fs.cat_file(f"{directory}/a.csv") == b"a,b\n1,2\n" and fs.cat_file(file) == b"a week of work"
+    assert sorted(Path(p).name for p in fs.ls(str(Path(directory).parent), detail=False)) == ["notes.parquet",
+                                                                                               "results"]
     est.save(_url(where, tmp_path, "m.zarr"))
     with pytest.raises(OutputExistsError, match="pass --overwrite"):
         est.save(_url(where, tmp_path, "m.zarr"), overwrite=False)
     with pytest.raises(OutputExistsError, match="holds a tgpflow model, not a scores"):
         with atomic_path(_url(where, tmp_path, "m.zarr"), "scores", directory=True):
             pass
+
+
+def test_a_model_copied_to_memory_as_a_plain_directory_loads_and_is_replaced_whole(mem, tmp_path, gaussian_mix):
+    """A Zarr model uploaded as it lies on disk (no pointer) reads through FsspecStore; replacing it leaves only
+    the new version and the pointer."""
+    good = ESTIMATORS["fd"]().fit(gaussian_mix)
+    local = good.save(tmp_path / "m.zarr")
+    for f in sorted(p for p in local.rglob("*") if p.is_file()):
+        mem.pipe_file(f"/bucket/m.zarr/{f.relative_to(local).as_posix()}", f.read_bytes())
+    np.testing.assert_array_equal(tgpflow.load("memory://bucket/m.zarr").theta_, good.theta_)
+    assert output_kind("memory://bucket/m.zarr") == "model"
+    other = _other(gaussian_mix)
+    other.save("memory://bucket/m.zarr")
+    current = json.loads(mem.cat_file(f"/bucket/m.zarr/{MARKER}"))["current"]
+    assert {n.split("/")[0] for n in _names(mem, "/bucket/m.zarr")} == {MARKER, current}
+    np.testing.assert_array_equal(tgpflow.load("memory://bucket/m.zarr").theta_, other.theta_)
 
 
 def test_discard_and_small_text_files_over_memory(mem, gaussian_mix):
