@@ -307,6 +307,8 @@ def test_cli_fit_score_and_sample_to_memory_read_back_equal_in_memory_results(me
     r = runner.invoke(main, ["fit", str(data), "--out", "memory://bucket/m.zarr", *FIT])
     assert r.exit_code == 0, r.output
     est = tgpflow.load("memory://bucket/m.zarr")
+    r = runner.invoke(main, ["info", "memory://bucket/m.zarr"])
+    assert r.exit_code == 0 and json.loads(r.output)["fingerprint"] == est.features_.fingerprint, r.output
     r = runner.invoke(main, ["score", "memory://bucket/m.zarr", str(data), "--out", "memory://bucket/scores",
                              "--progress", "none"])
     assert r.exit_code == 0, r.output
@@ -398,6 +400,10 @@ def test_a_pipeline_store_on_memory_accumulates_and_commits_like_a_local_one(mem
             got = pq.read_table(fh).to_pandas()
         want = pd.read_parquet(tmp_path / "local" / "scores" / f"p{s:03d}.parquet")
         pd.testing.assert_frame_equal(got, want)
+    r = CliRunner().invoke(main, ["stats", "info", "memory://bucket/store.zarr"])  # verifies every entry
+    assert r.exit_code == 0 and json.loads(r.output)["partitions"] == 3, r.output
+    r = CliRunner().invoke(main, ["info", "memory://bucket/models/fd"])
+    assert r.exit_code == 0 and json.loads(r.output)["current"] == "v000002", r.output
     # a rerun with nothing new changes nothing; nothing hidden is left behind
     assert not run_pipeline(mem_spec)["changed"]
     assert not [n for n in _names(mem, "/bucket") if ".tmp-" in n or ".lock" in n]

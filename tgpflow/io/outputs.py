@@ -7,14 +7,18 @@ user's data before it replaces anything:
 * a Parquet file (samples, a pipeline's per-partition scores) carries ``tgpflow.output`` in its
   schema metadata;
 * a directory (a scores dataset, a report) holds a marker file :data:`MARKER` — Parquet readers
-  skip names starting with ``_``, so the dataset reads as before.
+  skip names starting with ``_``, so the dataset reads as before. Off the local filesystem every
+  directory output (a Zarr artifact too) has one, and it is also the pointer to the current version
+  (:mod:`tgpflow.io.atomic`).
 
 :func:`check_replace` is the rule (DESIGN.md, bad input and faults: never delete anything the user
 did not ask to replace): a path that does not exist may be written; one that holds a tgpflow output
 of the same kind may be replaced when the caller says so (the CLI's ``--overwrite``); anything else
 — a user's directory, a data file, the model passed as input, a tgpflow output of another kind — is
-refused and left untouched. :func:`~tgpflow.io.atomic.atomic_path` applies it twice, before the
-work starts and again just before the swap.
+refused and left untouched. A directory off the local filesystem that holds only the unreferenced
+versions a killed first write left counts as absent. :func:`~tgpflow.io.atomic.atomic_path` applies
+the rule twice, before the work starts and again just before the swap. All of it works on any fsspec
+filesystem (a path or a URL).
 """
 
 from __future__ import annotations

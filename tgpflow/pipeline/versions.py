@@ -47,10 +47,10 @@ def _number(name: str) -> int:
 
 
 class ModelVersions:
-    """The versions of one model under ``root``."""
+    """The versions of one model under ``root``, a path or an fsspec URL (``storage_options`` for its filesystem)."""
 
-    def __init__(self, root: AnyPath):
-        self.root = as_path(root)
+    def __init__(self, root: AnyPath, storage_options: dict[str, Any] | None = None):
+        self.root = as_path(root, storage_options)
 
     def on_disk(self, suffix: str = "zarr") -> list[str]:
         """Every version with a ``.zarr`` (or ``.json``) on disk, published or not."""
