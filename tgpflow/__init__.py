@@ -65,21 +65,24 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__, *_SUBMODULES})
 
 
-def load(path: str | Path, *, verify: bool = False) -> Any:
+def load(path: str | Path, *, verify: bool = False, storage_options: dict[str, Any] | None = None) -> Any:
     """Load a saved model: read its stored solution (no solve), after verifying the schema version and
     the checksums of every array and of the metadata; never unpickles.
 
-    ``path`` is a model (``model.zarr``) or a pipeline's model directory (its ``CURRENT`` version).
+    ``path`` is a model (``model.zarr``) or a pipeline's model directory (its ``CURRENT`` version), as a
+    path or an fsspec URL (``file://``, ``memory://``, ``s3://`` …; ``storage_options`` for its filesystem).
     ``verify=True`` also solves the stored statistics again and refuses the file (ModelFileError) when
     the stored solution differs from that solve (see :mod:`tgpflow.models.model_file`); it costs a fit's
     solve, and needs a model saved with its statistics.
     """
     from tgpflow.io.artifact import read_artifact
+    from tgpflow.io.atomic import as_path
     from tgpflow.models.registry import model_classes
     from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
 
+    path = as_path(path, storage_options)
     if is_versions_dir(path):  # a pipeline's model directory: its current version
         return ModelVersions(path).load(verify=verify)
     kinds = model_classes()  # the kinds of tgpflow.models.registry
     kind, arrays, meta = read_artifact(path, expected_kinds=tuple(kinds))
-    return kinds[kind]._from_artifact(arrays, meta, Path(path), verify=verify)
+    return kinds[kind]._from_artifact(arrays, meta, path, verify=verify)

@@ -14,7 +14,6 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -266,7 +265,7 @@ class _ModelChoice(click.Choice):
 @click.option("--model", "method", type=_ModelChoice(), default="fvpd", show_default=True,
               help="A GP-tilted density method, nkef (Nyström kernel exponential family), score (kernel score "
                    "estimator), rsr (root-Sobolev density) or kde_sdo (its KDE baseline).")
-@click.option("--out", required=True, type=click.Path(dir_okay=True, file_okay=False), help="Model path (.zarr).")
+@click.option("--out", required=True, type=click.Path(dir_okay=True, file_okay=False), help="Model path (.zarr) or fsspec URL (file://, s3://, …).")
 @_overwrite
 @_columns
 @_scheduler
@@ -440,7 +439,8 @@ def _bounds(text: str | None) -> dict[str, list[float | None]] | None:
 @main.command()
 @click.argument("model")
 @click.argument("source")
-@click.option("--out", required=True, help="Output Parquet dataset (a directory), written atomically.")
+@click.option("--out", required=True, help="Output Parquet dataset (a directory; a path or an fsspec URL), written "
+              "atomically. Off the local filesystem the data is the version its pointer names: printed as \"data\".")
 @_overwrite
 @_columns
 @_scheduler
@@ -456,7 +456,7 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
 
     from tgpflow.cluster import dask_client
     from tgpflow.core.engine import compute
-    from tgpflow.io.atomic import atomic_path
+    from tgpflow.io.atomic import atomic_path, is_local, resolve
     from tgpflow.io.sources import as_source
 
     _check_out(out, "scores", overwrite)
@@ -471,7 +471,7 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
         src = as_source(source, columns=cols, on_bad_rows=on_bad_rows)
         work = float(src.n_rows or 0) * getattr(est, "n_features", 0) ** 2 if src.n_rows is not None else None
         with dask_client(scheduler, work=work) as client, _progress(progress_mode, client) as progress, \
-                atomic_path(out, "scores", overwrite=overwrite, marker=True) as tmp:
+                atomic_path(out, "scores", overwrite=overwrite, marker=True, directory=True) as tmp:
             # one frame per chunk: its length is known only once read when bad rows may be dropped
             threshold = getattr(est, "anomaly_threshold_", None)
             drop = on_bad_rows == "drop"
@@ -480,9 +480,14 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
             parts = [frame_of(v, k, threshold) for v, k in zip(est.log_density(src).to_delayed(), keys, strict=True)]
             frame = dd.from_delayed(parts, meta=_score_frame(np.empty(0), np.empty(0, np.int64) if drop else None,
                                                              threshold))
-            write = frame.to_parquet(str(tmp), write_index=False, compute=False).to_delayed()  # one graph: no mixing
+            write = frame.to_parquet(str(tmp), write_index=False, compute=False,  # one graph: no mixing
+                                     storage_options=None if is_local(tmp) else dict(tmp.storage_options)).to_delayed()
             _, dropped = compute(write, dask.delayed(sum, pure=True)(src.dropped_counts()), progress=progress)
-        click.echo(json.dumps({"scores": out, "model": model, "source": source, "rows_dropped": int(dropped)}))
+        info = {"scores": out, "model": model, "source": source, "rows_dropped": int(dropped)}
+        data = resolve(out)
+        if not is_local(data):  # off the local filesystem the dataset is the version its pointer names
+            info["data"] = str(data)
+        click.echo(json.dumps(info))
 
 
 def _score_frame(values: np.ndarray, keys: np.ndarray | None, threshold: float | None) -> Any:
@@ -503,7 +508,7 @@ def _score_frame(values: np.ndarray, keys: np.ndarray | None, threshold: float |
 @main.command()
 @click.argument("model")
 @click.option("-n", "n_samples", required=True, type=click.IntRange(min=1))
-@click.option("--out", required=True, help="Output Parquet file, written atomically.")
+@click.option("--out", required=True, help="Output Parquet file (a path or an fsspec URL), written atomically.")
 @_overwrite
 @click.option("--method", default="resample", show_default=True,
               type=click.Choice(["resample", "langevin", "mala", "svgd"]),
@@ -551,8 +556,8 @@ def sample(model: str, n_samples: int, out: str, overwrite: bool, method: str, s
         names = getattr(est, "feature_names_in_", None)
         names = [str(c) for c in names] if names is not None else [f"x{j}" for j in range(rows.shape[1])]
         table = pa.table({n: rows[:, j] for j, n in enumerate(names)})
-        with atomic_path(out, "samples", overwrite=overwrite) as tmp:
-            pq.write_table(table.replace_schema_metadata({"tgpflow.output": "samples"}), tmp)
+        with atomic_path(out, "samples", overwrite=overwrite) as tmp, tmp.open("wb") as fh:
+            pq.write_table(table.replace_schema_metadata({"tgpflow.output": "samples"}), fh)
         click.echo(json.dumps(info))
 
 
@@ -764,7 +769,7 @@ def info(model: str) -> None:
                                    "versions": {v: vers.info(v) for v in vers.list()}}, indent=2, default=float))
         return
     with _runtime_errors():
-        kind, arrays, meta = read_artifact(Path(model))
+        kind, arrays, meta = read_artifact(model)
         est = _load(model)
         draw = getattr(est, "features_", None) or est.basis_
         click.echo(json.dumps({

@@ -1,4 +1,4 @@
-"""Sources (Parquet, Zarr, dask, NumPy) → validated row chunks; pilot samples; atomic writers."""
+"""Sources (Parquet, Zarr, dask, NumPy) → validated row chunks; pilot samples; atomic writers on any fsspec filesystem."""
 
 from tgpflow.io.pilot import PilotSample, pilot_sample
 from tgpflow.io.sources import Source, as_source

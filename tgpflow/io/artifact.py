@@ -15,6 +15,11 @@ only numeric dtypes, and reads ``.npz`` with ``allow_pickle=False``: a tampered,
 foreign file is refused with :class:`~tgpflow.errors.ModelFileError` naming the file (for an
 edited header of a Zarr group, its ``zarr.json``), and no code path unpickles.
 
+An artifact can live on any fsspec filesystem (a path, ``file://``, ``memory://``, ``s3://`` …, with
+``storage_options``): it is written through :func:`tgpflow.io.atomic.atomic_path` (atomic on each kind
+of filesystem as that module says) and a Zarr group is read through
+:class:`zarr.storage.FsspecStore` off the local filesystem, from the version its pointer names.
+
 Files written before ``header_checksum`` existed (same schema version) still load: their
 arrays are verified, their metadata cannot be, and loading says so with an
 :class:`~tgpflow.errors.UnverifiedMetadataWarning` (re-saving adds the checksum). Refusing them
@@ -26,13 +31,12 @@ from __future__ import annotations
 import hashlib
 import json
 import zipfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tgpflow.errors import ModelFileError, UnverifiedMetadataWarning, cause
-from tgpflow.io.atomic import atomic_path
+from tgpflow.io.atomic import AnyPath, as_path, atomic_path, resolve, zarr_store
 
 __all__ = ["SCHEMA_VERSION", "write_artifact", "read_artifact", "json_checksum", "read_json_object"]
 
@@ -54,9 +58,10 @@ def json_checksum(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def read_json_object(path: Path, what: str) -> dict[str, Any]:
+def read_json_object(path: AnyPath, what: str) -> dict[str, Any]:
     """The JSON object in ``path`` (a manifest, a version's run info); :class:`ModelFileError` naming the
     file and ``what`` it should be otherwise."""
+    path = as_path(path)
     try:
         value = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -82,14 +87,15 @@ def _check_arrays(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def write_artifact(path: str | Path, kind: str, arrays: dict[str, np.ndarray], meta: dict[str, Any], *,
-                   overwrite: bool = True) -> Path:
-    """Write ``arrays`` and ``meta`` atomically to ``path`` (``.npz`` file or Zarr group).
+def write_artifact(path: AnyPath, kind: str, arrays: dict[str, np.ndarray], meta: dict[str, Any], *,
+                   overwrite: bool = True, storage_options: dict[str, Any] | None = None) -> Any:
+    """Write ``arrays`` and ``meta`` atomically to ``path`` (``.npz`` file or Zarr group, on any fsspec
+    filesystem); returns the path (:func:`~tgpflow.io.atomic.as_path`).
 
     An existing ``path`` is replaced only when it is a tgpflow artifact of the same family (a model
     by a model, statistics by statistics) and ``overwrite``; anything else is refused untouched.
     """
-    path = Path(path)
+    path = as_path(path, storage_options)
     arrays = _check_arrays(arrays)
     header = {
         "tgpflow_schema": SCHEMA_VERSION,
@@ -101,30 +107,33 @@ def write_artifact(path: str | Path, kind: str, arrays: dict[str, np.ndarray], m
     header["header_checksum"] = _header_checksum(header)
     from tgpflow.io.outputs import artifact_output
 
-    with atomic_path(path, artifact_output(meta), overwrite=overwrite) as tmp:
-        if path.suffix == ".npz":
-            with open(tmp, "wb") as fh:
+    npz = path.suffix == ".npz"
+    with atomic_path(path, artifact_output(meta), overwrite=overwrite, directory=not npz) as tmp:
+        if npz:
+            with tmp.open("wb") as fh:
                 np.savez(fh, **arrays, **{_META_KEY: np.array(json.dumps(header))})
         else:
             import zarr
 
-            group = zarr.open_group(str(tmp), mode="w-")
+            group = zarr.open_group(store=zarr_store(tmp), mode="w-")
             for name, a in arrays.items():
                 group.create_array(name, data=np.require(a, requirements="C"))  # keeps 0-d shapes
             group.attrs.update(header)
     return path
 
 
-def read_artifact(path: str | Path, expected_kinds: tuple[str, ...] | None = None) -> tuple[str, dict[str, np.ndarray], dict[str, Any]]:
-    """Read and verify an artifact; returns ``(kind, arrays, meta)``."""
-    path = Path(path)
+def read_artifact(path: AnyPath, expected_kinds: tuple[str, ...] | None = None, *,
+                  storage_options: dict[str, Any] | None = None) -> tuple[str, dict[str, np.ndarray], dict[str, Any]]:
+    """Read and verify an artifact (on any fsspec filesystem); returns ``(kind, arrays, meta)``."""
+    path = as_path(path, storage_options)
     if not path.exists():
         raise ModelFileError(f"{path}: no such file or directory")
     try:
-        if path.is_dir():
-            header, arrays = _read_zarr(path)
+        data = resolve(path)  # a directory written without atomic rename: the version its pointer names
+        if data.is_dir():
+            header, arrays = _read_zarr(data)
         else:
-            header, arrays = _read_npz(path)
+            header, arrays = _read_npz(data)
     except ModelFileError:
         raise
     except Exception as exc:  # corrupt container: zarr/json/zip errors of every kind
@@ -134,7 +143,7 @@ def read_artifact(path: str | Path, expected_kinds: tuple[str, ...] | None = Non
         raise ModelFileError(
             f"{path}: schema version {version!r} is not supported (this tgpflow reads version "
             f"{SCHEMA_VERSION}); re-save it with the tgpflow that wrote it, or refit")
-    _verify_header(path, header)
+    _verify_header(path, data, header)
     kind = header.get("kind")
     if expected_kinds is not None and kind not in expected_kinds:
         raise ModelFileError(f"{path}: holds a {kind!r}, expected one of {list(expected_kinds)}")
@@ -150,9 +159,9 @@ def read_artifact(path: str | Path, expected_kinds: tuple[str, ...] | None = Non
     return kind, arrays, header.get("meta", {})
 
 
-def _verify_header(path: Path, header: dict[str, Any]) -> None:
+def _verify_header(path: Any, data: Any, header: dict[str, Any]) -> None:
     stored = header.get("header_checksum")
-    where = path / "zarr.json" if path.is_dir() else path
+    where = data / "zarr.json" if data.is_dir() else path
     if stored is None:
         import warnings
 
@@ -164,12 +173,12 @@ def _verify_header(path: Path, header: dict[str, Any]) -> None:
                              f"selection were edited after the file was written); refit, or restore the file")
 
 
-def _read_zarr(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def _read_zarr(path: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     import zarr
 
     if not (path / "zarr.json").is_file():
         raise ModelFileError(f"{path}: not a Zarr v3 group (no zarr.json)")
-    group = zarr.open_group(str(path), mode="r")
+    group = zarr.open_group(store=zarr_store(path, read_only=True), mode="r")
     header = dict(group.attrs)
     if "tgpflow_schema" not in header:
         raise ModelFileError(f"{path}: a Zarr group, but not a tgpflow artifact (no tgpflow_schema attribute)")
@@ -177,12 +186,14 @@ def _read_zarr(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     return header, arrays
 
 
-def _read_npz(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    if not zipfile.is_zipfile(path):
-        raise ModelFileError(f"{path}: not a tgpflow artifact (neither a Zarr group nor an .npz archive)")
-    with np.load(path, allow_pickle=False) as npz:
-        if _META_KEY not in npz.files:
-            raise ModelFileError(f"{path}: an .npz archive, but not a tgpflow artifact")
-        header = json.loads(str(npz[_META_KEY]))
-        arrays = {k: np.asarray(npz[k]) for k in npz.files if k != _META_KEY}
+def _read_npz(path: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    with path.open("rb") as fh:
+        if not zipfile.is_zipfile(fh):
+            raise ModelFileError(f"{path}: not a tgpflow artifact (neither a Zarr group nor an .npz archive)")
+        fh.seek(0)
+        with np.load(fh, allow_pickle=False) as npz:
+            if _META_KEY not in npz.files:
+                raise ModelFileError(f"{path}: an .npz archive, but not a tgpflow artifact")
+            header = json.loads(str(npz[_META_KEY]))
+            arrays = {k: np.asarray(npz[k]) for k in npz.files if k != _META_KEY}
     return header, arrays

@@ -9,14 +9,18 @@ user's data before it replaces anything:
 * a Parquet file (samples, a pipeline's per-partition scores) carries ``tgpflow.output`` in its
   schema metadata;
 * a directory (a scores dataset, a report) holds a marker file :data:`MARKER` — Parquet readers
-  skip names starting with ``_``, so the dataset reads as before.
+  skip names starting with ``_``, so the dataset reads as before. Off the local filesystem every
+  directory output (a Zarr artifact too) has one, and it is also the pointer to the current version
+  (:mod:`tgpflow.io.atomic`).
 
 :func:`check_replace` is the rule (DESIGN.md, bad input and faults: never delete anything the user
 did not ask to replace): a path that does not exist may be written; one that holds a tgpflow output
 of the same kind may be replaced when the caller says so (the CLI's ``--overwrite``); anything else
 — a user's directory, a data file, the model passed as input, a tgpflow output of another kind — is
-refused and left untouched. :func:`~tgpflow.io.atomic.atomic_path` applies it twice, before the
-work starts and again just before the swap.
+refused and left untouched. A directory off the local filesystem that holds only the unreferenced
+versions a killed first write left counts as absent. :func:`~tgpflow.io.atomic.atomic_path` applies
+the rule twice, before the work starts and again just before the swap. All of it works on any fsspec
+filesystem (a path or a URL).
 """
 
 from __future__ import annotations
@@ -24,11 +28,11 @@ from __future__ import annotations
 import json
 import zipfile
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from tgpflow.core.version import __version__
 from tgpflow.errors import OutputExistsError
+from tgpflow.io.atomic import AnyPath, only_leftovers, as_path, is_local
 
 __all__ = ["MARKER", "PARQUET_KEY", "output_kind", "artifact_output", "check_replace", "write_marker"]
 
@@ -38,15 +42,16 @@ MARKER = "_tgpflow_output.json"
 PARQUET_KEY = b"tgpflow.output"
 
 
-def output_kind(path: str | Path) -> str | None:
+def output_kind(path: AnyPath) -> str | None:
     """``"model"``, ``"statistics"``, ``"scores"``, ``"samples"``, ``"report"`` … for a tgpflow output; None otherwise.
 
-    Reads only headers (Zarr attributes, the .npz metadata entry, a Parquet footer, the marker), and
-    never raises: an unreadable path is simply not a tgpflow output.
+    Reads only headers (Zarr attributes, the .npz metadata entry, a Parquet footer, the marker — which
+    off the local filesystem is also the pointer to the current version, :mod:`tgpflow.io.atomic`), on
+    any fsspec filesystem, and never raises: an unreadable path is simply not a tgpflow output.
     """
-    path = Path(path)
     try:
-        if path.is_symlink():
+        path = as_path(path)
+        if is_local(path) and path.is_symlink():
             return None  # never replace a link (os.rename would replace the link, not what it names)
         if path.is_dir():
             marker = path / MARKER
@@ -59,18 +64,21 @@ def output_kind(path: str | Path) -> str | None:
             return None
         if not path.is_file():
             return None
-        if zipfile.is_zipfile(path):
-            import numpy as np
+        with path.open("rb") as fh:
+            if zipfile.is_zipfile(fh):
+                import numpy as np
 
-            from tgpflow.io.artifact import _META_KEY  # the .npz entry that holds an artifact's header
+                from tgpflow.io.artifact import _META_KEY  # the .npz entry that holds an artifact's header
 
-            with np.load(path, allow_pickle=False) as npz:
-                if _META_KEY not in npz.files:
-                    return None
-                return _artifact_output(json.loads(str(npz[_META_KEY])))
-        import pyarrow.parquet as pq
+                fh.seek(0)
+                with np.load(fh, allow_pickle=False) as npz:
+                    if _META_KEY not in npz.files:
+                        return None
+                    return _artifact_output(json.loads(str(npz[_META_KEY])))
+            import pyarrow.parquet as pq
 
-        meta = pq.read_schema(path).metadata or {}
+            fh.seek(0)
+            meta = pq.read_schema(fh).metadata or {}
         if PARQUET_KEY in meta:
             return meta[PARQUET_KEY].decode()
         if b"tgpflow.partition" in meta:  # a pipeline's score file written before the key existed
@@ -96,10 +104,13 @@ def artifact_output(meta: Mapping[str, Any]) -> str:
     return "model" if isinstance(meta.get("params"), Mapping) else "statistics"
 
 
-def check_replace(path: str | Path, kind: str, *, overwrite: bool) -> None:
+def check_replace(path: AnyPath, kind: str, *, overwrite: bool) -> None:
     """Raise :class:`OutputExistsError` unless ``path`` may be written as a ``kind`` output (module docstring)."""
-    path = Path(path)
-    if not path.exists() and not path.is_symlink():
+    path = as_path(path)
+    if is_local(path):
+        if not path.exists() and not path.is_symlink():
+            return
+    elif not path.exists() or only_leftovers(path):  # what a killed first write left counts as absent
         return
     found = output_kind(path)
     if found is None:
@@ -114,6 +125,6 @@ def check_replace(path: str | Path, kind: str, *, overwrite: bool) -> None:
                                 f"(the replacement is atomic: the old one stays until the new one is complete).")
 
 
-def write_marker(directory: str | Path, kind: str) -> None:
+def write_marker(directory: AnyPath, kind: str) -> None:
     """Mark a directory output (written inside its temporary, before the swap) as a tgpflow ``kind``."""
-    (Path(directory) / MARKER).write_text(json.dumps({"kind": kind, "tgpflow": __version__}))
+    (as_path(directory) / MARKER).write_text(json.dumps({"kind": kind, "tgpflow": __version__}))

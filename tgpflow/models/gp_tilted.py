@@ -884,12 +884,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     #: The solution attributes beyond the Fitted value, stored beside it: the method's ``extra_arrays``.
     _STATS_KINDS = {"TGPStats": TGPStats, "NCFDStats": NCFDStats}
 
-    def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True) -> Path:
+    def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True,
+             storage_options: dict[str, Any] | None = None) -> Any:
         """Write the fitted model atomically as a Zarr group (``.npz`` by suffix), every array and the metadata
         checksummed: its solution, which is what :func:`tgpflow.load` reads (:mod:`tgpflow.models.model_file`),
         and with ``stats`` its statistics (what ``partial_fit`` adds to, and ``load(verify=True)`` re-solves).
         An existing path is replaced only if it holds a tgpflow model and ``overwrite`` (never a user's file
-        or directory)."""
+        or directory). ``path`` may be an fsspec URL (``memory://``,
+        ``s3://`` …; ``storage_options`` for its filesystem), written as :mod:`tgpflow.io.atomic` says."""
         check_is_fitted(self, "_fitted")
         params = self.get_params()
         for key in ("bandwidth", "eta", "lam_grid"):  # JSON has no tuples/arrays
@@ -921,7 +923,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         }
         extra = {name: getattr(self, name) for name in self._method.extra_arrays}
         return write_model(path, type(self).__name__, self._fitted, self._FILE_NAMES, extra=extra,
-                           stats=self.stats_ if stats else None, meta=meta, overwrite=overwrite)
+                           stats=self.stats_ if stats else None, meta=meta, overwrite=overwrite,
+                           storage_options=storage_options)
 
     @classmethod
     def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path,

@@ -403,11 +403,13 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
     #: A model file keeps the Fitted value's arrays under these names (model_file); β as ``coef_``.
     _FILE_NAMES = {"coef": "coef_"}
 
-    def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True) -> Path:
+    def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True,
+             storage_options: dict[str, Any] | None = None) -> Any:
         """Write the fitted model atomically as a Zarr group (``.npz`` by suffix), every array and the metadata
         checksummed: its solution (basis, coefficients, base), which is what :func:`tgpflow.load` reads, and with
         ``stats`` its statistics (for ``partial_fit`` and ``load(verify=True)``). An existing path is replaced only
-        if it holds a tgpflow model and ``overwrite`` (never a user's file or directory)."""
+        if it holds a tgpflow model and ``overwrite`` (never a user's file or directory). ``path`` may be an fsspec URL
+        (``memory://``, ``s3://`` …; ``storage_options`` for its filesystem), written as :mod:`tgpflow.io.atomic` says."""
         check_is_fitted(self, "_fitted")
         params = self.get_params()
         for key in ("bandwidth", "lam_grid"):  # JSON has no tuples/arrays
@@ -421,7 +423,8 @@ class ScoreEstimator(StreamingMixin, BaseEstimator):
                 "fit_diagnostics": getattr(self, "fit_diagnostics_", None),
                 "support": None if getattr(self, "support_", None) is None else self.support_.to_dict()}
         return write_model(path, type(self).__name__, self._fitted, self._FILE_NAMES, extra={},
-                           stats=self.stats_ if stats else None, meta=meta, overwrite=overwrite)
+                           stats=self.stats_ if stats else None, meta=meta, overwrite=overwrite,
+                           storage_options=storage_options)
 
     @classmethod
     def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path,

@@ -90,12 +90,13 @@ def read_fitted(kind: type[Fitted], solution: dict[str, np.ndarray], meta: dict[
     return fitted
 
 
-def write_model(path: str | Path, kind: str, fitted: Fitted, names: Mapping[str, str], *,
-                extra: Mapping[str, np.ndarray], stats: Any, meta: dict[str, Any], overwrite: bool) -> Path:
-    """Write a model file (layout 2) atomically: the draw, the solution (``fitted`` and the estimator's
-    ``extra`` arrays), the statistics when given, and ``meta`` (which must hold the estimator's ``params``:
-    loading rebuilds the estimator from them, and :func:`tgpflow.io.outputs.artifact_output` knows a model
-    file by them)."""
+def write_model(path: Any, kind: str, fitted: Fitted, names: Mapping[str, str], *,
+                extra: Mapping[str, np.ndarray], stats: Any, meta: dict[str, Any], overwrite: bool,
+                storage_options: dict[str, Any] | None = None) -> Any:
+    """Write a model file (layout 2) atomically, to a path or any fsspec URL (:mod:`tgpflow.io.atomic`): the
+    draw, the solution (``fitted`` and the estimator's ``extra`` arrays), the statistics when given, and
+    ``meta`` (which must hold the estimator's ``params``: loading rebuilds the estimator from them, and
+    :func:`tgpflow.io.outputs.artifact_output` knows a model file by them)."""
     if not isinstance(meta.get("params"), Mapping):
         raise ValueError("a model file's metadata needs the estimator's params (a dict)")
     arrays = solution_arrays(fitted, names)
@@ -105,7 +106,7 @@ def write_model(path: str | Path, kind: str, fitted: Fitted, names: Mapping[str,
     meta = dict(meta, layout=LAYOUT, fitted=fitted.to_meta(), stats_kind=None if stats is None else type(stats).__name__,
                 tgpflow_version=__version__,
                 created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
-    return write_artifact(path, kind, arrays, meta, overwrite=overwrite)
+    return write_artifact(path, kind, arrays, meta, overwrite=overwrite, storage_options=storage_options)
 
 
 def verify_solution(est: Any, path: Path, arrays: dict[str, np.ndarray], names: Mapping[str, str],

@@ -402,11 +402,14 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise AttributeError("the exact 2Δf/f form holds for the root-Sobolev model (p = f²), not KDE-SDO")
         return self._map_rows(X, self.fitted().hyvarinen_terms, per_row_dims=False)
 
-    def save(self, path: Any, *, overwrite: bool = True, stats: bool = True) -> Any:
+    def save(self, path: Any, *, overwrite: bool = True, stats: bool = True,
+             storage_options: dict[str, Any] | None = None) -> Any:
         """Write the fitted model atomically (Zarr group, checksums, no pickle): the features and w, which is
         what :func:`tgpflow.load` reads, and with ``stats`` KDE-SDO's statistics (for ``partial_fit`` and
         ``load(verify=True)``; an RSR fit iterates over the rows and has none). An existing path is replaced
-        only if it holds a tgpflow model and ``overwrite`` (never a user's file or directory)."""
+        only if it holds a tgpflow model and ``overwrite`` (never a user's file or directory). ``path`` may be
+        an fsspec URL (``memory://``, ``s3://`` …; ``storage_options`` for its filesystem), written as
+        :mod:`tgpflow.io.atomic` says."""
         check_is_fitted(self, "_fitted")
         params = self.get_params()
         if isinstance(params["smoothness"], (list, tuple)):
@@ -419,7 +422,7 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                 "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None}
         kept = getattr(self, "stats_", None) if stats else None
         return write_model(path, "RootSobolevDensity", self._fitted, _FILE_NAMES, extra={}, stats=kept, meta=meta,
-                           overwrite=overwrite)
+                           overwrite=overwrite, storage_options=storage_options)
 
     @classmethod
     def _from_artifact(cls, arrays: dict[str, Any], meta: dict[str, Any], path: Any,

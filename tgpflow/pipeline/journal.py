@@ -23,14 +23,14 @@ reference, unpublished model versions, and writers' temporaries (the next run ca
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from tgpflow.core.engine import Progress, compute
 from tgpflow.errors import TgpflowError
-from tgpflow.io.atomic import atomic_path, remove_temporaries
+from tgpflow.io.atomic import AnyPath, as_path, atomic_path, remove_temporaries
 from tgpflow.io.outputs import output_kind
 from tgpflow.models.anomaly import is_anomalous
 from tgpflow.pipeline.partitions import log_jacobian, partition_source, union_source
@@ -44,11 +44,11 @@ logger = logging.getLogger("tgpflow")
 
 
 def _versions(spec: PipelineSpec, name: str) -> ModelVersions:
-    return ModelVersions(Path(spec.outputs.models) / name)
+    return ModelVersions(as_path(spec.outputs.models) / name)
 
 
-def _score_target(directory: str | Path, partition: str) -> Path:
-    return Path(directory) / f"{Path(partition).stem}.parquet"
+def _score_target(directory: AnyPath, partition: str) -> Any:
+    return as_path(directory) / f"{PurePosixPath(partition).stem}.parquet"
 
 
 def steps_after_commit(spec: PipelineSpec, ests: dict[str, Any], versions: dict[str, str],
@@ -103,7 +103,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
     import pyarrow.parquet as pq
 
     parts = manifest["partitions"]
-    directory = Path(step["path"])
+    directory = as_path(step["path"])
     remove_temporaries(directory, [_score_target(directory, f).name for f in step["partitions"]])
     todo = [f for f in step["partitions"] if not _scored(_score_target(directory, f), parts[f]["fingerprint"])]
     if not todo:
@@ -125,8 +125,8 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
         table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": parts[f]["fingerprint"],
                                                "tgpflow.model_version": step["version"], "tgpflow.source": f})
         target = _score_target(directory, f)
-        with atomic_path(target, "scores") as tmp:
-            pq.write_table(table, tmp)
+        with atomic_path(target, "scores") as tmp, tmp.open("wb") as fh:
+            pq.write_table(table, fh)
         written.append(str(target))
     return written
 
@@ -141,14 +141,15 @@ def _flags(logp: np.ndarray, info: dict[str, Any]) -> np.ndarray:
     return is_anomalous(logp, threshold)
 
 
-def _scored(target: Path, fingerprint: str) -> bool:
+def _scored(target: Any, fingerprint: str) -> bool:
     """Whether ``target`` holds the scores of the partition content ``fingerprint``."""
     if not target.exists():
         return False
     import pyarrow.parquet as pq
 
     try:
-        md = pq.read_schema(target).metadata or {}
+        with target.open("rb") as fh:
+            md = pq.read_schema(fh).metadata or {}
     except Exception:  # noqa: BLE001 - not a Parquet file: not our scores (atomic_path will refuse it)
         return False
     return md.get(b"tgpflow.partition") == fingerprint.encode()
@@ -160,7 +161,7 @@ def _report(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) 
 
     written, source = [], None
     for name, version in step["models"].items():
-        out = Path(step["path"]) / name / version
+        out = as_path(step["path"]) / name / version
         remove_temporaries(out.parent, [version])
         if output_kind(out) == "report":
             continue
@@ -180,7 +181,7 @@ def collect(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | No
         removed += _versions(spec, name).remove_unpublished(models.get(name, {}).get("version"), dry_run=dry_run)
     step = ((manifest or {}).get("steps") or {}).get("scores")
     if step:
-        directory = Path(step["path"])
+        directory = as_path(step["path"])
         removed += remove_temporaries(directory, [_score_target(directory, f).name for f in step["partitions"]],
                                       dry_run=dry_run)
     return removed

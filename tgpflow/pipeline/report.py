@@ -10,6 +10,9 @@ Writes, into one directory that appears whole or not at all (``atomic_path``):
 * ``projected_cdfs.png`` (d > 2) — a grid of projected CDFs, data vs model (Fig 4);
 * ``ncfd_levels.png`` (NCFD, d = 2) — contours across σ (Fig 3).
 
+``out`` may be a path or an fsspec URL (:mod:`tgpflow.io.atomic`: off the local filesystem the
+directory is a version made current by one pointer object; :func:`~tgpflow.io.atomic.resolve` names it).
+
 Plots use a bounded pilot sample of the source (never the whole of it). matplotlib is an
 optional extra (``pip install tgpflow[report]``), imported only here.
 """
@@ -17,12 +20,11 @@ optional extra (``pip install tgpflow[report]``), imported only here.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tgpflow.io.atomic import atomic_path
+from tgpflow.io.atomic import AnyPath, atomic_path
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import as_source
 from tgpflow.metrics.hyvarinen import heldout_loglik, hyvarinen_loss
@@ -43,6 +45,12 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save_png(fig: Any, path: Any, dpi: int) -> None:
+    """Write a figure through the path's own ``open`` (a local path or an fsspec one, :mod:`tgpflow.io.atomic`)."""
+    with path.open("wb") as fh:
+        fig.savefig(fh, format="png", dpi=dpi)
+
+
 def _grid(rows: np.ndarray, n: int = 150) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lo, hi = np.quantile(rows, 0.001, axis=0), np.quantile(rows, 0.999, axis=0)
     pad = 0.1 * (hi - lo)
@@ -58,7 +66,7 @@ def _contours(ax: Any, model: Any, rows: np.ndarray, sigma: float | None = None)
     ax.contour(gx, gy, dens, levels=8, cmap="viridis")
 
 
-def write_report(model: Any, X: Any, out: str | Path, *, n_directions: int = 500, n_model_samples: int = 250_000,
+def write_report(model: Any, X: Any, out: AnyPath, *, n_directions: int = 500, n_model_samples: int = 250_000,
                  n_plot_rows: int = 20_000, random_state: int = 0, columns: list[str] | None = None,
                  on_bad_rows: str = "raise", overwrite: bool = True) -> dict[str, Any]:
     """Compute the metrics of ``model`` on ``X`` and write ``out/`` (see module docstring); an existing
@@ -87,13 +95,13 @@ def write_report(model: Any, X: Any, out: str | Path, *, n_directions: int = 500
         "figures": [],
     }
     rows = pilot_sample(source, rows=n_plot_rows, random_state=random_state).rows
-    with atomic_path(out, "report", overwrite=overwrite, marker=True) as tmp:
-        tmp.mkdir(parents=True)
+    with atomic_path(out, "report", overwrite=overwrite, marker=True, directory=True) as tmp:
+        tmp.mkdir(parents=True, exist_ok=True)
         if d == 2:
             fig, ax = plt.subplots(figsize=(5, 5))
             _contours(ax, model, rows)
             ax.set_title(f"{model.method.upper()} density over the data")
-            fig.savefig(tmp / "density.png", dpi=110)
+            _save_png(fig, tmp / "density.png", 110)
             plt.close(fig)
             metrics["figures"].append("density.png")
             if model.method == "ncfd":
@@ -103,7 +111,7 @@ def write_report(model: Any, X: Any, out: str | Path, *, n_directions: int = 500
                 for ax, s in zip(axes[0], show, strict=True):
                     _contours(ax, model, rows, sigma=float(s))
                     ax.set_title(f"σ = {s:.3g}")
-                fig.savefig(tmp / "ncfd_levels.png", dpi=110)
+                _save_png(fig, tmp / "ncfd_levels.png", 110)
                 plt.close(fig)
                 metrics["figures"].append("ncfd_levels.png")
         if d > 2:
@@ -118,7 +126,7 @@ def write_report(model: Any, X: Any, out: str | Path, *, n_directions: int = 500
                 ax.set_xticks([])
             axes[0, 0].legend()
             fig.suptitle("CDFs of random 1-D projections: data vs model")
-            fig.savefig(tmp / "projected_cdfs.png", dpi=100)
+            _save_png(fig, tmp / "projected_cdfs.png", 100)
             plt.close(fig)
             metrics["figures"].append("projected_cdfs.png")
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float))

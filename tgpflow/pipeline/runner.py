@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-from pathlib import Path
 from typing import Any
 
 import dask
@@ -46,6 +45,7 @@ from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.sdo import SDODraw
+from tgpflow.io.atomic import as_path
 from tgpflow.io.parquet import list_parquet_files
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import Source, as_source
@@ -248,7 +248,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
                     "preprocess": pre, "columns": columns, "anomaly_threshold": threshold,
                     "threshold_of": "anomaly_score", "policy": policy,
                     "threshold_quantile": spec.outputs.scores.threshold_quantile if spec.outputs.scores else None}
-        models[name]["version"] = versions[name] = ModelVersions(Path(spec.outputs.models) / name).write(est)
+        models[name]["version"] = versions[name] = ModelVersions(as_path(spec.outputs.models) / name).write(est)
         models[name]["info"] = run_info  # published after the commit (the journal)
     new_manifest = {"schema": MANIFEST_SCHEMA, "name": spec.name, "run": run, "date": date, "columns": columns,
                     "preprocess": pre, "preprocess_spec": spec.preprocess.model_dump(), "policy": policy,
@@ -257,7 +257,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     store.write_manifest(new_manifest)  # the commit point
     collect(spec, store, new_manifest)  # the totals and draws it replaced
     done = finish(spec, new_manifest, progress=progress)
-    rows = {name: ModelVersions(Path(spec.outputs.models) / name).info()["rows"] for name in versions}
+    rows = {name: ModelVersions(as_path(spec.outputs.models) / name).info()["rows"] for name in versions}
     logger.info("%s: run %d added %d and removed %d partition(s); models %s", spec.name, run, len(added),
                 len(removed), versions)
     return RunResult(changed=True, added=added, removed=removed, run=run, versions=versions, rows=rows,

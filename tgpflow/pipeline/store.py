@@ -11,7 +11,7 @@ Layout (the root is a Zarr group; every artifact below is a checksummed Zarr gro
       totals/<model>-<run>.zarr    the running total after run <run>
                                    (none for a model without additive statistics, RSR: it is refitted
                                    on the rows of the partitions the manifest lists)
-      .lock                        held by a run from start to end (filelock)
+      .lock                        held by a run from start to end (see below)
 
 A run writes new part and total artifacts first, then swaps ``manifest.json``; a run that dies
 before the swap leaves the previous manifest — and everything it references — intact, and its
@@ -20,6 +20,24 @@ of what follows the swap (:mod:`tgpflow.pipeline.journal`). A second run on the 
 waits ``lock_timeout`` seconds for the lock and then fails, naming the holder. A partition's
 fingerprint is a hash of its path, size and modification time (or of its bytes,
 ``fingerprint: content``).
+
+The store may live on any fsspec filesystem (``StatsStore("s3://bucket/stats.zarr")``,
+``memory://``, ``file://``): its artifacts are then written as :mod:`tgpflow.io.atomic` says for
+filesystems without atomic rename (each a new hidden version made current by one pointer object)
+and the manifest is replaced in one single-object write, so the commit point is still one atomic
+step. The run lock differs:
+
+* on the local filesystem it is a :mod:`filelock` lock: exclusive among processes on that machine
+  (and on network filesystems that honour ``fcntl`` locks), released by the OS when a run dies;
+* elsewhere it is a lock object ``.lock`` created with fsspec's exclusive-create mode (``"xb"``)
+  and deleted at the end of the run. Exclusive creation is atomic where the filesystem implements it
+  with a conditional write (S3 through s3fs 2025.7 or newer — ``If-None-Match``; Azure through adlfs);
+  ``memory://`` (one process, for tests) checks and then writes. Where
+  the filesystem can only check and then write, two runs started at the same moment can both
+  get it, so **keeping concurrent runs of one store apart is then the scheduler's job** (one cron
+  entry, one Airflow task with ``max_active_runs=1`` …). A run that is killed leaves its lock object
+  behind (no OS releases it): the next run is refused with the holder's note until it is deleted by
+  hand, after checking that the run it names is gone.
 """
 
 from __future__ import annotations
@@ -29,13 +47,14 @@ import datetime
 import hashlib
 import json
 import os
+import socket
+import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from tgpflow.errors import ModelFileError, TgpflowError
 from tgpflow.io.artifact import read_artifact, read_json_object, write_artifact
-from tgpflow.io.atomic import atomic_write_text, discard, remove_temporaries
+from tgpflow.io.atomic import AnyPath, as_path, atomic_write_text, discard, is_local, remove_temporaries, zarr_store
 from tgpflow.io.outputs import output_kind
 from tgpflow.models.registry import stats_classes
 from tgpflow.stats.split import StatsBundle
@@ -49,10 +68,11 @@ class StoreBusyError(TgpflowError, RuntimeError):
     """Another run holds the store's lock."""
 
 
-def load_stats(path: str | Path) -> Any:
-    """Any statistics artifact, or a bundle of them (kind from its metadata; checksums verified)."""
+def load_stats(path: AnyPath, storage_options: dict[str, Any] | None = None) -> Any:
+    """Any statistics artifact, or a bundle of them (kind from its metadata; checksums verified); a path or
+    an fsspec URL."""
     kinds = stats_classes()  # of every model kind in tgpflow.models.registry
-    kind, arrays, meta = read_artifact(path, expected_kinds=(*kinds, "StatsBundle"))
+    kind, arrays, meta = read_artifact(path, expected_kinds=(*kinds, "StatsBundle"), storage_options=storage_options)
     if kind == "StatsBundle":
         return StatsBundle.from_arrays(meta, arrays, kinds)
     return kinds[kind].from_arrays(meta["fingerprint"], arrays)
@@ -73,14 +93,20 @@ def partition_fingerprint(fs: Any, path: str, mode: str = "metadata") -> str:
 
 
 class StatsStore:
-    """A statistics store rooted at ``root`` (see the module docstring)."""
+    """A statistics store rooted at ``root``, a path or an fsspec URL (see the module docstring)."""
 
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
+    def __init__(self, root: AnyPath, storage_options: dict[str, Any] | None = None):
+        self.root = as_path(root, storage_options)
 
     # -- locking ------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, timeout: float = 0.0) -> Iterator[None]:
+        """Hold the store's run lock (module docstring) for the ``with`` block, waiting up to ``timeout`` s."""
+        if not is_local(self.root):
+            with self._object_lock(timeout):
+                self._ensure_group()
+                yield
+            return
         from filelock import FileLock, Timeout
 
         self.root.mkdir(parents=True, exist_ok=True)
@@ -101,15 +127,44 @@ class StatsStore:
                 holder.unlink()
             lock.release()
 
+    @contextlib.contextmanager
+    def _object_lock(self, timeout: float) -> Iterator[None]:
+        """The lock object of a store off the local filesystem: exclusive creation, deleted at the end."""
+        lock = self.root / ".lock"
+        note = (f"pid {os.getpid()} on {socket.gethostname()} since "
+                f"{datetime.datetime.now().isoformat(timespec='seconds')}")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with lock.open("xb") as fh:  # exclusive create: FileExistsError when another run holds it
+                    fh.write(note.encode())
+                break
+            except FileExistsError:
+                if time.monotonic() >= deadline:
+                    try:
+                        who = lock.read_text()
+                    except OSError:
+                        who = "unknown"
+                    raise StoreBusyError(
+                        f"{self.root}: another run holds the store lock ({who}); waited {timeout:g} s. Retry later, "
+                        f"or raise lock_timeout in the spec. If that run was killed, its lock object stays (object "
+                        f"storage has no OS to release it): delete {lock} once you know it is gone") from None
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        try:
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                lock.fs.rm_file(lock.path)
+
     def _ensure_group(self) -> None:
         if not (self.root / "zarr.json").exists():
             import zarr
 
-            zarr.open_group(store=str(self.root), mode="a", attributes={"tgpflow": "statistics store"})
+            zarr.open_group(store=zarr_store(self.root), mode="a", attributes={"tgpflow": "statistics store"})
 
     # -- the manifest -------------------------------------------------------------------
     @property
-    def manifest_path(self) -> Path:
+    def manifest_path(self) -> Any:
         return self.root / "manifest.json"
 
     def read_manifest(self) -> dict[str, Any] | None:
@@ -122,7 +177,8 @@ class StatsStore:
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        """Replace the manifest atomically (write a temporary, fsync, os.replace): the commit point."""
+        """Replace the manifest atomically (locally a temporary, fsync, os.replace; elsewhere one object): the
+        commit point."""
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=1, sort_keys=True))
 
     # -- artifacts ------------------------------------------------------------------------
@@ -162,14 +218,16 @@ class StatsStore:
                 continue
             for directory in [base, *sorted(p for p in base.iterdir() if p.is_dir() and not p.name.endswith(".zarr"))]:
                 removed += remove_temporaries(directory, dry_run=dry_run)
-            for path in sorted(base.rglob("*.zarr")):
+            for path in sorted(base.rglob("*.zarr"), key=str):
                 rel = path.relative_to(self.root).as_posix()
+                if any(part.startswith(".") for part in rel.split("/")):  # inside a version or a temporary
+                    continue
                 if rel in keep or any(k.startswith(rel + "/") for k in keep) or output_kind(path) != "statistics":
                     continue
                 if not dry_run:
                     discard(path)  # a kill midway leaves a temporary, removed next time
                 removed.append(str(path))
-            for d in sorted(base.glob("*"), reverse=True):
+            for d in sorted(base.glob("*"), key=str, reverse=True):
                 if not dry_run and d.is_dir() and not any(d.iterdir()):
                     d.rmdir()
         return removed

@@ -14,6 +14,10 @@ killed before (or while) publishing left behind, and :meth:`ModelVersions.remove
 deletes it (the next run, or ``tgpflow gc``) unless the store's manifest names it — then the
 next run publishes it. Earlier versions are kept. ``tgpflow.load(<models>/<model>)`` loads the
 current one.
+
+``root`` may be a path or an fsspec URL (``memory://``, ``s3://`` …): every step is then the
+single-object write of :mod:`tgpflow.io.atomic` (a version is a directory target with its pointer;
+the run info and ``CURRENT`` are one object each), and the order above is what makes it safe.
 """
 
 from __future__ import annotations
@@ -21,12 +25,11 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from pathlib import Path
 from typing import Any
 
 from tgpflow.errors import ModelFileError, UnverifiedMetadataWarning
 from tgpflow.io.artifact import json_checksum, read_json_object
-from tgpflow.io.atomic import atomic_write_text, discard, remove_temporaries
+from tgpflow.io.atomic import AnyPath, as_path, atomic_write_text, discard, remove_temporaries
 from tgpflow.io.outputs import output_kind
 
 __all__ = ["ModelVersions", "is_versions_dir"]
@@ -35,8 +38,8 @@ _VERSION = re.compile(r"^v(\d{6})\.(zarr|json)$")
 _CHECKSUM_KEY = "sha256"
 
 
-def is_versions_dir(path: str | Path) -> bool:
-    return (Path(path) / "CURRENT").is_file()
+def is_versions_dir(path: AnyPath) -> bool:
+    return (as_path(path) / "CURRENT").is_file()
 
 
 def _number(name: str) -> int:
@@ -44,10 +47,10 @@ def _number(name: str) -> int:
 
 
 class ModelVersions:
-    """The versions of one model under ``root``."""
+    """The versions of one model under ``root``, a path or an fsspec URL (``storage_options`` for its filesystem)."""
 
-    def __init__(self, root: str | Path):
-        self.root = Path(root)
+    def __init__(self, root: AnyPath, storage_options: dict[str, Any] | None = None):
+        self.root = as_path(root, storage_options)
 
     def on_disk(self, suffix: str = "zarr") -> list[str]:
         """Every version with a ``.zarr`` (or ``.json``) on disk, published or not."""
