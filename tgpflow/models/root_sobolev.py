@@ -40,29 +40,25 @@ width at all in high d (``a = b^{2m_s}`` for a width b).
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 from typing import Any
 
 import dask
 import numpy as np
-from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted
 
-from tgpflow.backend import resolve_device
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.sdo import default_order, draw_sdo_features, sdo_width
 from tgpflow.features.whiten import ROBUST_TRIM, Whitening, whitening
 from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
-from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.logs import phase
 from tgpflow.memory import plan_pass
 from tgpflow.models.anomaly import AnomalyMixin
-from tgpflow.models.model_file import fitted_arrays, read_fitted, write_model
+from tgpflow.models.estimator_base import Estimator, entry
+from tgpflow.models.model_file import fitted_arrays, read_fitted
+from tgpflow.models.params import RootSobolevParams
 from tgpflow.models.rsr_fitted import RSRFitted
-from tgpflow.models.streaming import StreamingMixin
+from tgpflow.models.streaming import StreamingMixin, is_grid
 from tgpflow.stats.reduce import compute, tree_reduce
 from tgpflow.stats.rsr import RSRIterStats, rsr_chunk_stats
 from tgpflow.stats.split import SPLIT_SALT, validation_mask
@@ -126,7 +122,7 @@ class _CentredDraw:
         return RandomFourierFeatures(Z=self.Z, c=c, gamma=gamma, shift=self.centre, seed=self.seed)
 
 
-class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
+class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
     """Root-Sobolev density (seed 004) with SDO random features; see the module docstring.
 
     Parameters
@@ -141,7 +137,13 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     max_iter, tol, step : the natural-gradient iteration (η = step < ½; at most max_iter passes).
     persist_bytes : keep the rows in memory between iterations up to this size.
     validation_fraction, threshold_quantile, pilot_rows, on_bad_rows, block_bytes, random_state, device.
+
+    The parameters' types and ranges are its table, :class:`~tgpflow.models.params.RootSobolevParams`.
     """
+
+    params_table = RootSobolevParams
+    #: A model file keeps w under the estimator's attribute name (model_file).
+    _FILE_NAMES = {"coef": "coef_"}
 
     def __init__(self, *, method: str = "rsr", n_features: int = 2000, smoothness: float | list[float] = 1.0,
                  order: str | int = "auto", whiten: str = "robust", a_rule: str = "min", max_iter: int = 200,
@@ -167,31 +169,10 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
 
-    def _check_params(self) -> None:
-        if self.method not in ("rsr", "kde_sdo"):
-            raise ValueError(f"method must be 'rsr' or 'kde_sdo'; got {self.method!r}")
-        if not isinstance(self.n_features, numbers.Integral) or self.n_features < 1:
-            raise ValueError(f"n_features must be a positive integer; got {self.n_features!r}")
-        grid = self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness]
-        if not grid or not all(isinstance(a, numbers.Real) and math.isfinite(a) and a > 0 for a in grid):
-            raise ValueError(f"smoothness must be a positive number or a list of them; got {self.smoothness!r}")
-        if self.whiten not in ("robust", "classical", "none"):
-            raise ValueError(f"whiten must be 'robust', 'classical' or 'none'; got {self.whiten!r}")
-        if self.a_rule not in ("min", "largest_local_min"):
-            raise ValueError(f"a_rule must be 'min' or 'largest_local_min'; got {self.a_rule!r}")
-        if not 0 < self.step < 0.5:
-            raise ValueError(f"step must be in (0, 1/2); got {self.step!r}")
-        if not (isinstance(self.max_iter, numbers.Integral) and self.max_iter >= 1):
-            raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}")
-        if not 0 < self.threshold_quantile < 1 or not 0 < self.validation_fraction < 1:
-            raise ValueError("threshold_quantile and validation_fraction must be in (0, 1)")
-        check_on_bad_rows(self.on_bad_rows)
-        resolve_device(self.device)
-
     # -- fitting --------------------------------------------------------------------------
+    @entry
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None) -> RootSobolevDensity:
         """Fit from any source (NumPy/pandas, dask, Parquet, Zarr)."""
-        self._check_params()
         source = self._source(X, columns, reset=True)
         with phase("pilot", chunks=source.n_chunks) as info:
             pilot = pilot_sample(source, rows=self.pilot_rows, random_state=self.random_state)
@@ -206,7 +187,7 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.order_ = default_order(wh.rank) if self.order == "auto" else int(self.order)
         draw = draw_sdo_features(int(self.n_features), wh.rank, m_s=self.order_, a=1.0, random_state=self.random_state)
         base = _CentredDraw(Z=draw.Z @ wh.matrix, phase=draw.c, centre=wh.shift, m_s=self.order_, seed=draw.seed)
-        grid = [float(a) for a in (self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness])]
+        grid = [float(a) for a in (self.smoothness if is_grid(self.smoothness) else [self.smoothness])]
         if len(grid) > 1 and self.method == "rsr":
             self.smoothness_, self.selection_ = self._select(source, base, grid)
         else:
@@ -302,14 +283,6 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return curve[best]["a"], {"curve": curve, "rule": self.a_rule, "chosen": curve[best]["a"]}
 
     # -- evaluation -------------------------------------------------------------------------
-    def fitted(self, sigma: Any = None) -> RSRFitted:
-        """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value (``log_density``,
-        ``grad_log_density``, ``hyvarinen_terms``, ``to_arrays``; MATH.md §8)."""
-        if sigma not in (None, 0):
-            raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
-        check_is_fitted(self, "_fitted")
-        return self._fitted
-
     def _raw_log_density(self, x: np.ndarray) -> np.ndarray:
         return self.fitted().log_density(x)
 
@@ -330,23 +303,13 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise AttributeError("the exact 2Δf/f form holds for the root-Sobolev model (p = f²), not KDE-SDO")
         return self._map_rows(X, self.fitted().hyvarinen_terms, per_row_dims=False)
 
-    def save(self, path: Any, *, overwrite: bool = True, stats: bool = True) -> Any:
-        """Write the fitted model atomically (Zarr group, checksums, no pickle): the features and w, which is
-        what :func:`tgpflow.load` reads. The fit iterates over the rows, so there are no statistics to store
-        (``stats`` is accepted for a common signature). An existing path is replaced only if it holds a
-        tgpflow model and ``overwrite`` (never a user's file or directory)."""
-        check_is_fitted(self, "_fitted")
-        params = self.get_params()
-        if isinstance(params["smoothness"], (list, tuple)):
-            params["smoothness"] = [float(a) for a in params["smoothness"]]
-        meta = {"params": params, "fingerprint": self.features_.fingerprint, "feature_seed": self.features_.seed,
-                "smoothness": self.smoothness_, "order": self.order_, "n_samples_seen": self.n_samples_seen_,
+    def _model_meta(self) -> dict[str, Any]:
+        """The draw's stamp, the chosen a and m_s, the iteration's report and the whitening (no statistics: the
+        fit iterates over the rows, so ``save(stats=...)`` has none to store)."""
+        return {"fingerprint": self.features_.fingerprint, "feature_seed": self.features_.seed,
+                "smoothness": self.smoothness_, "order": self.order_,
                 "fit_info": {k: v for k, v in self.fit_info_.items() if k != "history"},
-                "anomaly_threshold": getattr(self, "anomaly_threshold_", None),
-                "selection": getattr(self, "selection_", None), "whitening": getattr(self, "whitening_", None),
-                "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None}
-        return write_model(path, "RootSobolevDensity", self._fitted, _FILE_NAMES, extra={}, stats=None, meta=meta,
-                           overwrite=overwrite)
+                "whitening": getattr(self, "whitening_", None)}
 
     @classmethod
     def _from_artifact(cls, arrays: dict[str, Any], meta: dict[str, Any], path: Any,
@@ -358,19 +321,14 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise ModelFileError(f"{path}: a RootSobolevDensity is fitted by iterating over the rows, so its file holds "
                                  f"no statistics to re-solve: verify=True cannot check it (its arrays are checksummed)")
         est = cls(**meta["params"])
-        est._set_fitted(read_fitted(RSRFitted, fitted_arrays(arrays, _FILE_NAMES), meta, path,
+        est._set_fitted(read_fitted(RSRFitted, fitted_arrays(arrays, cls._FILE_NAMES), meta, path,
                                     {"method": est.method, "block_bytes": int(est.block_bytes),
                                      "feature_seed": meta.get("feature_seed")}))
+        est._restore_common(meta)
         est.smoothness_, est.order_ = float(meta["smoothness"]), int(meta["order"])
-        est.n_samples_seen_, est.fit_info_ = int(meta["n_samples_seen"]), dict(meta["fit_info"])
-        if meta.get("anomaly_threshold") is not None:
-            est.anomaly_threshold_ = float(meta["anomaly_threshold"])
-        if meta.get("selection"):
-            est.selection_ = meta["selection"]
+        est.fit_info_ = dict(meta["fit_info"])
         if meta.get("whitening"):
             est.whitening_ = meta["whitening"]
-        if meta.get("feature_names_in"):
-            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
         return est
 
     def _set_fitted(self, fitted: RSRFitted) -> None:
@@ -378,10 +336,6 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self._fitted = fitted
         self.features_, self.coef_ = fitted.features, fitted.coef
         self.n_features_in_ = fitted.features.n_dims
-
-
-#: A model file keeps w under the estimator's attribute name (model_file).
-_FILE_NAMES = {"coef": "coef_"}
 
 
 def _sum_phi(x: np.ndarray, features: Any, block_bytes: int) -> Any:
