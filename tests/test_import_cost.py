@@ -17,10 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("numba", "distributed", "sklearn.utils.estimator_checks")
 
 
-def _loaded_after(code: str) -> dict:
-    """Run ``code`` in a fresh interpreter; which of HEAVY it left in ``sys.modules``, and where tgpflow came from."""
+def _loaded_after(code: str, heavy: tuple[str, ...] = HEAVY) -> dict:
+    """Run ``code`` in a fresh interpreter; which of ``heavy`` it left in ``sys.modules``, and where tgpflow came from."""
     probe = (f"{code}\nimport json, sys, tgpflow\n"
-             f"print('\\n' + json.dumps({{'file': tgpflow.__file__, 'loaded': [m for m in {HEAVY!r} if m in sys.modules]}}))")
+             f"print('\\n' + json.dumps({{'file': tgpflow.__file__, 'loaded': [m for m in {heavy!r} if m in sys.modules]}}))")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=120)
@@ -43,6 +43,15 @@ except SystemExit as exc:
                          ids=["import", "cli-help", "public-names"])
 def test_importing_tgpflow_and_cli_help_load_no_heavy_module(code):
     assert _loaded_after(code)["loaded"] == []
+
+
+def test_cli_help_reads_no_parameter_table():
+    """``tgpflow fit``'s model options are made from the parameter tables when that command is used, so
+    ``tgpflow --help`` imports neither the tables nor pydantic (nor scikit-learn); ``fit --help`` does."""
+    light = ("pydantic", "tgpflow.models.params", "sklearn")
+    assert _loaded_after(HELP, light)["loaded"] == []
+    fit_help = HELP.replace('["--help"]', '["fit", "--help"]')
+    assert _loaded_after(fit_help, light)["loaded"] == ["pydantic", "tgpflow.models.params"]
 
 
 def test_the_probe_sees_a_heavy_import():

@@ -208,40 +208,6 @@ def _split(columns: str | None) -> list[str] | None:
     return [c.strip() for c in columns.split(",") if c.strip()] if columns else None
 
 
-class _Numbers(click.ParamType):
-    """A positive number (or one ≥ 0 with ``zero_ok``), a comma list of them (``single=False``), or one of
-    ``words``: click converts it before the command runs, so a bad value is a usage error (exit 2)."""
-
-    name = "number"
-
-    def __init__(self, words: Sequence[str] = (), *, single: bool = False, zero_ok: bool = False):
-        self.words = tuple(words)
-        self.single = single
-        self.each = click.FloatRange(min=0.0, min_open=not zero_ok)
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if not isinstance(value, str) or value in self.words:
-            return value
-        parts = [v.strip() for v in value.split(",") if v.strip()]
-        if not parts or (self.single and len(parts) != 1):
-            self.fail(f"expected {self._what()}; got {value!r}", param, ctx)
-        values = []
-        for v in parts:
-            try:
-                x = self.each.convert(v, param, ctx)
-            except click.BadParameter:
-                self.fail(f"{v!r} is not {self._what()}", param, ctx)
-            if not math.isfinite(x):
-                self.fail(f"{v!r} is not finite; expected {self._what()}", param, ctx)
-            values.append(x)
-        return values[0] if self.single else values
-
-    def _what(self) -> str:
-        kind = "a number >= 0" if not self.each.min_open else "a positive number"
-        options = [repr(w) for w in self.words] + [kind if self.single else f"{kind} or a comma list of them"]
-        return " or ".join([", ".join(options[:-1]), options[-1]] if len(options) > 1 else options)
-
-
 class _ModelChoice(click.Choice):
     """The ``--model`` values of :func:`tgpflow.models.registry.cli_models`, read when the option is used
     (a method registered after this module was imported is accepted and listed)."""
@@ -260,7 +226,132 @@ class _ModelChoice(click.Choice):
         pass
 
 
-@main.command()
+#: ``tgpflow fit``'s named model options: estimator parameters that also have a flag of their own (``--lam``, …).
+#: Each is made from the parameter tables (tgpflow.models.params), like ``-p NAME=VALUE``, which takes any
+#: parameter; a name here that no table has fails when the command is built.
+FIT_OPTIONS = ("n_features", "lam", "bandwidth", "noise_levels", "sigma_max", "base", "n_basis", "smoothness", "kernel",
+               "regularizer", "device", "precision", "validation_fraction", "criterion", "bounds", "random_state",
+               "on_bad_rows")
+#: Flags that are not the parameter's name with dashes.
+_FLAGS = {"random_state": "--seed"}
+
+
+def _flag(name: str) -> str:
+    return _FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+class _FitCommand(click.Command):
+    """``tgpflow fit``, whose model options (:data:`FIT_OPTIONS`, ``-p``) and their help are made from the
+    estimators' parameter tables when the command is first used: ``tgpflow --help`` reads no table."""
+
+    _tables_read = False
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if not self._tables_read:
+            self.params.extend(_model_options())
+            self._tables_read = True
+        return super().get_params(ctx)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        _write_parameters(formatter)
+        super().format_epilog(ctx, formatter)
+
+
+def _tables() -> dict[str, Any]:
+    """Model kind → its parameter table, for the kinds ``tgpflow fit --model`` fits."""
+    from tgpflow.models.registry import cli_models, model_kinds
+
+    fitted = {kind for kind, _ in cli_models().values()}
+    return {name: kind.table_class() for name, kind in model_kinds().items() if name in fitted}
+
+
+def _users(kind: str, name: str) -> list[str]:
+    """The ``--model`` values of ``kind`` that use parameter ``name``."""
+    from tgpflow.models.registry import cli_models, param_applies
+
+    return [m for m, (k, preset) in cli_models().items() if k == kind and param_applies(k, preset.get("method"), name)]
+
+
+def _model_options() -> list[click.Option]:
+    tables = _tables()
+    options = []
+    for name in FIT_OPTIONS:
+        owners = {kind: t for kind, t in tables.items() if name in t.model_fields}
+        if not owners:
+            raise RuntimeError(f"tgpflow fit {_flag(name)}: no model's parameter table has {name!r}")
+        metavars = {t.metavar(name) for t in owners.values()}
+        groups: dict[tuple[str, str], list[str]] = {}
+        for kind, table in owners.items():
+            groups.setdefault((table.allowed(name), repr(table.defaults()[name])), []).extend(_users(kind, name))
+        where = " ".join(f"--model {', '.join(users)}: {allowed} (default {default})."
+                         for (allowed, default), users in groups.items() if users)
+        help_text = next(iter(owners.values())).help_of(name)
+        options.append(click.Option([_flag(name), name], default=None, metavar=metavars.pop() if len(metavars) == 1
+                                    else "VALUE", help=f"{help_text} {where}"))
+    options.append(click.Option(["-p", "--param", "param_pairs"], multiple=True, metavar="NAME=VALUE",
+                                help="Any parameter of --model's estimator (listed below; repeatable): a list as a "
+                                     "comma list, None as none."))
+    return options
+
+
+def _write_parameters(formatter: click.HelpFormatter) -> None:
+    """Every model's parameters, with their help, what they accept and their default (from the tables)."""
+    from tgpflow.models.registry import cli_models
+
+    with formatter.section("Model parameters (-p NAME=VALUE)"):
+        for kind, table in _tables().items():
+            models = [m for m, (k, _) in cli_models().items() if k == kind]
+            rows = []
+            for name in table.model_fields:
+                users = _users(kind, name)
+                only = f"; --model {', '.join(users)}" if users != models else ""
+                rows.append((name, f"{table.help_of(name)} [{table.allowed(name)}; default "
+                                   f"{table.defaults()[name]!r}{only}]"))
+            formatter.write_text(f"{kind} (--model {', '.join(models)}):")
+            with formatter.indentation():
+                formatter.write_dl(rows)
+
+
+def _model_params(ctx: click.Context, model: str, options: dict[str, Any], pairs: Sequence[str]) -> dict[str, Any]:
+    """The estimator parameters given on the command line (named options and ``-p``), parsed with the types of
+    ``--model``'s parameter table. A usage error (exit 2), before any work, for one that ``--model`` does not
+    use, a malformed value, or values that break a rule of the table."""
+    from tgpflow.models.registry import cli_models, model_kinds, models_using, param_applies
+
+    kind, preset = cli_models()[model]
+    table = model_kinds()[kind].table_class()
+    given: dict[str, tuple[str, str]] = {name: (_flag(name), text) for name, text in options.items()
+                                         if text is not None}
+    for pair in pairs:
+        name, sep, text = (part.strip() for part in pair.partition("="))
+        if not sep or not name:
+            raise click.BadParameter(f"expected NAME=VALUE; got {pair!r}", ctx=ctx, param_hint="-p")
+        if name in given:
+            raise click.UsageError(f"{name} is given twice ({given[name][0]} and -p {name}).", ctx=ctx)
+        given[name] = (f"-p {name}", text)
+    values = {}
+    for name, (how, text) in given.items():
+        if name in preset:
+            raise click.UsageError(f"{how}: --model {model} sets {name}; choose the model with --model.", ctx=ctx)
+        if not param_applies(kind, preset.get("method"), name):
+            users = models_using(name)
+            if not users:
+                raise click.UsageError(f"{how}: no model has a parameter {name!r}; --model {model} takes "
+                                       f"{', '.join(table.model_fields)}.", ctx=ctx)
+            raise click.UsageError(f"{how} does nothing with --model {model}; it applies to --model "
+                                   f"{', '.join(users)}.", ctx=ctx)
+        try:
+            values[name] = table.parse_text(name, text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param_hint=how) from None
+    try:
+        table.check({**preset, **values})
+    except ValueError as exc:
+        raise click.UsageError(str(exc), ctx=ctx) from None
+    return {**preset, **values}
+
+
+@main.command(cls=_FitCommand)
 @click.argument("source")
 @click.option("--model", "method", type=_ModelChoice(), default="fvpd", show_default=True,
               help="A GP-tilted density method, nkef (Nyström kernel exponential family), score (kernel score "
@@ -269,145 +360,55 @@ class _ModelChoice(click.Choice):
 @_overwrite
 @_columns
 @_scheduler
-@click.option("--n-features", default=1000, show_default=True, type=click.IntRange(min=1))
-@click.option("--lam", default=None, type=_Numbers(["auto"], single=True),
-              help="A positive number, or 'auto' (held-out selection). Default: the model's "
-              "('auto' for GP-tilted, 1e-3 for kernel models). The paper's settings: --lam 0.1 --bandwidth scott.")
-@click.option("--bandwidth", default=None, type=_Numbers(["auto", "scott", "median"]),
-              help="'auto' (GP-tilted default: selected on the pilot sample), 'scott', "
-              "'median' (kernel default), a positive number, or a comma list of them (a held-out grid).")
-@click.option("--noise-levels", default=10, show_default=True, type=click.IntRange(min=1), help="NCFD levels H.")
-@click.option("--sigma-max", default="auto", show_default=True,
-              type=_Numbers(["auto", "paper"], single=True, zero_ok=True),
-              help="NCFD σ_max: 'auto' (γ/4), 'paper' (√trΣ/d) or a number.")
-@click.option("--base", default=None, type=click.Choice(["empirical", "learn", "flat", "gaussian"]),
-              help="GP-tilted: empirical (default) or learn; kernel models: flat (default) or gaussian.")
-@click.option("--n-basis", default=100, show_default=True, type=click.IntRange(min=1), help="Kernel models: basis points m.")
-@click.option("--smoothness", default="1.0", show_default=True, type=_Numbers(),
-              help="rsr: the smoothness a, or a comma list selected by the held-out Hyvärinen loss.")
-@click.option("--kernel", default="curl_free", show_default=True, type=click.Choice(["curl_free", "diagonal"]),
-              help="--model score: the matrix kernel.")
-@click.option("--regularizer", default="tikhonov", show_default=True,
-              type=click.Choice(["tikhonov", "cutoff", "landweber", "nu"]), help="Kernel models: the spectral filter.")
-@click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "gpu"]))
-@click.option("--precision", default="float64", show_default=True, type=click.Choice(["float64", "mixed"]),
-              help="GP-tilted: mixed = float32 S×S products accumulated in float64 (measured: benchmarks/precision_modes.py).")
-@click.option("--validation-fraction", default=0.1, show_default=True, type=click.FloatRange(0, 1, min_open=True,
-              max_open=True), help="Rows held out (by a hash of their position) when selecting.")
-@click.option("--criterion", default="sliced", show_default=True, type=click.Choice(["sliced", "loglik", "hyvarinen"]),
-              help="GP-tilted: what the held-out selection of λ and γ optimises: the sliced KS distance to the "
-                   "held-out rows, their normalised log-likelihood, or the Hyvärinen loss.")
-@click.option("--bounds", "bounds_text", default=None, metavar="COL:LO:HI,...",
-              help="GP-tilted: hard column bounds, fitted after a log/logit transform, e.g. "
-                   "'length:0:,angle:0:90' (an empty side is open). A fit logs the columns that look bounded at 0.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@_bad_rows
 @click.option("--local", default="auto", show_default=True, type=click.Choice(["auto", "cluster", "threads"]),
               help="Without --scheduler: threads (auto; measured fastest on one machine) or an embedded LocalCluster.")
 @_progress_opt
 @click.pass_context
-def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | None, scheduler: str | None, n_features: int,
-        lam: str | float | None, bandwidth: str | list[float] | None, noise_levels: int, sigma_max: str | float,
-        base: str | None, n_basis: int, smoothness: list[float], kernel: str, regularizer: str, device: str,
-        precision: str, validation_fraction: float, criterion: str, bounds_text: str | None, seed: int,
-        on_bad_rows: str, local: str, progress_mode: str, overwrite: bool) -> None:
+def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | None, scheduler: str | None, local: str,
+        progress_mode: str, overwrite: bool, param_pairs: tuple[str, ...], **options: str | None) -> None:
     """Fit a model to SOURCE and write it to --out: a GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF
-    baseline), a Nyström kernel exponential family (nkef) or a kernel score estimator (score)."""
+    baseline), a Nyström kernel exponential family (nkef), a kernel score estimator (score) or a root-Sobolev
+    density (rsr, kde_sdo). Its parameters are the estimator's: the options below or -p NAME=VALUE; one that
+    --model does not use is refused."""
     from tgpflow.cluster import dask_client
     from tgpflow.io.sources import as_source
     from tgpflow.models.registry import cli_models, model_kinds
 
-    kind, model_params = cli_models()[method]
-    _refuse_unused_options(ctx, method, kind, model_params.get("method"))
-    make = model_kinds()[kind].estimator_class()
-    if kind == "RootSobolevDensity":
-        _check_out(out, "model", overwrite)
-        with _runtime_errors():
-            src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
-            a = smoothness[0] if len(smoothness) == 1 else smoothness
-            given = {} if _is_default(ctx, "validation_fraction") else {"validation_fraction": validation_fraction}
-            est = make(**model_params, n_features=n_features, smoothness=a, random_state=seed,
-                       on_bad_rows=on_bad_rows, device=device, **given)  # RSR's own default split otherwise
-            t0 = time.perf_counter()
-            with dask_client(scheduler, local=local) as client, _progress(progress_mode, client) as progress:
-                est.fit(src, progress=progress)
-            est.save(out, overwrite=overwrite)
-        click.echo(json.dumps({"model": out, "method": method, "rows": est.n_samples_seen_, "smoothness": est.smoothness_,
-                               "fit": {k: v for k, v in est.fit_info_.items() if k != "history"},
-                               "anomaly_threshold": est.anomaly_threshold_,
-                               "seconds": round(time.perf_counter() - t0, 2)}, default=str))
-        return
-    kernel_model = kind != "GPTiltedDensity"
-    bw: Any = bandwidth or ("median" if kernel_model else "auto")
-    if isinstance(bw, str) and (bw == "median") != kernel_model:
-        raise click.BadParameter(f"{bw!r} is not a bandwidth rule of --model {method}", param_hint="--bandwidth")
-    if isinstance(bw, list) and len(bw) == 1:
-        bw = bw[0]
-    lam_value: Any = lam or (1e-3 if kernel_model else "auto")
-    bounds = _bounds(bounds_text)
-    if bounds is not None and kernel_model:
-        raise click.BadParameter("bounds apply to GP-tilted models", param_hint="--bounds")
-    base = base or ("flat" if kernel_model else "empirical")
-    if kernel_model != (base in ("flat", "gaussian")):
-        raise click.BadParameter(f"{base!r} is not a base of --model {method}", param_hint="--base")
+    kind = cli_models()[method][0]
+    params = _model_params(ctx, method, options, param_pairs)
     _check_out(out, "model", overwrite)  # after the options (usage errors first), before any work
     with _runtime_errors():
-        src = as_source(source, columns=_split(columns), on_bad_rows=on_bad_rows)
-        if kernel_model:
-            work = float(src.n_rows or 0) * (n_basis * src.n_columns) ** 2 * src.n_columns if src.n_rows else None
-            common = dict(n_basis=n_basis, lam=lam_value, bandwidth=bw, base=base, regularizer=regularizer,
-                          validation_fraction=validation_fraction, random_state=seed, on_bad_rows=on_bad_rows,
-                          device=device)
-            est = make(**model_params, **common, **({"kernel": kernel} if kind == "ScoreEstimator" else {}))
-        else:
-            work = float(src.n_rows or 0) * n_features**2 if src.n_rows is not None else None
-            est = make(**model_params, n_features=n_features, lam=lam_value, bandwidth=bw, random_state=seed,
-                       noise_levels=noise_levels, sigma_max=sigma_max, base=base, device=device,
-                       precision=precision, validation_fraction=validation_fraction,
-                       criterion=criterion, bounds=bounds, on_bad_rows=on_bad_rows)
+        est = model_kinds()[kind].estimator_class()(**params)
+        src = as_source(source, columns=_split(columns), on_bad_rows=est.on_bad_rows)
         t0 = time.perf_counter()
-        with dask_client(scheduler, work=work, local=local) as client, _progress(progress_mode, client) as progress:
+        with dask_client(scheduler, work=_fit_work(kind, est, src), local=local) as client, \
+                _progress(progress_mode, client) as progress:
             est.fit(src, progress=progress)
         est.save(out, overwrite=overwrite)
-        click.echo(json.dumps({
-            "model": out, "method": method, "rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_,
-            "columns": src.columns, "n_features": None if kernel_model else n_features, "bandwidth": est.bandwidth_,
-            "lam": est.lam_ if math.isfinite(est.lam_) else None, "n_rows_dropped": getattr(est, "last_rows_dropped_", 0),
-            "selected": getattr(est, "selection_", {}).get("chosen"),
-            "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
-            "diagnostics": _diagnostics_summary(est),
-            "suggested_bounds": getattr(est, "pilot_", {}).get("suggested_bounds") or None,
-            "seconds": round(time.perf_counter() - t0, 2)}, default=str))
+    seconds = round(time.perf_counter() - t0, 2)
+    if kind == "RootSobolevDensity":
+        click.echo(json.dumps({"model": out, "method": method, "rows": est.n_samples_seen_, "smoothness": est.smoothness_,
+                               "fit": {k: v for k, v in est.fit_info_.items() if k != "history"},
+                               "anomaly_threshold": est.anomaly_threshold_, "seconds": seconds}, default=str))
+        return
+    click.echo(json.dumps({
+        "model": out, "method": method, "rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_,
+        "columns": src.columns, "n_features": getattr(est, "n_features", None), "bandwidth": est.bandwidth_,
+        "lam": est.lam_ if math.isfinite(est.lam_) else None, "n_rows_dropped": getattr(est, "last_rows_dropped_", 0),
+        "selected": getattr(est, "selection_", {}).get("chosen"),
+        "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
+        "diagnostics": _diagnostics_summary(est),
+        "suggested_bounds": getattr(est, "pilot_", {}).get("suggested_bounds") or None,
+        "seconds": seconds}, default=str))
 
 
-#: ``tgpflow fit``'s model options → the estimator parameter each sets; one given for a model whose
-#: estimator (or method) does not use that parameter is refused (tgpflow.models.registry.param_applies).
-_FIT_PARAMS = {"n_features": "n_features", "lam": "lam", "bandwidth": "bandwidth", "noise_levels": "noise_levels",
-               "sigma_max": "sigma_max", "base": "base", "n_basis": "n_basis", "smoothness": "smoothness",
-               "kernel": "kernel", "regularizer": "regularizer", "device": "device", "precision": "precision",
-               "validation_fraction": "validation_fraction", "criterion": "criterion", "bounds_text": "bounds",
-               "seed": "random_state"}
-
-
-def _is_default(ctx: click.Context, option: str) -> bool:
-    """Whether ``option`` was left at its default (not given on the command line or by the environment)."""
-    from click.core import ParameterSource
-
-    return ctx.get_parameter_source(option) in (None, ParameterSource.DEFAULT)
-
-
-def _refuse_unused_options(ctx: click.Context, model: str, kind: str, method: str | None) -> None:
-    """A usage error (exit 2) for an option given on the command line that ``--model`` would ignore."""
-    from tgpflow.models.registry import models_using, param_applies
-
-    for option, param in _FIT_PARAMS.items():
-        if _is_default(ctx, option):
-            continue
-        if not param_applies(kind, method, param):
-            flag = next(p for p in ctx.command.params if p.name == option).opts[0]
-            users = models_using(param)
-            where = f"--model {', '.join(users)}" if users else "no model"
-            raise click.UsageError(f"{flag} does nothing with --model {model}; it applies to {where}.", ctx=ctx)
+def _fit_work(kind: str, est: Any, src: Any) -> float | None:
+    """The flops of a fit's pass, roughly (whether an embedded cluster pays off); None when unknown."""
+    if src.n_rows is None or kind == "RootSobolevDensity":
+        return None
+    if kind == "GPTiltedDensity":
+        return float(src.n_rows) * est.n_features**2
+    return float(src.n_rows) * (est.n_basis * src.n_columns) ** 2 * src.n_columns
 
 
 def _diagnostics_summary(est: Any) -> dict[str, Any] | None:
@@ -418,22 +419,6 @@ def _diagnostics_summary(est: Any) -> dict[str, Any] | None:
     keys = ("log_normalizer", "log_normalizer_se", "ess_fraction", "mass_outside", "data_outside",
             "mass_outside_limit", "theta_norm", "map_converged", "map_ess_fraction", "warnings")
     return {k: d[k] for k in keys if k in d}
-
-
-def _bounds(text: str | None) -> dict[str, list[float | None]] | None:
-    """``COL:LO:HI,...`` → {col: [lo, hi]} (an empty side is open)."""
-    if not text:
-        return None
-    out: dict[str, list[float | None]] = {}
-    for item in text.split(","):
-        parts = item.strip().rsplit(":", 2)
-        if len(parts) != 3 or not parts[0]:
-            raise click.BadParameter(f"expected COL:LO:HI (an empty side is open); got {item!r}", param_hint="--bounds")
-        try:
-            out[parts[0]] = [float(v) if v.strip() else None for v in parts[1:]]
-        except ValueError as exc:
-            raise click.BadParameter(f"bounds must be numbers; got {item!r}", param_hint="--bounds") from exc
-    return out
 
 
 @main.command()

@@ -16,24 +16,27 @@ never forms G. In-memory data only. float64.
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
-from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from tgpflow.features.kernels import KERNELS, RadialKernel, median_heuristic
+from tgpflow.features.kernels import RadialKernel, median_heuristic
+from tgpflow.models.estimator_base import Estimator, entry
+from tgpflow.models.params import FullKEFParams
 from tgpflow.solve.kef import check_memory
 from tgpflow.solve.linalg import safe_blas_threads
 
 __all__ = ["FullKEF"]
 
 
-class FullKEF(BaseEstimator):
-    """Full-rank kernel exponential family (reference for small n); ``solver`` "direct" or "cg"."""
+class FullKEF(Estimator):
+    """Full-rank kernel exponential family (reference for small n); ``solver`` "direct" or "cg". Parameters:
+    :class:`~tgpflow.models.params.FullKEFParams`."""
+
+    params_table = FullKEFParams
 
     def __init__(self, *, bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat",
                  radial: str = "gaussian", solver: str = "direct", cg_tol: float = 1e-10, max_rows: int = 20_000):
@@ -67,14 +70,9 @@ class FullKEF(BaseEstimator):
             grad[s:s + 256] = (lap_grad + k.curl_free_matvec(xb, X, g)) / n
         return xi, grad
 
+    @entry
     def fit(self, X: Any, y: Any = None) -> FullKEF:
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
-        if self.solver not in ("direct", "cg"):
-            raise ValueError(f"solver must be 'direct' or 'cg'; got {self.solver!r}")
-        if self.base not in ("flat", "gaussian") or self.radial not in KERNELS:
-            raise ValueError(f"base must be 'flat'/'gaussian' and radial one of {KERNELS}")
-        if not (isinstance(self.lam, numbers.Real) and self.lam > 0):
-            raise ValueError(f"lam must be positive; got {self.lam!r}")
         n, d = X.shape
         if n > self.max_rows:
             raise ValueError(f"full KEF is for small data: {n} rows > max_rows={self.max_rows}; use NystromKEF")

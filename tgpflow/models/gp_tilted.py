@@ -16,10 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from tgpflow.core.backend import resolve_device
 from tgpflow.core.engine import Progress
 from tgpflow.core.engine import accumulate as run_pass
 from tgpflow.core.gaussian_base import base_from_moments, check_covariance
@@ -32,14 +30,15 @@ from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_
 from tgpflow.io.degenerate import check_pilot_rows, check_rows_left
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
-from tgpflow.io.validate import check_on_bad_rows
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning, fit_diagnostics
-from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution, write_model
-from tgpflow.models.streaming import StreamingMixin, check_stats_kept, is_grid, is_positive
+from tgpflow.models.estimator_base import StatsEstimator, entry
+from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
+from tgpflow.models.params import GPTiltedParams
+from tgpflow.models.streaming import StreamingMixin, is_grid
 from tgpflow.models.tgp_fitted import BoundedFitted, TGPFitted
 from tgpflow.models.tgp_method import GridContext, Hyper, TGPMethod
-from tgpflow.models.tgp_methods import get_method, method_names
+from tgpflow.models.tgp_methods import get_method
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
 from tgpflow.solve.select import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS, DEFAULT_LAM_GRID,
                                   DEFAULT_LOGLIK_LAM_GRID, MIN_SELECT_ESS_FRACTION, TooFewRowsError, choose, healthy,
@@ -48,17 +47,15 @@ from tgpflow.stats.ncfd import NCFDStats
 from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.split import SPLIT_SALT, HeldOut, StatsBundle, fold_index, split_chunk_stats
 from tgpflow.stats.support import SupportBox
-from tgpflow.stats.tgp import PRECISIONS, TGPStats
+from tgpflow.stats.tgp import TGPStats
 
 __all__ = ["GPTiltedDensity"]
 
-#: Held-out selection criteria (see ``criterion``).
-CRITERIA = ("loglik", "sliced", "hyvarinen")
 #: λ when ``lam="auto"`` has no validation rows to select on (a few rows): a smooth fit.
 FALLBACK_LAM = 1.0
 
 
-class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
+class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
     """GP-tilted density estimator (seed 003): FD, NCFD, FVPD, MAP, and the KDE-RFF baseline.
 
     ``log q(x) = θᵀφ(x) − ½(x−μ)ᵀΣ⁻¹(x−μ)`` with random Fourier features φ and the base
@@ -129,7 +126,13 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     precision : {"float64", "mixed"} — "mixed": float32 S×S products accumulated in float64
         (see ``benchmarks/precision_modes.py`` for the measured error and speed).
     threshold_quantile : float — share of (pilot) training rows flagged by ``is_anomaly``.
+
+    The parameters' types, ranges and the methods they apply to are its table,
+    :class:`~tgpflow.models.params.GPTiltedParams`.
     """
+
+    params_table = GPTiltedParams
+    _DRAW = "features_"
 
     def __init__(self, *, method: str = "fd", n_features: int = 1000, lam: float | str = "auto",
                  bandwidth: str | float | list[float] = "auto", noise_levels: int = 10,
@@ -167,66 +170,6 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.split_every = split_every
         self.random_state = random_state
         self.device = device
-
-    # -- parameter checks -------------------------------------------------------------
-    def _check_params(self) -> None:
-        method = get_method(self.method)
-        if not isinstance(self.n_features, numbers.Integral) or self.n_features < 1:
-            raise ValueError(f"n_features must be a positive integer; got {self.n_features!r}")
-        if not (self.lam == "auto" or is_positive(self.lam)):
-            raise ValueError(f"lam must be a positive number or 'auto'; got {self.lam!r}")
-        if self.lam_grid is not None and not (is_grid(self.lam_grid) and len(self.lam_grid) > 0
-                                              and all(is_positive(v) for v in self.lam_grid)):
-            raise ValueError(f"lam_grid must be a non-empty list of positive numbers; got {self.lam_grid!r}")
-        if is_grid(self.bandwidth):
-            if not (len(self.bandwidth) > 0 and all(is_positive(v) for v in self.bandwidth)):
-                raise ValueError(f"a bandwidth grid must be a non-empty list of positive numbers; got {self.bandwidth!r}")
-        elif not (self.bandwidth in ("auto", "scott") or is_positive(self.bandwidth)):
-            raise ValueError(f"bandwidth must be 'auto', 'scott', a positive number or a list of them; "
-                             f"got {self.bandwidth!r}")
-        if not isinstance(self.noise_levels, numbers.Integral) or self.noise_levels < 1:
-            raise ValueError(f"noise_levels must be a positive integer; got {self.noise_levels!r}")
-        if not (self.sigma_max in ("auto", "paper") or (isinstance(self.sigma_max, numbers.Real)
-                                                        and not isinstance(self.sigma_max, bool) and self.sigma_max >= 0)):
-            raise ValueError(f"sigma_max must be 'auto', 'paper' or a number >= 0; got {self.sigma_max!r}")
-        if is_grid(self.eta):
-            if not (len(self.eta) > 0 and all(is_positive(v) for v in self.eta)):
-                raise ValueError(f"an eta grid must be a non-empty list of positive numbers; got {self.eta!r}")
-        elif not (self.eta == "auto" or is_positive(self.eta)):
-            raise ValueError(f"eta must be 'auto', a positive number or a list of them; got {self.eta!r}")
-        if self.base not in ("empirical", "learn"):
-            raise ValueError(f"base must be 'empirical' or 'learn'; got {self.base!r}")
-        if self.base == "learn" and not method.learns_base:
-            learners = [m for m in method_names() if get_method(m).learns_base]
-            raise ValueError(f"base='learn' is defined for method {' and '.join(map(repr, learners))} (eqs 12–16); "
-                             f"got {self.method!r}")
-        if not method.selects and (is_grid(self.bandwidth) or is_grid(self.eta)):
-            raise ValueError(f"{self.method} has no λ or η to select; give the bandwidth as a number, 'scott' or 'auto'")
-        if self.criterion not in CRITERIA:
-            raise ValueError(f"criterion must be one of {CRITERIA}; got {self.criterion!r}")
-        if not isinstance(self.normalizer_draws, numbers.Integral) or self.normalizer_draws < 1000:
-            raise ValueError(f"normalizer_draws must be an integer >= 1000; got {self.normalizer_draws!r}")
-        if not (isinstance(self.validation_fraction, numbers.Real) and 0 < self.validation_fraction < 1):
-            raise ValueError(f"validation_fraction must be in (0, 1); got {self.validation_fraction!r}")
-        for name in ("map_draws", "map_max_iter"):
-            value = getattr(self, name)
-            if not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{name} must be a positive integer; got {value!r}")
-        if self.kernel_cov not in ("paper", "identity"):
-            raise ValueError(f"kernel_cov must be 'paper' or 'identity'; got {self.kernel_cov!r}")
-        if not (self.bounds is None or isinstance(self.bounds, (dict, list, tuple))):
-            raise ValueError(f"bounds must be None, a dict {{column: (lower, upper)}} or a list of (lower, upper) "
-                             f"pairs; got {self.bounds!r}")
-        if self.pilot not in ("sample", "exact"):
-            raise ValueError(f"pilot must be 'sample' or 'exact'; got {self.pilot!r}")
-        if not isinstance(self.pilot_rows, numbers.Integral) or self.pilot_rows < 2:
-            raise ValueError(f"pilot_rows must be an integer >= 2; got {self.pilot_rows!r}")
-        check_on_bad_rows(self.on_bad_rows)
-        if not isinstance(self.split_every, numbers.Integral) or self.split_every < 2:
-            raise ValueError(f"split_every must be an integer >= 2; got {self.split_every!r}")
-        resolve_device(self.device)
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}; got {self.precision!r}")
 
     @property
     def _method(self) -> TGPMethod:
@@ -354,13 +297,13 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         spec = self._chunk_fn(validation=True)
         return None if spec is None else spec[1]
 
+    @entry
     def prepare(self, X: Any, *, columns: list[str] | None = None, progress: Progress | None = None) -> GPTiltedDensity:
         """Draw the features (and a selection's held-out grid) from a pilot sample of ``X``, without a pass.
 
         A pipeline then accumulates each partition's statistics for this draw (:meth:`chunk_tasks`) and
         solves their sum (:meth:`fit_from_stats`). ``progress``: see :meth:`fit`.
         """
-        self._check_params()
         self._pilot_rows = None
         source = self._source(X, columns, reset=True)
         self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
@@ -392,6 +335,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                                    self.heldout_grid_), True
 
     # -- the public pieces --------------------------------------------------------------
+    @entry
     def accumulate(self, X: Any, *, columns: list[str] | None = None, features: RandomFourierFeatures | None = None,
                    progress: Progress | None = None) -> TGPStats | NCFDStats | StatsBundle:
         """Statistics of the rows of ``X`` for this estimator's feature draw (one pass).
@@ -403,7 +347,6 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         they are a :class:`StatsBundle` with ``("train", γ)`` and ``("val", γ)`` parts for every γ.
         ``progress``: see :meth:`fit`.
         """
-        self._check_params()
         fitted = hasattr(self, "features_")
         source = self._source(X, columns, reset=not fitted)
         if fitted:
@@ -449,6 +392,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.heldout_grid_ = ProjectionGrid.from_rows(self._pilot_rows, random_state=self._seeds()[4],
                                                       units=getattr(self, "bounds_", None))
 
+    @entry
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
             features: RandomFourierFeatures | None = None, progress: Progress | None = None) -> GPTiltedDensity:
         """Fit from any source: NumPy/pandas, dask array/DataFrame, Parquet path/glob, Zarr path.
@@ -456,11 +400,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         ``progress`` is called with the futures of each distributed compute of the fit (the pilot, the
         pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`).
         """
-        self._check_params()
-        for attr in ("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_", "heldout_grid_",
-                     "bandwidth_selection_", "_fitted"):
-            if hasattr(self, attr):
-                delattr(self, attr)
+        self._forget("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_", "heldout_grid_",
+                     "bandwidth_selection_", "_fitted")
         self.pilot_ = {"mode": "given"} if features is not None else {}
         self._pilot_rows = None
         source = self._source(X, columns, reset=True)
@@ -502,6 +443,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     def _raw_log_density(self, rows: np.ndarray) -> np.ndarray:
         return self.fitted().log_density(rows)
 
+    @entry
     def fit_from_stats(self, stats: TGPStats | NCFDStats | StatsBundle,
                        features: RandomFourierFeatures | None = None) -> GPTiltedDensity:
         """Solve from statistics (no data access); ``features`` default to ``features_``.
@@ -518,7 +460,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         determine; measured on the demo mixture at 2M rows: 3.3 % outside against a 3 % limit) —
         λ is raised along the grid until it passes; ``selection_["raised"]`` records each step.
         """
-        self._solve(stats, features)
+        self._solve_stats(stats, features)
         self._diagnose(warn=False)
         raised = []
         while True:
@@ -572,8 +514,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         base = base_from_moments(self.stats_.moments, tuple(getattr(self, "feature_names_in_", ())) or None)
         self._set_solution(self.stats_, self.features_, base, lam, eta)
 
-    def _solve(self, stats: TGPStats | NCFDStats | StatsBundle, features: RandomFourierFeatures | None) -> None:
-        self._check_params()
+    def _solve_stats(self, stats: TGPStats | NCFDStats | StatsBundle, features: RandomFourierFeatures | None) -> None:
         features = features if features is not None else getattr(self, "features_", None)
         if features is None:
             raise ValueError("fit_from_stats needs the feature draw the statistics were computed with: "
@@ -596,27 +537,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             self._set_solution(stats, features, base, lam, eta)
             info.update(solver=self.solver_info_.get("method"))
 
-    def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
-                    progress: Progress | None = None) -> GPTiltedDensity:
-        """Add the statistics of new rows to ``stats_`` and re-solve (fits if not yet fitted).
-
-        Values selected on held-out rows at ``fit`` (λ, η, γ) are kept, not re-selected. ``progress``: see
-        :meth:`fit`.
-        """
-        if not hasattr(self, "stats_"):
-            return self.fit(X, columns=columns, progress=progress)
-        check_stats_kept(self)
-        stats = self.accumulate(X, columns=columns, progress=progress)
-        self.n_rows_dropped_ = getattr(self, "n_rows_dropped_", 0) + self.last_rows_dropped_
-        return self.fit_from_stats(self.stats_ + stats)
-
     # -- selection ----------------------------------------------------------------------
     def _lam_grid(self) -> list[float]:
         default = DEFAULT_LAM_GRID if self.criterion == "hyvarinen" else DEFAULT_LOGLIK_LAM_GRID
         return [float(v) for v in (self.lam_grid if self.lam_grid is not None else default)]
-
-    def _lam_values(self) -> list[float]:
-        return self._lam_grid() if self.lam == "auto" else [float(self.lam)]
 
     def _eta_values(self, gamma: float) -> list[float]:
         if is_grid(self.eta):
@@ -627,59 +551,43 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         if not self._method.selects:
             return math.nan, None
         chosen = getattr(self, "selection_", {}).get("chosen", {})
-        if self.lam == "auto":
-            if "lam" not in chosen:
-                raise ValueError("lam='auto' selects λ during fit (a split pass); fit first, or give lam")
-            lam = float(chosen["lam"])
-        else:
-            lam = float(self.lam)
+        lam = self._chosen_lam()
         eta = None
         if self._method.uses_eta:
             eta = float(chosen["eta"]) if is_grid(self.eta) and "eta" in chosen else self._eta_values(features.gamma)[0]
         return lam, eta
 
-    def _select(self, bundle: StatsBundle, features: RandomFourierFeatures) -> tuple[Any, RandomFourierFeatures]:
-        """Score the (γ, λ, η) grid on the validation parts; return all-row stats of the chosen γ."""
-        grid = sorted({k[1] for k in bundle})
-        n_val = min(bundle[("val", g)].n for g in grid)
-        if n_val < 1:
-            return self._no_selection(bundle, features, grid)
-        rows: list[dict[str, float]] = []
-        with phase("select", method=self.method, bandwidths=len(grid), criterion=self.criterion) as info:
-            for gamma in grid:
-                feats = features.with_bandwidth(gamma)
-                train, val = bundle[("train", gamma)], bundle[("val", gamma)]
-                base = base_from_moments(train.moments)
-                rows.extend(self._score_grid(train, val, feats, base))
-            best = choose(rows, self.criterion)
-            if self.criterion != "hyvarinen" and not healthy(rows[best]):
-                warnings.warn(f"no (γ, λ) on the grid has a reliable normaliser (ESS >= {MIN_SELECT_ESS_FRACTION:.0%} "
-                              f"of the base draws) and keeps its mass inside the training rows' support box; chose "
-                              f"the best by the criterion among those with a reliable normaliser, else the largest "
-                              f"ESS (ESS {rows[best]['ess_fraction']:.3%}, mass outside "
-                              f"{rows[best].get('mass_outside', float('nan')):.3%}): extend lam_grid upwards, or "
-                              f"declare bounded columns (bounds=)", DiagnosticWarning, stacklevel=3)
-            chosen = dict(rows[best])
-            info.update(chosen={k: round(v, 6) for k, v in chosen.items()})
-        g = chosen["bandwidth"]
+    def _select_facts(self) -> dict[str, Any]:
+        return {"method": self.method, "criterion": self.criterion}
+
+    def _split_facts(self) -> dict[str, Any]:
+        return {"split_key": getattr(self, "split_key_", "global row position")}
+
+    def _score_candidates(self, bandwidth: float, train: Any, val: Any,
+                          feats: RandomFourierFeatures) -> list[dict[str, Any]]:
+        return self._score_grid(train, val, feats, base_from_moments(train.moments))
+
+    def _best(self, rows: list[dict[str, Any]]) -> int:
+        """The best row by ``criterion`` (:func:`~tgpflow.solve.select.choose`), with a warning when no
+        candidate passed the normaliser and support checks."""
+        best = choose(rows, self.criterion)
+        if self.criterion != "hyvarinen" and not healthy(rows[best]):
+            warnings.warn(f"no (γ, λ) on the grid has a reliable normaliser (ESS >= {MIN_SELECT_ESS_FRACTION:.0%} "
+                          f"of the base draws) and keeps its mass inside the training rows' support box; chose "
+                          f"the best by the criterion among those with a reliable normaliser, else the largest "
+                          f"ESS (ESS {rows[best]['ess_fraction']:.3%}, mass outside "
+                          f"{rows[best].get('mass_outside', float('nan')):.3%}): extend lam_grid upwards, or "
+                          f"declare bounded columns (bounds=)", DiagnosticWarning, stacklevel=4)
+        return best
+
+    def _criterion_text(self) -> str:
         guard = (f"; candidates whose normaliser has ESS < {MIN_SELECT_ESS_FRACTION:.0%} of the base draws, or whose "
                  f"mass outside the training rows' support box exceeds the diagnostics' limit, skipped")
-        criterion = {"loglik": "held-out log-likelihood (log Z by importance sampling from the base" + guard + ")",
-                     "sliced": "held-out sliced KS (median over the projection grid's directions" + guard + ")",
-                     "hyvarinen": self._method.hyvarinen_criterion}[self.criterion]
-        self.selection_ = {
-            "criterion": criterion,
-            "validation_fraction": float(self.validation_fraction),
-            "split_key": getattr(self, "split_key_", "global row position"),
-            "n_train": int(bundle[("train", g)].n),
-            "n_validation": int(bundle[("val", g)].n),
-            "curve": rows,
-            "chosen": chosen,
-        }
-        return self._all_rows(bundle, g), features.with_bandwidth(g)
+        return {"loglik": "held-out log-likelihood (log Z by importance sampling from the base" + guard + ")",
+                "sliced": "held-out sliced KS (median over the projection grid's directions" + guard + ")",
+                "hyvarinen": self._method.hyvarinen_criterion}[self.criterion]
 
-    @staticmethod
-    def _all_rows(bundle: StatsBundle, g: float) -> TGPStats | NCFDStats:
+    def _all_rows(self, bundle: StatsBundle, g: float) -> TGPStats | NCFDStats:
         """The statistics of every row of a split pass at γ (train + validation, without held-out extras)."""
         val = bundle[("val", g)]
         total = bundle[("train", g)] + (val.stats if isinstance(val, HeldOut) else val)
@@ -881,50 +789,26 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     #: A model file keeps the Fitted value's arrays under the estimator's attribute names (model_file).
     _FILE_NAMES = {"theta": "theta_", "M_chol": "predictive_chol_", "v": "predictive_v_", "kde_weights": "kde_weights_",
                    "base.mean": "mean_", "base.cov": "covariance_", "base.precision": "precision_"}
-    #: The solution attributes beyond the Fitted value, stored beside it: the method's ``extra_arrays``.
+    #: The statistics a model file may hold (and a registered method's own).
     _STATS_KINDS = {"TGPStats": TGPStats, "NCFDStats": NCFDStats}
 
-    def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True,
-             storage_options: dict[str, Any] | None = None) -> Any:
-        """Write the fitted model atomically as a Zarr group (``.npz`` by suffix), every array and the metadata
-        checksummed: its solution, which is what :func:`tgpflow.load` reads (:mod:`tgpflow.models.model_file`),
-        and with ``stats`` its statistics (what ``partial_fit`` adds to, and ``load(verify=True)`` re-solves).
-        An existing path is replaced only if it holds a tgpflow model and ``overwrite`` (never a user's file
-        or directory). ``path`` may be an fsspec URL (``memory://``,
-        ``s3://`` …; ``storage_options`` for its filesystem), written as :mod:`tgpflow.io.atomic` says."""
-        check_is_fitted(self, "_fitted")
-        params = self.get_params()
-        for key in ("bandwidth", "eta", "lam_grid"):  # JSON has no tuples/arrays
-            if is_grid(params[key]):
-                params[key] = [float(v) for v in params[key]]
-        if isinstance(params["bounds"], dict):
-            params["bounds"] = {str(k): list(v) for k, v in params["bounds"].items()}
-        elif params["bounds"] is not None:
-            params["bounds"] = [list(v) for v in params["bounds"]]
-        meta = {
-            "params": params,
+    def _model_meta(self) -> dict[str, Any]:
+        return {
             "fingerprint": self.features_.fingerprint,
             "feature_seed": self.features_.seed,
-            "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None,
-            "n_samples_seen": self.n_samples_seen_,
             "n_rows_dropped": int(getattr(self, "n_rows_dropped_", 0)),
             "objective": getattr(self, "objective_", None),
             "eta": getattr(self, "eta_", None),
             "lam": self.lam_ if self._method.selects else None,
-            "anomaly_threshold": getattr(self, "anomaly_threshold_", None),
-            "selection": getattr(self, "selection_", None),
             "solver_info": self.solver_info_,
-            "normalizer": None if getattr(self, "normalizer_", None) is None else self.normalizer_.to_dict(),
-            "fit_diagnostics": getattr(self, "fit_diagnostics_", None),
-            "support": None if getattr(self, "support_", None) is None else self.support_.to_dict(),
             "bounds": None if getattr(self, "bounds_", None) is None else {"columns": list(self.bounds_.columns),
                                                                             "bounds": self.bounds_.to_dict()},
             "pilot": getattr(self, "pilot_", {}),
         }
-        extra = {name: getattr(self, name) for name in self._method.extra_arrays}
-        return write_model(path, type(self).__name__, self._fitted, self._FILE_NAMES, extra=extra,
-                           stats=self.stats_ if stats else None, meta=meta, overwrite=overwrite,
-                           storage_options=storage_options)
+
+    def _solution_extra(self) -> dict[str, np.ndarray]:
+        """The method's solution attributes beyond the Fitted value (``extra_arrays``: FVPD's posterior, NCFD's levels)."""
+        return {name: getattr(self, name) for name in self._method.extra_arrays}
 
     @classmethod
     def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path,
@@ -939,7 +823,6 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
                                                                       "feature_seed": meta.get("feature_seed")}))
         est._restore_meta(meta)
         est.stats_ = stats
-        est.n_samples_seen_ = int(meta["n_samples_seen"])
         est.lam_ = math.nan if meta.get("lam") is None else float(meta["lam"])
         est.solver_info_ = meta.get("solver_info") or {}
         if meta.get("objective") is not None:
@@ -953,28 +836,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return est
 
     def _restore_meta(self, meta: dict[str, Any]) -> None:
-        """What a fit recorded beside its solution, as stored: names, pilot, threshold, selection, the
-        normaliser, diagnostics, support box and bounds (a load re-estimates nothing)."""
-        if meta.get("feature_names_in"):
-            self.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        """What a fit recorded beside its solution, as stored: what every model file holds, the pilot, the rows
+        dropped and the bounds (a load re-estimates nothing)."""
+        self._restore_common(meta)
         self.pilot_ = meta.get("pilot", {})
         self.n_rows_dropped_ = meta.get("n_rows_dropped", 0)
-        if meta.get("anomaly_threshold") is not None:
-            self.anomaly_threshold_ = float(meta["anomaly_threshold"])
-        if meta.get("selection"):
-            self.selection_ = meta["selection"]
-        if meta.get("support"):
-            self.support_ = SupportBox.from_dict(meta["support"])
         stored = meta.get("bounds")
         self.bounds_ = None if not stored else ColumnBounds.from_param(stored["bounds"], stored["columns"])
-        self.normalizer_ = NormalizerEstimate.from_dict(meta["normalizer"]) if meta.get("normalizer") else None
-        self.fit_diagnostics_ = meta.get("fit_diagnostics") or {"warnings": []}
-
-    def _verify(self, path: Path, arrays: dict[str, np.ndarray], legacy: bool) -> None:
-        """``load(verify=True)``: solve the stored statistics again (MAP's Newton iterations included) and compare."""
-        def solve(ref: GPTiltedDensity) -> TGPFitted:
-            ref._solve(self.stats_, self.features_)
-            return ref._fitted
-
-        verify_solution(self, path, arrays, self._FILE_NAMES, solve, extra=self._method.extra_arrays,
-                        legacy=legacy)

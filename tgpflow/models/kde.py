@@ -9,11 +9,9 @@ coordinates ``y = Lᵀx`` (``Σ_z = LLᵀ``), where it is isotropic with width �
 
 from __future__ import annotations
 
-import numbers
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
 from sklearn.neighbors import KernelDensity
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -22,12 +20,17 @@ from tgpflow.features.rff import paper_kernel_cov, scott_bandwidth
 from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import as_source
+from tgpflow.models.estimator_base import Estimator, entry
+from tgpflow.models.params import ExactKDEParams
 
 __all__ = ["ExactKDE"]
 
 
-class ExactKDE(BaseEstimator):
-    """Exact Gaussian KDE on a uniform subsample (≤ ``max_rows``) of any source."""
+class ExactKDE(Estimator):
+    """Exact Gaussian KDE on a uniform subsample (≤ ``max_rows``) of any source. Parameters:
+    :class:`~tgpflow.models.params.ExactKDEParams`."""
+
+    params_table = ExactKDEParams
 
     def __init__(self, *, bandwidth: str | float = "scott", kernel_cov: str = "paper", max_rows: int = 20_000,
                  random_state: int | None = 0):
@@ -36,11 +39,8 @@ class ExactKDE(BaseEstimator):
         self.max_rows = max_rows
         self.random_state = random_state
 
+    @entry
     def fit(self, X: Any, y: Any = None) -> ExactKDE:
-        if self.kernel_cov not in ("paper", "identity"):
-            raise ValueError(f"kernel_cov must be 'paper' or 'identity'; got {self.kernel_cov!r}")
-        if not isinstance(self.max_rows, numbers.Integral) or self.max_rows < 2:
-            raise ValueError(f"max_rows must be an integer >= 2; got {self.max_rows!r}")
         if isinstance(X, np.ndarray) or hasattr(X, "iloc"):
             X = validate_data(self, X, dtype=np.float64)
         source = as_source(X)

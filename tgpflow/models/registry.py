@@ -33,6 +33,7 @@ class ModelKind:
     kinds without a ``method`` parameter. ``pipelines``: a pipeline spec may name it. ``row_methods``: the
     methods without additive statistics (an iteration over the rows whose sums depend on the current
     solution): a pipeline refits them on the rows of all its partitions and stores no statistics for them.
+    ``table``: the ``"module:Class"`` of its parameter table (:mod:`tgpflow.models.params`).
     """
 
     name: str
@@ -42,9 +43,15 @@ class ModelKind:
     pipelines: bool = True
     stats: tuple[str, ...] = ()  # "module:Class" of the statistics its passes make
     row_methods: tuple[str, ...] = ()
+    table: str = ""
 
     def estimator_class(self) -> type:
         return getattr(importlib.import_module(self.module), self.name)
+
+    def table_class(self) -> Any:
+        """Its parameter table (imports pydantic, not the estimator)."""
+        module, name = self.table.split(":")
+        return getattr(importlib.import_module(module), name)
 
     def stats_classes(self) -> list[type]:
         out = [getattr(importlib.import_module(mod), cls) for mod, cls in (s.split(":") for s in self.stats)]
@@ -65,12 +72,17 @@ def register_kind(kind: ModelKind) -> ModelKind:
 
 
 _KEF_STATS = ("tgpflow.stats.kef:KEFStats", "tgpflow.stats.kef:DiagStats", "tgpflow.stats.kef:LiteStats")
+_TABLES = "tgpflow.models.params"
 register_kind(ModelKind("GPTiltedDensity", "tgpflow.models.gp_tilted", methods="tgp",
-                        stats=("tgpflow.stats.tgp:TGPStats", "tgpflow.stats.ncfd:NCFDStats")))
-register_kind(ModelKind("NystromKEF", "tgpflow.models.kernel_score", cli=(("nkef", ()),), stats=_KEF_STATS))
-register_kind(ModelKind("ScoreEstimator", "tgpflow.models.kernel_score", cli=(("score", ()),), stats=_KEF_STATS))
+                        stats=("tgpflow.stats.tgp:TGPStats", "tgpflow.stats.ncfd:NCFDStats"),
+                        table=f"{_TABLES}:GPTiltedParams"))
+register_kind(ModelKind("NystromKEF", "tgpflow.models.kernel_score", cli=(("nkef", ()),), stats=_KEF_STATS,
+                        table=f"{_TABLES}:NystromKEFParams"))
+register_kind(ModelKind("ScoreEstimator", "tgpflow.models.kernel_score", cli=(("score", ()),), stats=_KEF_STATS,
+                        table=f"{_TABLES}:ScoreParams"))
 register_kind(ModelKind("RootSobolevDensity", "tgpflow.models.root_sobolev", methods=RSR_METHODS,
-                        stats=("tgpflow.stats.kde_sdo:KDESDOStats",), row_methods=("rsr",)))
+                        stats=("tgpflow.stats.kde_sdo:KDESDOStats",), row_methods=("rsr",),
+                        table=f"{_TABLES}:RootSobolevParams"))
 
 
 def model_kinds() -> dict[str, ModelKind]:
@@ -114,20 +126,17 @@ def pipeline_estimators() -> tuple[str, ...]:
 
 
 def param_applies(kind: str, method: str | None, param: str) -> bool:
-    """Whether estimator parameter ``param`` does anything for kind ``kind`` fitted with ``method`` (imports
-    the estimator): it is one of the class's parameters and, for a GP-tilted method, not a parameter only
-    other methods use (:attr:`~tgpflow.models.tgp_method.TGPMethod.parameters`, ``unused``)."""
-    import inspect
-
+    """Whether estimator parameter ``param`` does anything for kind ``kind`` fitted with ``method``: it is in
+    the kind's parameter table and, for a GP-tilted method, the method has the capability the table says it
+    needs (``applies``, e.g. NCFD's noise levels need ``noise_conditional``)."""
     entry = _KINDS[kind]
-    if param not in inspect.signature(entry.estimator_class()).parameters:
+    table = entry.table_class()
+    if param not in table.model_fields:
         return False
     if entry.methods == "tgp" and method is not None:
-        from tgpflow.models.tgp_methods import get_method, method_names
+        from tgpflow.models.tgp_methods import get_method
 
-        own = get_method(method)
-        specific = {p for name in method_names() for p in get_method(name).parameters}
-        return param not in own.unused and (param not in specific or param in own.parameters)
+        return table.applies_to(param, get_method(method))
     return True
 
 

@@ -55,33 +55,29 @@ width at all in high d (``a = b^{2m_s}`` for a width b).
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
-from sklearn.utils.validation import check_is_fitted
 
-from tgpflow.core.backend import resolve_device
+from tgpflow.core.engine import Progress
+from tgpflow.core.engine import accumulate as run_pass
+from tgpflow.core.logs import phase
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.features.sdo import WHITEN_MODES, SDODraw
+from tgpflow.features.sdo import SDODraw
 from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, PilotSample, pilot_sample
 from tgpflow.io.sources import Source
-from tgpflow.io.validate import check_on_bad_rows
-from tgpflow.core.logs import phase
 from tgpflow.models.anomaly import AnomalyMixin
-from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution, write_model
+from tgpflow.models.estimator_base import Estimator, entry
+from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution
+from tgpflow.models.params import RootSobolevParams
 from tgpflow.models.rsr_fitted import RSRFitted
 from tgpflow.models.rsr_rows import IterationRows
-from tgpflow.models.streaming import StreamingMixin, check_stats_kept
+from tgpflow.models.streaming import StreamingMixin, check_stats_kept, is_grid
 from tgpflow.solve.rsr import natural_gradient_iterate
 from tgpflow.stats.kde_sdo import KDESDOStats, kde_sdo_chunk_stats
-from tgpflow.core.engine import Progress
-from tgpflow.core.engine import accumulate as run_pass
 from tgpflow.stats.rsr import rsr_chunk_stats
-from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 
 __all__ = ["RootSobolevDensity"]
 
@@ -94,7 +90,7 @@ NO_RSR_STATS = ("RootSobolevDensity(method='rsr') has no additive sufficient sta
                 "method='kde_sdo', whose statistics Σφ(x_i), N add up")
 
 
-class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
+class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
     """Root-Sobolev density (seed 004) with SDO random features; see the module docstring.
 
     Parameters
@@ -113,7 +109,13 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
     Fitted attributes: ``draw_`` (the :class:`~tgpflow.features.sdo.SDODraw`, set by ``fit``/``prepare``),
     ``features_`` (the draw at ``smoothness_``), ``coef_`` (w), ``order_``, ``whitening_``, ``fit_info_``,
     ``n_samples_seen_``, ``anomaly_threshold_``, ``stats_`` (KDE-SDO: its statistics; RSR: None).
+
+    The parameters' types and ranges are its table, :class:`~tgpflow.models.params.RootSobolevParams`.
     """
+
+    params_table = RootSobolevParams
+    #: A model file keeps w under the estimator's attribute name (model_file).
+    _FILE_NAMES = {"coef": "coef_"}
 
     def __init__(self, *, method: str = "rsr", n_features: int = 2000, smoothness: float | list[float] = 1.0,
                  order: str | int = "auto", whiten: str = "robust", a_rule: str = "min", max_iter: int = 200,
@@ -139,37 +141,15 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
 
-    def _check_params(self) -> None:
-        if self.method not in ("rsr", "kde_sdo"):
-            raise ValueError(f"method must be 'rsr' or 'kde_sdo'; got {self.method!r}")
-        if not isinstance(self.n_features, numbers.Integral) or self.n_features < 1:
-            raise ValueError(f"n_features must be a positive integer; got {self.n_features!r}")
-        grid = self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness]
-        if not grid or not all(isinstance(a, numbers.Real) and math.isfinite(a) and a > 0 for a in grid):
-            raise ValueError(f"smoothness must be a positive number or a list of them; got {self.smoothness!r}")
-        if self.whiten not in WHITEN_MODES:
-            raise ValueError(f"whiten must be 'robust', 'classical' or 'none'; got {self.whiten!r}")
-        if self.a_rule not in ("min", "largest_local_min"):
-            raise ValueError(f"a_rule must be 'min' or 'largest_local_min'; got {self.a_rule!r}")
-        if not 0 < self.step < 0.5:
-            raise ValueError(f"step must be in (0, 1/2); got {self.step!r}")
-        if not (isinstance(self.max_iter, numbers.Integral) and self.max_iter >= 1):
-            raise ValueError(f"max_iter must be a positive integer; got {self.max_iter!r}")
-        if not 0 < self.threshold_quantile < 1 or not 0 < self.validation_fraction < 1:
-            raise ValueError("threshold_quantile and validation_fraction must be in (0, 1)")
-        check_on_bad_rows(self.on_bad_rows)
-        resolve_device(self.device)
-
     def _grid(self) -> list[float]:
-        grid = self.smoothness if isinstance(self.smoothness, (list, tuple)) else [self.smoothness]
-        return [float(a) for a in grid]
+        return [float(a) for a in (self.smoothness if is_grid(self.smoothness) else [self.smoothness])]
 
     # -- the draw -------------------------------------------------------------------------
+    @entry
     def prepare(self, X: Any, *, columns: list[str] | None = None, progress: Progress | None = None) -> RootSobolevDensity:
         """Whiten by a pilot sample of ``X`` and draw the features (``draw_``) without a pass: a pipeline
         freezes this draw, then accumulates each partition's KDE-SDO statistics on it (:meth:`chunk_tasks`,
         :meth:`fit_from_stats`) or, for RSR, refits on all its partitions with it (``fit(…, features=draw_)``)."""
-        self._check_params()
         source = self._source(X, columns, reset=True)
         self._adopt_draw(self._draw(self._pilot(source, progress).rows), source.n_columns, source.description)
         return self
@@ -207,16 +187,14 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return draw.at(getattr(self, "smoothness_", self._grid()[0]))
 
     # -- fitting --------------------------------------------------------------------------
+    @entry
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
             features: SDODraw | None = None, progress: Progress | None = None) -> RootSobolevDensity:
         """Fit from any source (NumPy/pandas, dask, Parquet, Zarr). ``features``: an SDO draw to reuse
         (``est.draw_`` of an earlier fit or ``prepare``); by default one is drawn from the pilot rows.
         ``progress`` is called with the futures of each distributed compute of the fit (the pilot, every
         pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
-        self._check_params()
-        for attr in ("draw_", "features_", "stats_", "selection_", "smoothness_", "_fitted"):
-            if hasattr(self, attr):
-                delattr(self, attr)
+        self._forget("draw_", "features_", "stats_", "selection_", "smoothness_", "_fitted")
         source = self._source(X, columns, reset=True)
         pilot = self._pilot(source, progress)  # also the rows the anomaly threshold is learned on
         self._adopt_draw(features if features is not None else self._draw(pilot.rows), source.n_columns,
@@ -241,12 +219,12 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self._set_threshold(pilot.rows)
         return self
 
+    @entry
     def accumulate(self, X: Any, *, columns: list[str] | None = None, features: SDODraw | None = None,
                    progress: Progress | None = None) -> KDESDOStats:
         """KDE-SDO only: the statistics ``Σφ(x_i), N`` of the rows of ``X`` (one pass) for, in order, the draw
         ``features``, the fitted features, the prepared ``draw_``, or a new draw from a pilot sample of ``X``
         (kept as ``draw_``, so that later parts and ``fit_from_stats`` use it). RSR has none (it refuses)."""
-        self._check_params()
         if self.method != "kde_sdo":
             raise ValueError(NO_RSR_STATS)
         known = hasattr(self, "features_") or hasattr(self, "draw_")
@@ -269,12 +247,12 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise ValueError(f"{source.description}: no rows left to fit (all {dropped} rows were dropped)")
         return stats
 
+    @entry
     def fit_from_stats(self, stats: KDESDOStats,
                        features: SDODraw | RandomFourierFeatures | None = None) -> RootSobolevDensity:
         """KDE-SDO only: ``w = Σφ(x_i)/N`` from statistics (no data access), for ``features`` (an SDO draw, or
         the features the statistics were accumulated with; default: the fitted or prepared draw). RSR refuses:
         it has no additive statistics (module docstring)."""
-        self._check_params()
         if self.method != "kde_sdo":
             raise ValueError(NO_RSR_STATS)
         if not isinstance(stats, KDESDOStats):
@@ -295,6 +273,7 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self.fit_info_ = {"n": stats.n, "iterations": 0, "method": "kde_sdo"}
         return self
 
+    @entry
     def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
                     progress: Progress | None = None) -> RootSobolevDensity:
         """Update with new rows (fits if not yet fitted). KDE-SDO: exact (add their statistics, re-solve).
@@ -306,7 +285,6 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         if self.method == "kde_sdo":
             check_stats_kept(self)
             return self.fit_from_stats(self.stats_ + self.accumulate(X, columns=columns, progress=progress))
-        self._check_params()
         source = self._source(X, columns, reset=False)
         self._check_width(source)
         rows = IterationRows(source, int(self.persist_bytes), progress=progress)
@@ -374,14 +352,6 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         return curve[best]["a"], {"curve": curve, "rule": self.a_rule, "chosen": curve[best]["a"]}
 
     # -- evaluation -------------------------------------------------------------------------
-    def fitted(self, sigma: Any = None) -> RSRFitted:
-        """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value (``log_density``,
-        ``grad_log_density``, ``hyvarinen_terms``, ``to_arrays``; MATH.md §8)."""
-        if sigma not in (None, 0):
-            raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
-        check_is_fitted(self, "_fitted")
-        return self._fitted
-
     def _raw_log_density(self, x: np.ndarray) -> np.ndarray:
         return self.fitted().log_density(x)
 
@@ -402,27 +372,13 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
             raise AttributeError("the exact 2Δf/f form holds for the root-Sobolev model (p = f²), not KDE-SDO")
         return self._map_rows(X, self.fitted().hyvarinen_terms, per_row_dims=False)
 
-    def save(self, path: Any, *, overwrite: bool = True, stats: bool = True,
-             storage_options: dict[str, Any] | None = None) -> Any:
-        """Write the fitted model atomically (Zarr group, checksums, no pickle): the features and w, which is
-        what :func:`tgpflow.load` reads, and with ``stats`` KDE-SDO's statistics (for ``partial_fit`` and
-        ``load(verify=True)``; an RSR fit iterates over the rows and has none). An existing path is replaced
-        only if it holds a tgpflow model and ``overwrite`` (never a user's file or directory). ``path`` may be
-        an fsspec URL (``memory://``, ``s3://`` …; ``storage_options`` for its filesystem), written as
-        :mod:`tgpflow.io.atomic` says."""
-        check_is_fitted(self, "_fitted")
-        params = self.get_params()
-        if isinstance(params["smoothness"], (list, tuple)):
-            params["smoothness"] = [float(a) for a in params["smoothness"]]
-        meta = {"params": params, "fingerprint": self.features_.fingerprint, "feature_seed": self.features_.seed,
-                "smoothness": self.smoothness_, "order": self.order_, "n_samples_seen": self.n_samples_seen_,
+    def _model_meta(self) -> dict[str, Any]:
+        """The draw's stamp, the chosen a and m_s, the iteration's report and the whitening (the statistics a
+        file holds are KDE-SDO's; an RSR fit iterates over the rows and has none)."""
+        return {"fingerprint": self.features_.fingerprint, "feature_seed": self.features_.seed,
+                "smoothness": self.smoothness_, "order": self.order_,
                 "fit_info": {k: v for k, v in self.fit_info_.items() if k != "history"},
-                "anomaly_threshold": getattr(self, "anomaly_threshold_", None),
-                "selection": getattr(self, "selection_", None), "whitening": getattr(self, "whitening_", None),
-                "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None}
-        kept = getattr(self, "stats_", None) if stats else None
-        return write_model(path, "RootSobolevDensity", self._fitted, _FILE_NAMES, extra={}, stats=kept, meta=meta,
-                           overwrite=overwrite, storage_options=storage_options)
+                "whitening": getattr(self, "whitening_", None)}
 
     @classmethod
     def _from_artifact(cls, arrays: dict[str, Any], meta: dict[str, Any], path: Any,
@@ -435,22 +391,17 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         if verify and est.method == "rsr":
             raise ModelFileError(f"{path}: a RootSobolevDensity is fitted by iterating over the rows, so its file holds "
                                  f"no statistics to re-solve: verify=True cannot check it (its arrays are checksummed)")
-        est._set_fitted(read_fitted(RSRFitted, fitted_arrays(arrays, _FILE_NAMES), meta, path,
+        est._set_fitted(read_fitted(RSRFitted, fitted_arrays(arrays, cls._FILE_NAMES), meta, path,
                                     {"method": est.method, "block_bytes": int(est.block_bytes),
                                      "feature_seed": meta.get("feature_seed")}))
+        est._restore_common(meta)
         est.smoothness_, est.order_ = float(meta["smoothness"]), int(meta["order"])
-        est.n_samples_seen_, est.fit_info_ = int(meta["n_samples_seen"]), dict(meta["fit_info"])
-        if meta.get("anomaly_threshold") is not None:
-            est.anomaly_threshold_ = float(meta["anomaly_threshold"])
-        if meta.get("selection"):
-            est.selection_ = meta["selection"]
+        est.fit_info_ = dict(meta["fit_info"])
         if meta.get("whitening"):
             est.whitening_ = meta["whitening"]
-        if meta.get("feature_names_in"):
-            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
         est.stats_ = stored_stats(arrays, meta, {"KDESDOStats": KDESDOStats})
         if verify:
-            verify_solution(est, path, arrays, _FILE_NAMES,
+            verify_solution(est, path, arrays, cls._FILE_NAMES,
                             lambda ref: ref.fit_from_stats(est.stats_, est.features_)._fitted)
         return est
 
@@ -459,8 +410,3 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, BaseEstimator):
         self._fitted = fitted
         self.features_, self.coef_ = fitted.features, fitted.coef
         self.n_features_in_ = fitted.features.n_dims
-
-
-#: A model file keeps w under the estimator's attribute name (model_file).
-_FILE_NAMES = {"coef": "coef_"}
-

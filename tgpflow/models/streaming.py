@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from tgpflow.io.sources import Source, as_source, select_frame
 from tgpflow.io.validate import check_exact_ints
 from tgpflow.stats.split import SPLIT_SALT, split_chunk_stats
 
-__all__ = ["StreamingMixin", "is_lazy", "is_grid", "is_positive", "check_stats_kept"]
+__all__ = ["StreamingMixin", "is_lazy", "is_grid", "check_stats_kept"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -35,11 +34,6 @@ logger = logging.getLogger("tgpflow")
 def is_grid(value: Any) -> bool:
     """A list of values to select from (a parameter grid), rather than one value."""
     return isinstance(value, (list, tuple, np.ndarray))
-
-
-def is_positive(value: Any) -> bool:
-    """A finite positive real number (not a bool)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 def check_stats_kept(est: Any) -> None:

@@ -79,6 +79,8 @@ class TGPMethod:
     name: ClassVar[str]
     #: The statistics the pass accumulates.
     stats_type: ClassVar[type] = TGPStats
+    # The capabilities below also say which estimator parameters a method uses: a parameter's entry in
+    # tgpflow.models.params.GPTiltedParams names the capability it needs (``applies``).
     #: Whether it has λ (and η) to select on held-out rows (KDE-RFF has none).
     selects: ClassVar[bool] = True
     #: Whether ``base="learn"`` (eqs 12–16) applies.
@@ -91,10 +93,8 @@ class TGPMethod:
     integrable: ClassVar[bool] = True
     #: The estimator attributes saved beside the Fitted value.
     extra_arrays: ClassVar[tuple[str, ...]] = ()
-    #: The estimator parameters that only the methods declaring them use (e.g. NCFD's noise_levels).
-    parameters: ClassVar[tuple[str, ...]] = ()
-    #: Parameters every other method uses and this one does not (KDE-RFF has no λ to select).
-    unused: ClassVar[tuple[str, ...]] = ()
+    #: Whether the solve runs on draws of the base (MAP's expectation: ``map_draws``, ``map_max_iter``).
+    solve_draws: ClassVar[bool] = False
     #: How the "hyvarinen" criterion is described in ``selection_``.
     hyvarinen_criterion: ClassVar[str] = "held-out Hyvärinen loss (data level)"
 

@@ -2,7 +2,7 @@
 
 A spec is data, one-to-one with the Python API, no code. Unknown keys are refused
 (``extra="forbid"``) and every error names the path to the bad field. Model parameters are
-passed to the estimator's own ``set_params``, so they are checked by the estimator itself.
+passed to the estimator's own ``set_params`` and checked against its parameter table (``check_params``).
 ``{date}`` in any string is replaced by the run date (``tgpflow run --date``), and
 ``--set a.b=value`` overrides a field before validation.
 
@@ -78,7 +78,7 @@ class ModelSpec(_Strict):
         est = self.estimator_class()()
         try:
             est.set_params(**self.params)
-            est._check_params()
+            est.check_params()
         except (ValueError, TypeError) as exc:
             raise ValueError(f"params: {exc}") from None
         return self

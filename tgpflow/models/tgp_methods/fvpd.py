@@ -21,7 +21,6 @@ class FVPD(TGPMethod):
     learns_base = True
     uses_eta = True
     extra_arrays = ("posterior_mean_", "posterior_precision_", "predictive_m_")
-    parameters = ("eta",)
     hyvarinen_criterion = "posterior-expected held-out Hyvärinen loss"
 
     def chunk_stats(self, *, block_bytes: int, precision: str, noise_levels: np.ndarray | None = None,

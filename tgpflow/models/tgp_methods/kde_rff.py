@@ -15,7 +15,6 @@ class KDERFF(TGPMethod):
     name = "kde_rff"
     selects = False
     integrable = False  # the RFF kernel sum does not decay: no normaliser on R^d
-    unused = ("lam", "lam_grid", "criterion", "validation_fraction", "normalizer_draws")
 
     def solve(self, stats: Any, hyper: Hyper) -> Solution:
         fitted = TGPFitted(hyper.features, hyper.base, kde_weights=stats.psi / stats.n, block_bytes=hyper.block_bytes)

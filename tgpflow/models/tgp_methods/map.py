@@ -19,7 +19,7 @@ MAP_SELECTION_DRAWS = 25_000
 
 class MAP(TGPMethod):
     name = "map"
-    parameters = ("map_draws", "map_max_iter")
+    solve_draws = True
 
     def solve(self, stats: Any, hyper: Hyper) -> Solution:
         points = base_draws(hyper.base, int(hyper.params["map_draws"]), hyper.seed)

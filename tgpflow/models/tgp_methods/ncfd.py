@@ -21,7 +21,6 @@ class NCFD(TGPMethod):
     stats_type = NCFDStats
     noise_conditional = True
     extra_arrays = ("noise_levels_",)
-    parameters = ("noise_levels", "sigma_max")
 
     def chunk_stats(self, *, block_bytes: int, precision: str, noise_levels: np.ndarray | None = None,
                     validation: bool = False) -> Any:

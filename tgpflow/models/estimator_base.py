@@ -1,0 +1,247 @@
+"""The scikit-learn base of the tgpflow estimators (issue 16).
+
+:class:`Estimator` is what every estimator shares: its parameter table (:mod:`tgpflow.models.params`),
+checked once per public entry (:func:`entry`) and kept equal to ``__init__``'s signature (checked when the
+class is made); the parts of a model file every family writes and reads back; the fitted model as a
+value (``fitted()``). :class:`StatsEstimator` adds what the families solved from statistics (GP-tilted,
+kernel) share: ``partial_fit``, the held-out selection over a grid of bandwidths (each family scores its
+own candidates), and ``load(verify=True)``. The maths stays in the families.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from tgpflow.core.backend import resolve_device
+from tgpflow.core.engine import Progress
+from tgpflow.core.logs import phase
+from tgpflow.models.model_file import verify_solution, write_model
+from tgpflow.models.params import ParamTable, plain
+from tgpflow.models.streaming import check_stats_kept
+from tgpflow.solve.normalizer import NormalizerEstimate
+from tgpflow.stats.split import StatsBundle
+from tgpflow.stats.support import SupportBox
+
+__all__ = ["Estimator", "StatsEstimator", "entry"]
+
+F = TypeVar("F")
+
+
+def entry(fn: F) -> F:
+    """A public entry point (``fit``, ``accumulate``, ``fit_from_stats``, ``partial_fit``, ``prepare``): the
+    parameters are checked on the way in, once, not again by the entries it calls itself."""
+    @functools.wraps(fn)  # type: ignore[arg-type]
+    def checked(self: Estimator, *args: Any, **kwargs: Any) -> Any:
+        if self.__dict__.get("_params_checked"):
+            return fn(self, *args, **kwargs)  # type: ignore[operator]
+        self.check_params()
+        self._params_checked = True
+        try:
+            return fn(self, *args, **kwargs)  # type: ignore[operator]
+        finally:
+            self.__dict__.pop("_params_checked", None)
+
+    return checked  # type: ignore[return-value]
+
+
+class Estimator(BaseEstimator):
+    """A tgpflow estimator: keyword-only ``__init__`` that stores the parameters of its ``params_table``."""
+
+    #: The declarative parameter table (its fields are ``__init__``'s parameters, with the same defaults).
+    params_table: ClassVar[type[ParamTable]]
+    #: A model file keeps the Fitted value's arrays under these estimator attribute names (model_file).
+    _FILE_NAMES: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table = cls.__dict__.get("params_table")
+        if table is None:
+            return
+        signature = {n: p.default for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"}
+        if signature != table.defaults():
+            differ = sorted({*signature, *table.defaults()} - {k for k, v in signature.items()
+                                                              if table.defaults().get(k, object()) == v})
+            raise TypeError(f"{cls.__name__}.__init__ and its parameter table {table.__name__} differ in {differ}")
+
+    def check_params(self) -> ParamTable:
+        """The parameters checked against the estimator's table: a ValueError naming each invalid one, its value
+        and what is allowed (and, with a ``device``, that the device exists here)."""
+        table = self.params_table.check(self.get_params(deep=False))
+        if "device" in self.params_table.model_fields:
+            resolve_device(table.device)  # type: ignore[attr-defined]
+        return table
+
+    def _forget(self, *names: str) -> None:
+        """Drop what a previous fit set."""
+        for name in names:
+            self.__dict__.pop(name, None)
+
+    def fitted(self, sigma: float | None = None) -> Any:
+        """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value (``log_density`` where it has one,
+        ``grad_log_density``, ``hyvarinen_terms``, ``to_arrays``); ``sigma`` is the noise level of
+        GPTiltedDensity's NCFD."""
+        if sigma not in (None, 0):
+            raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
+        check_is_fitted(self, "_fitted")
+        return self._fitted
+
+    # -- model files --------------------------------------------------------------------------
+    def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True,
+             storage_options: dict[str, Any] | None = None) -> Any:
+        """Write the fitted model atomically as a Zarr group (``.npz`` by suffix), every array and the metadata
+        checksummed: its solution, which is what :func:`tgpflow.load` reads (:mod:`tgpflow.models.model_file`),
+        and with ``stats`` the statistics it was solved from, where it has them (what ``partial_fit`` adds to
+        and ``load(verify=True)`` re-solves). An existing path is replaced only if it holds a tgpflow model and
+        ``overwrite`` (never a user's file or directory). ``path`` may be an fsspec URL (``memory://``,
+        ``s3://`` …; ``storage_options`` for its filesystem), written as :mod:`tgpflow.io.atomic` says."""
+        check_is_fitted(self, "_fitted")
+        kept = getattr(self, "stats_", None) if stats else None
+        return write_model(path, type(self).__name__, self._fitted, self._FILE_NAMES, extra=self._solution_extra(),
+                           stats=kept, meta={**self._common_meta(), **self._model_meta()}, overwrite=overwrite,
+                           storage_options=storage_options)
+
+    def _model_meta(self) -> dict[str, Any]:
+        """What a family stores in a model file's metadata beyond :meth:`_common_meta`."""
+        return {}
+
+    def _solution_extra(self) -> dict[str, np.ndarray]:
+        """Solution attributes stored beside the Fitted value (by attribute name)."""
+        return {}
+
+    def _common_meta(self) -> dict[str, Any]:
+        """The metadata every model file holds: parameters (as JSON holds them), column names, rows seen, the
+        selection record, the anomaly threshold and support box of the training rows, and for a model with a
+        normaliser its estimate and the fit diagnostics."""
+        support = getattr(self, "support_", None)
+        meta = {"params": plain(self.get_params()),
+                "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None,
+                "n_samples_seen": self.n_samples_seen_,
+                "selection": getattr(self, "selection_", None),
+                "anomaly_threshold": getattr(self, "anomaly_threshold_", None),
+                "support": None if support is None else support.to_dict()}
+        if hasattr(self, "log_normalizer"):
+            normalizer = getattr(self, "normalizer_", None)
+            meta.update(normalizer=None if normalizer is None else normalizer.to_dict(),
+                        fit_diagnostics=getattr(self, "fit_diagnostics_", None))
+        return meta
+
+    def _restore_common(self, meta: dict[str, Any]) -> None:
+        """What :meth:`_common_meta` stored, as stored (a load re-estimates nothing)."""
+        if meta.get("feature_names_in"):
+            self.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
+        self.n_samples_seen_ = int(meta["n_samples_seen"])
+        if meta.get("selection"):
+            self.selection_ = meta["selection"]
+        if meta.get("anomaly_threshold") is not None:
+            self.anomaly_threshold_ = float(meta["anomaly_threshold"])
+        if meta.get("support"):
+            self.support_ = SupportBox.from_dict(meta["support"])
+        if hasattr(self, "log_normalizer"):
+            self.normalizer_ = NormalizerEstimate.from_dict(meta["normalizer"]) if meta.get("normalizer") else None
+            self.fit_diagnostics_ = meta.get("fit_diagnostics") or {"warnings": []}
+
+
+class StatsEstimator(Estimator):
+    """An estimator solved from statistics of one pass: ``accumulate`` → ``fit_from_stats``, and so
+    ``partial_fit``; a selection scores a grid on the held-out parts of a split pass."""
+
+    #: The attribute holding the draw the statistics are computed with (``features_``, ``basis_``).
+    _DRAW: ClassVar[str]
+
+    @entry
+    def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
+                    progress: Progress | None = None) -> Any:
+        """Add the statistics of new rows to ``stats_`` and re-solve (fits if not yet fitted). Values selected on
+        held-out rows at ``fit`` (λ, η, the bandwidth) are kept, not re-selected. ``progress`` is called with
+        the futures of each distributed compute (:data:`tgpflow.core.engine.Progress`)."""
+        if not hasattr(self, "stats_"):
+            return self.fit(X, columns=columns, progress=progress)  # type: ignore[attr-defined]
+        check_stats_kept(self)
+        stats = self.accumulate(X, columns=columns, progress=progress)  # type: ignore[attr-defined]
+        self.n_rows_dropped_ = getattr(self, "n_rows_dropped_", 0) + self.last_rows_dropped_
+        return self.fit_from_stats(self.stats_ + stats)  # type: ignore[attr-defined]
+
+    def _solve_stats(self, stats: Any, draw: Any) -> None:
+        """Solve from statistics and the draw they were computed with (``fit_from_stats`` without diagnostics)."""
+        raise NotImplementedError
+
+    def _verify(self, path: Path, arrays: dict[str, np.ndarray], legacy: bool) -> None:
+        """``load(verify=True)``: solve the stored statistics again and compare (:func:`verify_solution`)."""
+        def solve(ref: StatsEstimator) -> Any:
+            ref._solve_stats(self.stats_, getattr(self, self._DRAW))
+            return ref._fitted
+
+        verify_solution(self, path, arrays, self._FILE_NAMES, solve, extra=tuple(self._solution_extra()),
+                        legacy=legacy)
+
+    # -- held-out selection -------------------------------------------------------------------
+    def _lam_grid(self) -> list[float]:
+        """The λ values of ``lam="auto"``."""
+        raise NotImplementedError
+
+    def _chosen_lam(self) -> float:
+        """λ as given, or as a held-out selection chose it (``lam="auto"``)."""
+        if self.lam != "auto":  # type: ignore[attr-defined]
+            return float(self.lam)  # type: ignore[attr-defined]
+        chosen = getattr(self, "selection_", {}).get("chosen", {})
+        if "lam" not in chosen:
+            raise ValueError("lam='auto' selects λ during fit (a split pass); fit first, or give lam")
+        return float(chosen["lam"])
+
+    def _lam_values(self) -> list[float]:
+        return self._lam_grid() if self.lam == "auto" else [float(self.lam)]  # type: ignore[attr-defined]
+
+    def _select(self, bundle: StatsBundle, draw: Any) -> tuple[Any, Any]:
+        """Score every candidate at every bandwidth of a split pass on its validation part, record the curve and
+        the choice in ``selection_``, and return the all-row statistics and the draw at the chosen bandwidth."""
+        grid = sorted({k[1] for k in bundle})
+        if min(bundle[("val", g)].n for g in grid) < 1:
+            return self._no_selection(bundle, draw, grid)
+        rows: list[dict[str, Any]] = []
+        with phase("select", bandwidths=len(grid), **self._select_facts()) as info:
+            for g in grid:
+                rows.extend(self._score_candidates(g, bundle[("train", g)], bundle[("val", g)],
+                                                   draw.with_bandwidth(g)))
+            chosen = dict(rows[self._best(rows)])
+            info.update(chosen={k: round(v, 6) for k, v in chosen.items()})
+        g = chosen["bandwidth"]
+        self.selection_ = {"criterion": self._criterion_text(), "validation_fraction": float(self.validation_fraction),
+                           **self._split_facts(), "n_train": int(bundle[("train", g)].n),
+                           "n_validation": int(bundle[("val", g)].n), "curve": rows, "chosen": chosen}
+        return self._all_rows(bundle, g), draw.with_bandwidth(g)
+
+    def _select_facts(self) -> dict[str, Any]:
+        """What the selection's log line says besides the number of bandwidths."""
+        return {}
+
+    def _split_facts(self) -> dict[str, Any]:
+        """What ``selection_`` records about the split besides its fraction."""
+        return {}
+
+    def _score_candidates(self, bandwidth: float, train: Any, val: Any, draw: Any) -> list[dict[str, Any]]:
+        """One row per candidate at ``bandwidth``: its values (``bandwidth``, ``lam``, …) and held-out scores."""
+        raise NotImplementedError
+
+    def _best(self, rows: list[dict[str, Any]]) -> int:
+        """The index of the chosen row."""
+        raise NotImplementedError
+
+    def _criterion_text(self) -> str:
+        raise NotImplementedError
+
+    def _all_rows(self, bundle: StatsBundle, bandwidth: float) -> Any:
+        """The statistics of every row of a split pass at ``bandwidth``."""
+        return bundle[("train", bandwidth)] + bundle[("val", bandwidth)]
+
+    def _no_selection(self, bundle: StatsBundle, draw: Any, grid: list[float]) -> tuple[Any, Any]:
+        """Too few rows to hold any out."""
+        n = int(bundle[("train", grid[0])].n)
+        raise ValueError(f"{n} rows leave no validation rows at validation_fraction={self.validation_fraction}: "
+                         f"nothing to select on; give lam and bandwidth, or more rows")

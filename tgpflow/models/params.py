@@ -1,0 +1,450 @@
+"""The estimators' parameters as declarative tables, validated by pydantic (issue 16).
+
+A table is a pydantic model with one field per parameter of an estimator's ``__init__``: its type
+(the allowed values and ranges), its default, a one-line help (the field's ``description``) and,
+for :class:`GPTiltedParams`, the methods it applies to (``applies``: a capability of
+:class:`~tgpflow.models.tgp_method.TGPMethod` that a method must have for the parameter to do
+anything, e.g. ``"noise_conditional"``). Rules across parameters are the tables' model validators.
+
+The estimators check their ``get_params()`` against their table once per public entry
+(:mod:`tgpflow.models.estimator_base`); ``tgpflow fit`` makes its model options from these tables
+and parses their values with these types (:meth:`ParamTable.parse_text`), and
+:mod:`tgpflow.models.registry` reads ``applies`` to say which models use a parameter.
+
+Errors name the parameter, the value and what is allowed, in one sentence read off the type
+(``n_features must be a positive integer; got 0``): each type says how it reads with
+:class:`Allowed`. Values are checked as given (``strict``: ``"5"`` is not an integer), after NumPy
+scalars, arrays and tuples are read as the Python numbers and lists they hold.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, ClassVar, Literal, Union
+
+import numpy as np
+from annotated_types import Ge, Gt, Len, Lt, MinLen
+from pydantic import (AllowInfNan, BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError,
+                      model_validator)
+
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
+from tgpflow.features.kernels import KERNELS
+from tgpflow.features.sdo import WHITEN_MODES
+from tgpflow.io.pilot import DEFAULT_PILOT_ROWS
+from tgpflow.models.registry import RSR_METHODS
+from tgpflow.solve.kef import REGULARIZERS
+from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS
+from tgpflow.stats.tgp import PRECISIONS
+
+__all__ = ["ParamTable", "GPTiltedParams", "ScoreParams", "NystromKEFParams", "RootSobolevParams", "FullKEFParams",
+           "ExactKDEParams", "Allowed", "CliText", "CRITERIA", "parse_bounds", "plain", "describe"]
+
+#: Held-out selection criteria of the GP-tilted density (see its ``criterion``).
+CRITERIA = ("loglik", "sliced", "hyvarinen")
+
+
+class Allowed:
+    """Annotated metadata: how a type reads in an error message ("a positive integer")."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+class CliText:
+    """Annotated metadata: how the command line writes a value of this type (``parse`` and a ``metavar``)."""
+
+    def __init__(self, parse: Callable[[str], Any], metavar: str):
+        self.parse, self.metavar = parse, metavar
+
+
+def parse_bounds(text: str) -> dict[str, list[float | None]]:
+    """``COL:LO:HI,...`` → ``{col: [lo, hi]}`` (an empty side is open), the command line's ``bounds``."""
+    out: dict[str, list[float | None]] = {}
+    for item in text.split(","):
+        parts = item.strip().rsplit(":", 2)
+        if len(parts) != 3 or not parts[0]:
+            raise ValueError(f"expected COL:LO:HI (an empty side is open); got {item!r}")
+        try:
+            out[parts[0]] = [float(v) if v.strip() else None for v in parts[1:]]
+        except ValueError:
+            raise ValueError(f"bounds must be numbers; got {item!r}") from None
+    return out
+
+
+# -- the types, each with how it reads ------------------------------------------------------------
+Finite = AllowInfNan(False)
+PositiveInt = Annotated[int, Ge(1), Allowed("a positive integer")]
+NonNegativeInt = Annotated[int, Ge(0), Allowed("an integer >= 0")]
+PositiveNumber = Annotated[float, Gt(0), Finite, Allowed("a positive number")]
+NonNegativeNumber = Annotated[float, Ge(0), Finite, Allowed("a number >= 0")]
+Fraction = Annotated[float, Gt(0), Lt(1), Allowed("a number in (0, 1)")]
+PositiveGrid = Annotated[list[PositiveNumber], MinLen(1), Allowed("a non-empty list of positive numbers")]
+Seed = Union[NonNegativeInt, None]
+OnBadRows = Literal["raise", "drop"]
+Device = Literal["auto", "cpu", "gpu"]
+_Side = Union[Annotated[float, Finite], None]
+_Pair = Annotated[list[_Side], Len(2, 2)]
+Bounds = Annotated[Union[None, dict[Union[str, int], _Pair], list[_Pair]],
+                   Allowed("None, a dict {column: (lower, upper)} or a list of (lower, upper) pairs (None: an open "
+                           "side)"), CliText(parse_bounds, "COL:LO:HI,...")]
+
+
+def at_least(n: int) -> Any:
+    """An integer >= n."""
+    return Annotated[int, Ge(n), Allowed(f"an integer >= {n}")]
+
+
+def _known_method(name: Any) -> str:
+    """A GP-tilted method of the registry (its error lists the known ones)."""
+    from tgpflow.models.tgp_methods import get_method
+
+    get_method(name)
+    return name
+
+
+TGPMethodName = Annotated[str, PlainValidator(_known_method, json_schema_input_type=str)]
+
+
+def param(default: Any, help: str, *, applies: str | None = None) -> Any:
+    """A table entry's default and one-line help; ``applies``: the TGPMethod capability it needs."""
+    return Field(default, description=help, json_schema_extra=None if applies is None else {"applies": applies})
+
+
+def plain(value: Any) -> Any:
+    """NumPy scalars and arrays and tuples as the Python numbers and lists they hold (as JSON holds them)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (np.ndarray, tuple, list)):
+        return [plain(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def describe(tp: Any) -> str:
+    """How the values of type ``tp`` read: ``"'auto', 'scott', a positive number or …"``."""
+    parts = _describe_parts(tp)
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} or {parts[-1]}"
+
+
+def _describe_parts(tp: Any) -> list[str]:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Annotated:
+        said = [m.text for m in tp.__metadata__ if isinstance(m, Allowed)]
+        return said or _describe_parts(args[0])
+    if origin is Literal:
+        return [repr(a) for a in args]
+    if origin is Union:
+        return [p for a in args for p in _describe_parts(a)]
+    names = {type(None): "None", bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+    return [names.get(tp, getattr(tp, "__name__", str(tp)))]
+
+
+def _members(tp: Any) -> list[Any]:
+    """The alternatives of a (possibly annotated) union type."""
+    if typing.get_origin(tp) is Annotated and not any(isinstance(m, Allowed) for m in tp.__metadata__):
+        return _members(typing.get_args(tp)[0])
+    if typing.get_origin(tp) is Union:
+        return [m for a in typing.get_args(tp) for m in _members(a)]
+    return [tp]
+
+
+def _bare(tp: Any) -> Any:
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is Annotated else tp
+
+
+class ParamTable(BaseModel):
+    """The parameter table of one estimator (see the module docstring): subclass it, one field per parameter."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    #: The estimator's name, for messages.
+    estimator: ClassVar[str] = "estimator"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_values(cls, data: Any) -> Any:
+        return {k: plain(v) for k, v in data.items()} if isinstance(data, Mapping) else data
+
+    @classmethod
+    def check(cls, params: Mapping[str, Any]) -> ParamTable:
+        """The validated table of ``params`` (missing ones take their defaults), or a ValueError with one
+        sentence per invalid parameter naming it, its value and what is allowed."""
+        try:
+            return cls.model_validate(dict(params))
+        except ValidationError as exc:
+            raise ValueError(cls.explain(exc, params)) from None
+
+    @classmethod
+    def explain(cls, exc: ValidationError, params: Mapping[str, Any]) -> str:
+        """The sentences of a ValidationError of this table (see :meth:`check`)."""
+        by_name: dict[Any, list[Any]] = {}
+        for err in exc.errors():
+            by_name.setdefault(err["loc"][0] if err["loc"] else None, []).append(err)
+        out = []
+        for name, errs in by_name.items():
+            own = [str(e["ctx"]["error"]) for e in errs if e["type"] == "value_error" and "error" in e.get("ctx", {})]
+            if own:  # a validator of the table (a rule across parameters, the method registry) said it
+                out.append(own[0])
+            elif errs[0]["type"] == "extra_forbidden":
+                out.append(f"{name!r} is not a parameter of {cls.estimator}; its parameters are "
+                           f"{', '.join(cls.model_fields)}")
+            else:
+                finite = any(e["type"] == "finite_number" for e in errs)
+                out.append(f"{name} must be {cls.allowed(name)}; got {params.get(name)!r}"
+                           + (", which is not finite" if finite else ""))
+        return "; ".join(out)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(cls.model_fields)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every parameter's default."""
+        return {name: field.default for name, field in cls.model_fields.items()}
+
+    @classmethod
+    def type_of(cls, name: str) -> Any:
+        """The declared type of parameter ``name`` (with its Annotated metadata)."""
+        return typing.get_type_hints(cls, include_extras=True)[name]
+
+    @classmethod
+    def allowed(cls, name: str) -> str:
+        """What parameter ``name`` accepts, in words."""
+        if name == "method" and cls.type_of(name) is TGPMethodName:
+            from tgpflow.models.tgp_methods import method_names
+
+            return describe(Literal[method_names()])
+        return describe(cls.type_of(name))
+
+    @classmethod
+    def help_of(cls, name: str) -> str:
+        return cls.model_fields[name].description or ""
+
+    @classmethod
+    def applies_to(cls, name: str, method: Any) -> bool:
+        """Whether parameter ``name`` does anything for ``method`` (a TGPMethod): it needs no capability, or
+        the method has the one it names."""
+        extra = cls.model_fields[name].json_schema_extra
+        capability = extra.get("applies") if isinstance(extra, dict) else None
+        return capability is None or bool(getattr(method, str(capability)))
+
+    @classmethod
+    def metavar(cls, name: str) -> str:
+        said = [m for m in _metadata(cls.type_of(name)) if isinstance(m, CliText)]
+        return said[0].metavar if said else "VALUE"
+
+    @classmethod
+    def parse_text(cls, name: str, text: str) -> Any:
+        """The value of parameter ``name`` written as ``text`` on the command line: a value of one of its
+        types, a comma list where it takes a list, ``none`` for None. ValueError says what is allowed."""
+        tp = cls.type_of(name)
+        said = [m for m in _metadata(tp) if isinstance(m, CliText)]
+        if said:
+            return said[0].parse(text)
+        members = _members(tp)
+        if type(None) in members and text.strip().lower() in ("none", "null"):
+            return None
+        lists = [m for m in members if typing.get_origin(_bare(m)) is list]
+        scalars = [m for m in members if m not in lists and m is not type(None)]
+        errors: list[Any] = []
+        if scalars and not ("," in text and lists):
+            try:
+                return TypeAdapter(Union[tuple(scalars)]).validate_strings(text.strip())  # type: ignore[arg-type]
+            except ValidationError as exc:
+                errors = exc.errors()
+        if not lists:
+            raise ValueError(_not(text, describe(tp), errors))
+        try:
+            return _parse_list(lists[0], text)
+        except ValueError:
+            if errors:  # one value that is none of the alternatives: say what the parameter takes
+                raise ValueError(_not(text, describe(tp), errors)) from None
+            raise
+
+
+def _parse_list(tp: Any, text: str) -> list[Any]:
+    """A comma list of values of the list type ``tp``; ValueError naming the first item that is not one."""
+    item_type = typing.get_args(_bare(tp))[0]
+    values = []
+    for item in (v.strip() for v in text.split(",") if v.strip()):
+        try:
+            values.append(TypeAdapter(item_type).validate_strings(item))
+        except ValidationError as exc:
+            raise ValueError(_not(item, describe(item_type), exc.errors())) from None
+    try:
+        return TypeAdapter(tp).validate_python(values)
+    except ValidationError as exc:
+        raise ValueError(_not(text, describe(tp), exc.errors())) from None
+
+
+def _metadata(tp: Any) -> tuple[Any, ...]:
+    return tp.__metadata__ if typing.get_origin(tp) is Annotated else ()
+
+
+def _not(text: str, allowed: str, errors: list[Any]) -> str:
+    if any(e["type"] == "finite_number" for e in errors):
+        return f"{text!r} is not finite; expected {allowed}"
+    return f"{text!r} is not {allowed}"
+
+
+# -- the tables ------------------------------------------------------------------------------------
+class StreamingParams(ParamTable):
+    """What every estimator that streams a source takes."""
+
+    pilot_rows: at_least(2) = param(DEFAULT_PILOT_ROWS, "Rows in the pilot sample.")  # type: ignore[valid-type]
+    on_bad_rows: OnBadRows = param("raise", "Rows with missing or non-finite values: refuse them, or drop them "
+                                            "and report how many.")
+    block_bytes: PositiveInt = param(DEFAULT_BLOCK_BYTES, "Cap on the per-row part of a chunk task's memory "
+                                                         "(bytes); each pass is planned within the workers' limits.")
+    random_state: Seed = param(0, "Seed of the pilot, the feature draw and the solve's own draws.")
+    device: Device = param("auto", "Where to compute; 'auto' resolves to the CPU in this release.")
+
+
+class GPTiltedParams(StreamingParams):
+    """:class:`~tgpflow.models.gp_tilted.GPTiltedDensity` (seed 003; MATH.md §2–§5)."""
+
+    estimator: ClassVar[str] = "GPTiltedDensity"
+
+    method: TGPMethodName = param("fd", "The GP-tilted method (tgpflow.models.tgp_methods).")
+    n_features: PositiveInt = param(1000, "S: random Fourier features.")
+    lam: Union[PositiveNumber, Literal["auto"]] = param(
+        "auto", "Ridge λ on θ (the objective is a sum over rows); 'auto' selects it from lam_grid on held-out rows.",
+        applies="selects")
+    bandwidth: Union[Literal["auto", "scott"], PositiveNumber, PositiveGrid] = param(
+        "auto", "γ: 'auto' (cross-validated on the pilot), 'scott' (the paper's rule), a number, or a list "
+                "selected on held-out rows.")
+    noise_levels: PositiveInt = param(10, "NCFD: H noise levels σ_h = (h−1)σ_max/H.", applies="noise_conditional")
+    sigma_max: Union[Literal["auto", "paper"], NonNegativeNumber] = param(
+        "auto", "NCFD: the largest noise level; 'auto' is γ/4, 'paper' √(tr Σ)/d.", applies="noise_conditional")
+    eta: Union[Literal["auto"], PositiveNumber, PositiveGrid] = param(
+        "auto", "FVPD temperature η; 'auto' is 1/γ², a list is selected on held-out rows.", applies="uses_eta")
+    base: Literal["empirical", "learn"] = param(
+        "empirical", "The base N(μ, Σ): the exact data moments, or learnt from the statistics (eqs 12–16).")
+    lam_grid: Union[None, PositiveGrid] = param(
+        None, "The λ values of lam='auto' (default: 10⁻³ … 10⁴; 10⁻⁴ … 10² for 'hyvarinen').", applies="selects")
+    criterion: Literal[CRITERIA] = param(  # type: ignore[valid-type]
+        "sliced", "What a held-out selection optimises: sliced KS, normalised log-likelihood, or Hyvärinen loss.",
+        applies="selects")
+    normalizer_draws: at_least(1000) = param(  # type: ignore[valid-type]
+        DEFAULT_NORMALIZER_DRAWS, "Base draws of the normaliser estimated after every fit.", applies="integrable")
+    validation_fraction: Fraction = param(0.1, "Share of rows held out when selecting (by a hash of their position).",
+                                          applies="selects")
+    map_draws: PositiveInt = param(100_000, "MAP: S₂ base draws of the expectation.", applies="solve_draws")
+    map_max_iter: PositiveInt = param(100, "MAP: Newton iterations at most.", applies="solve_draws")
+    kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (seed 003 §IV) or the identity.")
+    bounds: Bounds = param(None, "Hard column bounds, fitted after a log/logit transform.")
+    pilot: Literal["sample", "exact"] = param("sample", "A bounded pilot sample, or a full moments pass first.")
+    split_every: at_least(2) = param(8, "Fan-in of the reduction tree.")  # type: ignore[valid-type]
+    precision: Literal[PRECISIONS] = param(  # type: ignore[valid-type]
+        "float64", "'mixed': float32 S×S products accumulated in float64.")
+    threshold_quantile: Fraction = param(0.01, "Share of (pilot) training rows flagged by is_anomaly.")
+
+    @model_validator(mode="after")
+    def _method_rules(self) -> GPTiltedParams:
+        from tgpflow.models.tgp_methods import get_method, method_names
+
+        method = get_method(self.method)
+        if self.base == "learn" and not method.learns_base:
+            learners = [m for m in method_names() if get_method(m).learns_base]
+            raise ValueError(f"base='learn' is defined for method {' and '.join(map(repr, learners))} (eqs 12–16); "
+                             f"got {self.method!r}")
+        if not method.selects and (isinstance(self.bandwidth, list) or isinstance(self.eta, list)):
+            raise ValueError(f"{self.method} has no λ or η to select; give the bandwidth as a number, 'scott' or "
+                             f"'auto'")
+        return self
+
+
+class _KernelParams(StreamingParams):
+    """What the Nyström kernel models share (seeds 000, 001; MATH.md §6–§7)."""
+
+    regularizer: Literal[REGULARIZERS] = param(  # type: ignore[valid-type]
+        "tikhonov", "The spectral filter g_λ.")
+    n_basis: PositiveInt = param(100, "m: basis points drawn from the pilot sample.")
+    bandwidth: Union[Literal["median"], PositiveNumber, PositiveGrid] = param(
+        "median", "σ_k: the median heuristic, a number, or a list selected on held-out rows.")
+    lam: Union[PositiveNumber, Literal["auto"]] = param(
+        1e-3, "λ of the filter; 'auto' selects it from lam_grid by the held-out Hyvärinen loss.")
+    base: Literal["flat", "gaussian"] = param("flat", "q0: uniform, or N(μ0, Σ0) with the exact moments of the pass.")
+    radial: Literal[KERNELS] = param("gaussian", "The scalar kernel.")  # type: ignore[valid-type]
+    nu: PositiveNumber = param(1.0, "ν of the ν-method.")
+    eps: PositiveNumber = param(1e-5, "Ridge ε of the direct Tikhonov solve and eigenvalue cut of G.")
+    lam_grid: Union[None, PositiveGrid] = param(None, "The λ values of lam='auto' (default: 10⁻⁶ … 1, 13 values).")
+    validation_fraction: Fraction = param(0.1, "Share of rows held out when selecting (by a hash of their position).")
+    split_every: at_least(2) = param(8, "Fan-in of the reduction tree.")  # type: ignore[valid-type]
+
+
+class ScoreParams(_KernelParams):
+    """:class:`~tgpflow.models.kernel_score.ScoreEstimator`."""
+
+    estimator: ClassVar[str] = "ScoreEstimator"
+
+    kernel: Literal["curl_free", "diagonal"] = param("curl_free", "The matrix-valued kernel K.")
+
+
+class NystromKEFParams(_KernelParams):
+    """:class:`~tgpflow.models.kernel_score.NystromKEF` (the kernel is curl-free)."""
+
+    estimator: ClassVar[str] = "NystromKEF"
+
+    lite: bool = param(False, "The lite model (seed 001): coefficients on the basis points, its own Tikhonov solve.")
+    n_components: Union[None, PositiveInt] = param(
+        None, "Dimension subsampling: this many of the d components of each basis point.")
+
+    @model_validator(mode="after")
+    def _lite_rules(self) -> NystromKEFParams:
+        if self.lite and self.regularizer != "tikhonov":
+            raise ValueError(f"the lite model is solved with its own Tikhonov regulariser; use "
+                             f"regularizer='tikhonov' (got {self.regularizer!r})")
+        if self.lite and self.n_components is not None:
+            raise ValueError(f"dimension subsampling (n_components={self.n_components}) applies to the derivative "
+                             f"basis, not to lite")
+        return self
+
+
+class RootSobolevParams(StreamingParams):
+    """:class:`~tgpflow.models.root_sobolev.RootSobolevDensity` (seed 004; MATH.md §8)."""
+
+    estimator: ClassVar[str] = "RootSobolevDensity"
+
+    method: Literal[RSR_METHODS] = param("rsr", "The root-Sobolev density, or its KDE-SDO baseline.")  # type: ignore[valid-type]
+    n_features: PositiveInt = param(2000, "T: SDO random features.")
+    smoothness: Union[PositiveNumber, PositiveGrid] = param(
+        1.0, "a; a list is selected by the held-out Hyvärinen loss.")
+    order: Union[Literal["auto"], PositiveInt] = param("auto", "m_s > d/2; 'auto' is ⌊d/2⌋ + 1.")
+    whiten: Literal[WHITEN_MODES] = param(  # type: ignore[valid-type]
+        "robust", "The kernel's input: whitened by the bulk of the pilot rows, by all of them, or as given.")
+    a_rule: Literal["min", "largest_local_min"] = param("min", "How a is picked from a list.")
+    max_iter: PositiveInt = param(200, "Natural-gradient iterations (passes) at most.")
+    tol: NonNegativeNumber = param(1e-6, "Stop when a full step lowers the loss by less than this (relative).")
+    step: Annotated[float, Gt(0), Lt(0.5), Allowed("a number in (0, 1/2)")] = param(0.25, "The step η.")
+    persist_bytes: NonNegativeInt = param(2**30, "Keep the rows in memory between iterations up to this size.")
+    validation_fraction: Fraction = param(0.2, "Share of rows held out when selecting a.")
+    threshold_quantile: Fraction = param(0.01, "Share of (pilot) training rows flagged by is_anomaly.")
+
+
+class FullKEFParams(ParamTable):
+    """:class:`~tgpflow.models.full_kef.FullKEF` (small n, in memory)."""
+
+    estimator: ClassVar[str] = "FullKEF"
+
+    bandwidth: Union[Literal["median"], PositiveNumber] = param("median", "σ_k, or the median heuristic.")
+    lam: PositiveNumber = param(1e-3, "λ of the regularised score matching.")
+    base: Literal["flat", "gaussian"] = param("flat", "q0: uniform, or the Gaussian of the data's moments.")
+    radial: Literal[KERNELS] = param("gaussian", "The scalar kernel.")  # type: ignore[valid-type]
+    solver: Literal["direct", "cg"] = param("direct", "Factor the nd × nd system, or conjugate gradients (KEF-CG).")
+    cg_tol: PositiveNumber = param(1e-10, "Relative tolerance of CG.")
+    max_rows: PositiveInt = param(20_000, "Refuse more rows than this (the system is nd × nd).")
+
+
+class ExactKDEParams(ParamTable):
+    """:class:`~tgpflow.models.kde.ExactKDE` (small data)."""
+
+    estimator: ClassVar[str] = "ExactKDE"
+
+    bandwidth: Union[Literal["scott"], PositiveNumber] = param("scott", "γ, or Scott's rule.")
+    kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (seed 003 §IV) or the identity.")
+    max_rows: at_least(2) = param(20_000, "Rows of the subsample the estimate keeps.")  # type: ignore[valid-type]
+    random_state: Seed = param(0, "Seed of the subsample.")
