@@ -65,9 +65,10 @@ class Estimator(BaseEstimator):
         if table is None:
             return
         signature = {n: p.default for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"}
-        if signature != table.defaults():
-            differ = sorted({*signature, *table.defaults()} - {k for k, v in signature.items()
-                                                              if table.defaults().get(k, object()) == v})
+        defaults = table.defaults()
+        differ = sorted(n for n in {*signature, *defaults} if n not in signature or n not in defaults
+                        or signature[n] != defaults[n])
+        if differ:  # a parameter, or its default, in only one of them
             raise TypeError(f"{cls.__name__}.__init__ and its parameter table {table.__name__} differ in {differ}")
 
     def check_params(self) -> ParamTable:
