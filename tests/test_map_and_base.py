@@ -115,8 +115,9 @@ def test_base_updates_are_exact_block_minimisers_and_never_increase_the_objectiv
 
 
 def test_base_learn_estimator_uses_the_learnt_base(gaussian_mix):
-    est = GPTiltedDensity(method="fd", n_features=30, base="learn").fit(gaussian_mix)
-    emp = GPTiltedDensity(method="fd", n_features=30).fit(gaussian_mix)
+    # one λ and γ for both (a selection may choose differently for the two bases), the λ fd_loss is taken at
+    est = GPTiltedDensity(method="fd", n_features=30, base="learn", lam=0.1, bandwidth=0.9).fit(gaussian_mix)
+    emp = GPTiltedDensity(method="fd", n_features=30, lam=0.1, bandwidth=0.9).fit(gaussian_mix)
     assert not np.allclose(est.mean_, emp.mean_)
     assert est.objective_ <= fd_loss(emp.stats_, emp.features_, emp.fitted().base, emp.theta_, 0.1) + 1e-9
     with pytest.raises(ValueError, match="base='learn'"):

@@ -80,9 +80,10 @@ def test_accumulate_reports_its_compute(client, rng):
 @pytest.mark.parametrize("make", [
     lambda: GPTiltedDensity(method="fd", n_features=16, lam=0.1, bandwidth=0.5),
     lambda: GPTiltedDensity(method="fd", n_features=16, lam=0.1, bandwidth=0.5, pilot="exact"),
+    lambda: GPTiltedDensity(method="fd", n_features=16, lam=0.1, bandwidth="auto"),  # γ selected on the pilot
     lambda: NystromKEF(n_basis=8, lam=1e-3, bandwidth=1.0),
     lambda: RootSobolevDensity(n_features=32, smoothness=1.0, max_iter=3),
-], ids=["gp-tilted", "gp-tilted-exact-pilot", "nkef", "rsr"])
+], ids=["gp-tilted", "gp-tilted-exact-pilot", "gp-tilted-auto-bandwidth", "nkef", "rsr"])
 def test_fit_reports_every_compute_it_runs(make, client, counted, rng):
     X = da.from_array(rng.normal(size=(1200, 2)), chunks=(400, 2))
     seen = Recorder()

@@ -264,7 +264,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             try:
                 gamma, curve = pilot_bandwidth(rows, folds, features, gammas, self._lam_grid(),
                                                criterion="loglik", n_draws=n_draws, random_state=seed,
-                                               grid=grid, block_bytes=int(self.block_bytes), data_units=self._to_data)
+                                               grid=grid, block_bytes=int(self.block_bytes), data_units=self._to_data,
+                                               progress=progress)
             except TooFewRowsError as exc:
                 warnings.warn(f"{exc}; bandwidth='auto' fell back to Scott's rule", DiagnosticWarning, stacklevel=4)
                 return features.gamma

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from tgpflow.core.engine import Progress
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.moments import Moments
 from tgpflow.features.rff import RandomFourierFeatures
@@ -242,12 +243,14 @@ AUTO_BANDWIDTH_FOLDS = 3
 
 def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourierFeatures, gammas: list[float],
                     lams: list[float], *, criterion: str, n_draws: int, random_state: Any, grid: ProjectionGrid,
-                    block_bytes: int,
-                    data_units: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[float, list[dict[str, float]]]:
+                    block_bytes: int, data_units: Callable[[np.ndarray], np.ndarray] | None = None,
+                    progress: Progress | None = None) -> tuple[float, list[dict[str, float]]]:
     """The γ of ``gammas`` whose best FD fit (over ``lams``) scores best by ``criterion`` ("loglik" or
     "sliced"; "hyvarinen" uses the log-likelihood here), cross-validated over the pilot rows' ``folds``
     (an integer fold per row, :func:`~tgpflow.stats.split.fold_index`). Every γ shares the draw (Z, c)
     and the normaliser's base draws. Returns γ and, per γ, its best row (scores averaged over folds).
+    ``progress`` is called with the futures of its one distributed compute
+    (:data:`tgpflow.core.engine.Progress`).
 
     Why folds: the held-out log-likelihood is flat in γ near its peak, so one split's choice moves
     with the split (measured on the demo mixture, 3 feature draws × 2 sizes: one 20 % split picked
@@ -271,7 +274,8 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
     criterion = "loglik" if criterion == "hyvarinen" else criterion
     parts_rows = [rows[folds == k] for k in range(n_folds)]
     task = dask.delayed(tgp_chunk_stats, pure=True)
-    parts = compute(*[task(part, features.with_bandwidth(g), block_bytes) for g in gammas for part in parts_rows])
+    parts = compute(*[task(part, features.with_bandwidth(g), block_bytes) for g in gammas for part in parts_rows],
+                    progress=progress)
     counts = [projection_counts(part, grid) for part in parts_rows]
     boxes = []
     for k in range(n_folds):
