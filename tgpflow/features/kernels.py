@@ -26,9 +26,9 @@ import math
 
 import numpy as np
 
-__all__ = ["RadialKernel", "KERNELS", "median_heuristic", "curl_free_blocks", "sq_dist"]
+from tgpflow.core.choices import KERNELS
 
-KERNELS = ("gaussian", "imq")
+__all__ = ["RadialKernel", "KERNELS", "median_heuristic", "curl_free_blocks", "sq_dist"]
 
 
 @dataclasses.dataclass(frozen=True)

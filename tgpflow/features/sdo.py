@@ -29,14 +29,12 @@ from functools import cached_property
 
 import numpy as np
 
+from tgpflow.core.choices import WHITEN_MODES
 from tgpflow.features.digest import array_hash
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.whiten import ROBUST_TRIM, Whitening, whitening
 
 __all__ = ["draw_sdo_features", "sdo_width", "default_order", "log_gamma_draws", "SDODraw", "WHITEN_MODES"]
-
-#: How the SDO kernel's input is whitened: by the moments of the bulk of the pilot rows, of all of them, or not.
-WHITEN_MODES = ("robust", "classical", "none")
 
 
 def default_order(d: int) -> int:

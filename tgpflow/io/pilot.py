@@ -24,13 +24,13 @@ import dataclasses
 
 import numpy as np
 
+from tgpflow.core.choices import DEFAULT_PILOT_ROWS
 from tgpflow.core.engine import Progress, compute
 from tgpflow.core.moments import Moments
 from tgpflow.io.sources import Source
 
 __all__ = ["PilotSample", "pilot_sample", "DEFAULT_PILOT_ROWS", "DEFAULT_PILOT_CHUNKS"]
 
-DEFAULT_PILOT_ROWS = 100_000
 DEFAULT_PILOT_CHUNKS = 16
 
 

@@ -28,14 +28,11 @@ from annotated_types import Ge, Gt, Len, Lt, MinLen
 from pydantic import (AllowInfNan, BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError,
                       model_validator)
 
+# Only light modules here: ``tgpflow fit --help`` builds its options from these tables.
+from tgpflow.core.choices import (DEFAULT_NORMALIZER_DRAWS, DEFAULT_PILOT_ROWS, KERNELS, PRECISIONS, REGULARIZERS,
+                                  WHITEN_MODES)
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
-from tgpflow.features.kernels import KERNELS
-from tgpflow.features.sdo import WHITEN_MODES
-from tgpflow.io.pilot import DEFAULT_PILOT_ROWS
 from tgpflow.models.registry import RSR_METHODS
-from tgpflow.solve.kef import REGULARIZERS
-from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS
-from tgpflow.stats.tgp import PRECISIONS
 
 __all__ = ["ParamTable", "GPTiltedParams", "ScoreParams", "NystromKEFParams", "RootSobolevParams", "FullKEFParams",
            "ExactKDEParams", "Allowed", "CliText", "CRITERIA", "parse_bounds", "plain", "describe"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
+from tgpflow.core.choices import REGULARIZERS
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.memory import check_fits
 from tgpflow.features.nystrom import NystromBasis
@@ -29,7 +30,6 @@ from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 
 __all__ = ["REGULARIZERS", "kernel_heldout_loss", "kef_h", "diag_h", "lite_r", "tikhonov_direct", "spectral_solve", "check_memory", "nu_method_coeffs"]
 
-REGULARIZERS = ("tikhonov", "cutoff", "landweber", "nu")
 
 
 def check_memory(n_matrices: int, size: int, what: str) -> None:

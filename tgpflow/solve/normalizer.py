@@ -33,16 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.choices import DEFAULT_NORMALIZER_DRAWS
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.proposal import DRAW_BLOCK, proposal_blocks
 
 __all__ = ["NormalizerEstimate", "DEFAULT_NORMALIZER_DRAWS", "DRAW_BLOCK", "base_draw_blocks",
            "estimate_log_normalizer", "WeightSums"]
-
-#: Base draws of a model's normaliser estimate. At a healthy ESS (≥ 10% of the draws) the
-#: standard error of log Z is ≤ 0.01.
-DEFAULT_NORMALIZER_DRAWS = 2**17
-
 
 @dataclasses.dataclass(frozen=True)
 class NormalizerEstimate:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tgpflow.core.backend import is_numpy, namespace, to_numpy
+from tgpflow.core.choices import PRECISIONS
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
 from tgpflow.core.summable import Summable
@@ -161,9 +162,6 @@ class TGPStats(Summable):
 def _optional(a: np.ndarray | None, b: np.ndarray | None, sign: float) -> np.ndarray | None:
     """a ± b of an optional sum; kept only when both parts carry it."""
     return None if a is None or b is None else a + sign * b
-
-
-PRECISIONS = ("float64", "mixed")
 
 
 def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = DEFAULT_BLOCK_BYTES,
