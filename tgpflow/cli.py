@@ -614,7 +614,7 @@ def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, chains
 @click.option("--directions", default=500, show_default=True, type=click.IntRange(min=1),
               help="Random 1-D projections of the sliced KS/WD.")
 @click.option("--model-samples", default=250_000, show_default=True, type=click.IntRange(min=100),
-              help="Weighted base draws for the model's marginal CDFs.")
+              help="Weighted proposal draws for the model's marginal CDFs.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @_bad_rows
 @_scheduler

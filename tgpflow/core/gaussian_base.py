@@ -18,7 +18,7 @@ import numpy as np
 import scipy.linalg
 
 from tgpflow.core.moments import Moments
-from tgpflow.core.proposal import proposal_draws
+from tgpflow.core.proposal import weighted_draws
 from tgpflow.errors import SourceError
 
 __all__ = ["Base", "base_from_moments", "check_covariance", "COLLINEAR_TOL", "importance_resample"]
@@ -110,11 +110,7 @@ def importance_resample(log_density: Callable[[np.ndarray], np.ndarray], mean: n
     (rows, ESS of the weights)."""
     if n_samples < 1 or n_proposals < 1:
         raise ValueError(f"n_samples and n_proposals must be >= 1; got {n_samples}, {n_proposals}")
-    proposals, log_q = proposal_draws(mean, np.linalg.cholesky(cov), n_proposals, rng)
-    log_w = log_density(proposals) - log_q
-    log_w -= log_w.max()
-    w = np.exp(log_w)
-    w /= w.sum()
+    proposals, w = weighted_draws(log_density, mean, cov, n_proposals, rng)
     ess = float(1.0 / np.sum(w * w))
     idx = rng.choice(n_proposals, size=n_samples, replace=True, p=w)
     return proposals[idx], ess

@@ -20,12 +20,12 @@ component comes from the same seeded stream as its coordinates, so a seed fixes 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-__all__ = ["WIDE_SHARE", "WIDE_SCALE", "proposal_draws", "proposal_blocks", "DRAW_BLOCK"]
+__all__ = ["WIDE_SHARE", "WIDE_SCALE", "proposal_draws", "proposal_blocks", "weighted_draws", "DRAW_BLOCK"]
 
 #: The share α of the proposal's draws that come from the wide component.
 WIDE_SHARE = 0.2
@@ -53,6 +53,20 @@ def proposal_draws(mean: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Ge
     z[wide] *= WIDE_SCALE
     r2 = np.einsum("nd,nd->n", z, z)
     return mean + z @ chol.T, _log_q(r2, d, float(np.log(np.diag(chol)).sum()))
+
+
+def weighted_draws(log_density: Callable[[np.ndarray], np.ndarray], mean: np.ndarray, cov: np.ndarray, n: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` draws ζ of the proposal around N(``mean``, ``cov``) and their self-normalised importance weights
+    ∝ exp(log p̃(ζ) − log q(ζ)) for an unnormalised ``log_density`` (MATH.md §5). A draw where the log
+    density is not finite (e.g. KDE-RFF's estimate ≤ 0) gets weight 0; none finite raises."""
+    points, log_q = proposal_draws(mean, np.linalg.cholesky(cov), int(n), rng)
+    log_w = log_density(points) - log_q
+    finite = np.isfinite(log_w)
+    if not finite.any():
+        raise FloatingPointError("the model's log density is not finite at any proposal draw")
+    w = np.exp(np.where(finite, log_w, -np.inf) - log_w[finite].max())
+    return points, w / w.sum()
 
 
 def _seed_sequence(random_state: Any) -> np.random.SeedSequence:

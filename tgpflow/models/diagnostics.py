@@ -56,7 +56,7 @@ def fit_diagnostics(normalizer: NormalizerEstimate, box: SupportBox | None, *, w
     problems = list(extra.pop("warnings", []))
     diag.update(extra)
     if normalizer.ess_fraction < MIN_ESS_FRACTION:
-        problems.append(f"{what}: only {normalizer.ess:.0f} effective base draws of {normalizer.n_draws} "
+        problems.append(f"{what}: only {normalizer.ess:.0f} effective proposal draws of {normalizer.n_draws} "
                         f"({100 * normalizer.ess_fraction:.3g}% < {100 * MIN_ESS_FRACTION:g}%): its mass sits where "
                         f"the base rarely goes, so its normaliser and resampled draws are unreliable; {fix}")
     if box is not None and normalizer.mass_outside is not None:

@@ -6,7 +6,7 @@ features or a Nyström basis), the coefficients the solve produced, its base mea
 * ``log_density`` (unnormalised), ``grad_log_density`` (the score) and ``hyvarinen_terms``
   (``½‖s‖² + div s`` per row with the closed-form divergence, MATH.md §10);
 * ``sample`` (importance resampling from the Gaussian base, MATH.md §5), ``base_draws`` and
-  ``reference_sample`` (the weighted base draws of the sliced metrics, seed 003 §IV);
+  ``reference_sample`` (the weighted proposal draws of the sliced metrics, seed 003 §IV);
 * ``to_arrays``/``to_meta`` and ``from_arrays``: numeric arrays plus a small JSON dict, never a pickle.
 
 Rows are (n, d) float64 NumPy arrays; there are no input checks (the estimators make them).
@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tgpflow.core.gaussian_base import importance_resample
-from tgpflow.core.proposal import proposal_draws
+from tgpflow.core.proposal import weighted_draws
 
 __all__ = ["Fitted", "fitted_from_arrays", "prefixed"]
 
@@ -116,14 +116,8 @@ class Fitted(abc.ABC):
         normalised weights ∝ exp(log p̃(ζ) − log q(ζ)) (seed 003 §IV compares a model with data through
         them); draws where the log density is not finite (KDE-RFF's estimate ≤ 0) get weight 0."""
         base = self._gaussian_base()
-        points, log_q = proposal_draws(base.mean, np.linalg.cholesky(base.cov), int(n_samples),
-                                       np.random.default_rng(random_state))
-        log_w = self.log_density(points) - log_q
-        finite = np.isfinite(log_w)
-        if not finite.any():
-            raise FloatingPointError("the model's log density is not finite at any reference draw")
-        w = np.exp(np.where(finite, log_w, -np.inf) - log_w[finite].max())
-        return points, w / w.sum()
+        return weighted_draws(self.log_density, base.mean, base.cov, int(n_samples),
+                              np.random.default_rng(random_state))
 
 
 def fitted_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Fitted:

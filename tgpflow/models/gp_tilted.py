@@ -95,12 +95,12 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         10⁻³ … 10⁴, for the "sliced" and "loglik" criteria; 19 values, 10⁻⁴ … 10², for "hyvarinen").
     criterion : {"sliced", "loglik", "hyvarinen"} — what a selection optimises on the held-out
         rows: "sliced" (the default) the median sliced KS between the held-out rows and the
-        candidate's importance-weighted base draws; "loglik" the normalised log-likelihood (log Z
+        candidate's importance-weighted proposal draws; "loglik" the normalised log-likelihood (log Z
         by importance sampling from the base, the same seeded draws for every candidate); for
         both, candidates whose normaliser rests on < 1 % of the draws, or that put more mass
         outside the training rows' box than the diagnostics allow, are skipped. "hyvarinen" is
         the score-matching loss, which cannot see mass where there are no data.
-    normalizer_draws : int — base draws of the normaliser estimated after every fit
+    normalizer_draws : int — proposal draws of the normaliser estimated after every fit
         (``normalizer_``, ``fit_diagnostics_``); a selection uses a quarter of them per γ.
     validation_fraction : float — share of rows held out when selecting, by a fixed hash of
         each row's position (the same rows on every refit). The final model is solved on all
@@ -235,7 +235,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
         The grid is :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FACTORS` × Scott's γ for those rows;
         they go to :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FOLDS` folds by a hash of their position,
-        every γ shares the draw (Z, c) and the normaliser's base draws, and λ runs over the λ grid; only healthy candidates compete (ESS and
+        every γ shares the draw (Z, c) and the normaliser's proposal draws, and λ runs over the λ grid; only healthy candidates compete (ESS and
         mass outside the support box, :func:`~tgpflow.solve.select.healthy`). The log-likelihood, a
         proper scoring rule, is smooth in γ where the sliced KS on a few thousand pilot rows is noisy
         (measured on the demo mixture: the KS curve over γ jumped by ±1 KS point between neighbours,
@@ -455,7 +455,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         warns with the fix (:class:`~tgpflow.models.diagnostics.DiagnosticWarning`).
 
         When λ was selected by a normalised criterion ("sliced", "loglik") and the all-rows fit fails
-        the check the candidates passed — its normaliser rests on fewer than 1 % of its base draws,
+        the check the candidates passed — its normaliser rests on fewer than 1 % of its proposal draws,
         or it puts more mass outside the support box than the diagnostics allow (a λ can pass on the
         training part and not on all rows: θ is then dominated by directions the data barely
         determine; measured on the demo mixture at 2M rows: 3.3 % outside against a 3 % limit) —
@@ -574,7 +574,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         best = choose(rows, self.criterion)
         if self.criterion != "hyvarinen" and not healthy(rows[best]):
             warnings.warn(f"no (γ, λ) on the grid has a reliable normaliser (ESS >= {MIN_SELECT_ESS_FRACTION:.0%} "
-                          f"of the base draws) and keeps its mass inside the training rows' support box; chose "
+                          f"of the proposal draws) and keeps its mass inside the training rows' support box; chose "
                           f"the best by the criterion among those with a reliable normaliser, else the largest "
                           f"ESS (ESS {rows[best]['ess_fraction']:.3%}, mass outside "
                           f"{rows[best].get('mass_outside', float('nan')):.3%}): extend lam_grid upwards, or "
@@ -582,7 +582,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return best
 
     def _criterion_text(self) -> str:
-        guard = (f"; candidates whose normaliser has ESS < {MIN_SELECT_ESS_FRACTION:.0%} of the base draws, or whose "
+        guard = (f"; candidates whose normaliser has ESS < {MIN_SELECT_ESS_FRACTION:.0%} of the proposal draws, or whose "
                  f"mass outside the training rows' support box exceeds the diagnostics' limit, skipped")
         return {"loglik": "held-out log-likelihood (log Z by importance sampling from the base" + guard + ")",
                 "sliced": "held-out sliced KS (median over the projection grid's directions" + guard + ")",
@@ -682,7 +682,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """log Z of the fitted (unnormalised) density by importance sampling from its base (MATH.md §5).
 
         Returns a :class:`~tgpflow.solve.normalizer.NormalizerEstimate`: ``log_z``, its standard
-        error, the ESS of the base draws, the model's mean and spread and (when the fit recorded
+        error, the ESS of the proposal draws, the model's mean and spread and (when the fit recorded
         the data's support box) its mass outside that box. Defaults: ``normalizer_draws`` draws
         from the estimator's seed — the value stored in ``normalizer_`` after a fit. ``sigma``:
         the NCFD level.

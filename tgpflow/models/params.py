@@ -326,7 +326,7 @@ class GPTiltedParams(StreamingParams):
         "sliced", "What a held-out selection optimises: sliced KS, normalised log-likelihood, or Hyvärinen loss.",
         applies="selects")
     normalizer_draws: at_least(1000) = param(  # type: ignore[valid-type]
-        DEFAULT_NORMALIZER_DRAWS, "Base draws of the normaliser estimated after every fit.", applies="integrable")
+        DEFAULT_NORMALIZER_DRAWS, "Proposal draws of the normaliser estimated after every fit.", applies="integrable")
     validation_fraction: Fraction = param(0.1, "Share of rows held out when selecting (by a hash of their position).",
                                           applies="selects")
     map_draws: PositiveInt = param(100_000, "MAP: S₂ base draws of the expectation.", applies="solve_draws")

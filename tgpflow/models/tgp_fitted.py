@@ -223,7 +223,7 @@ class BoundedFitted(Fitted):
 
     ``log p(x) = log q_T(t(x)) + Σ log t'(x)``; rows on or beyond a bound have log density −inf and a
     NaN score. ``inner`` is the model in the transformed space (its ``base`` lives there too); samples
-    and base draws are drawn there and mapped back by t⁻¹.
+    and proposal draws are drawn there and mapped back by t⁻¹.
     """
 
     kind: ClassVar[str] = "bounded"

@@ -37,7 +37,7 @@ from tgpflow.core.choices import DEFAULT_NORMALIZER_DRAWS
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.proposal import DRAW_BLOCK, proposal_blocks
 
-__all__ = ["NormalizerEstimate", "DEFAULT_NORMALIZER_DRAWS", "DRAW_BLOCK", "base_draw_blocks",
+__all__ = ["NormalizerEstimate", "DEFAULT_NORMALIZER_DRAWS", "DRAW_BLOCK", "base_proposal_blocks",
            "estimate_log_normalizer", "WeightSums"]
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,7 @@ class NormalizerEstimate:
                    None if d.get("mass_outside") is None else float(d["mass_outside"]))
 
 
-def base_draw_blocks(base: Base, n_draws: int, random_state: Any,
+def base_proposal_blocks(base: Base, n_draws: int, random_state: Any,
                      block_rows: int = DRAW_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Blocks of (ζ, log q(ζ)) for ``n_draws`` draws ζ of the defensive proposal around the base
     N(μ, Σ) (:func:`tgpflow.core.proposal.proposal_blocks`); block b from child seed b."""
@@ -102,7 +102,7 @@ class WeightSums:
         """Add a block: ``log_w`` (rows, k) log weights of the candidates at ``points`` (rows, d);
         ``bins`` (rows, K) flat histogram indices of the points (e.g. ``ProjectionGrid.bins``)."""
         if np.isnan(log_w).any() or np.isposinf(log_w).any():
-            raise FloatingPointError("the model's log density is NaN or +inf at some base draws")
+            raise FloatingPointError("the model's log density is NaN or +inf at some proposal draws")
         self.n += log_w.shape[0]
         block_max = log_w.max(axis=0)
         new_max = np.maximum(self.max, block_max)
@@ -138,8 +138,8 @@ class WeightSums:
         out = []
         for j in range(self.max.shape[0]):
             if not (np.isfinite(self.max[j]) and self.s1[j] > 0):
-                raise FloatingPointError("the model's log density is −inf at every base draw: its normaliser "
-                                         "cannot be estimated from the base")
+                raise FloatingPointError("the model's log density is −inf at every proposal draw: its "
+                                         "normaliser cannot be estimated from the base")
             ess = float(self.s1[j] ** 2 / self.s2[j])
             mean = self.sx[j] / self.s1[j]
             var = np.maximum(self.sxx[j] / self.s1[j] - mean * mean, 0.0)
@@ -163,8 +163,8 @@ def estimate_log_normalizer(log_density: Callable[[np.ndarray], np.ndarray], bas
     the data's units (bounded columns) before the moments and ``outside`` see them.
     """
     sums = WeightSums(1, base.mean.shape[0])
-    for points, log_base in base_draw_blocks(base, n_draws, random_state):
-        log_w = (np.asarray(log_density(points), dtype=np.float64) - log_base)[:, None]
+    for points, log_prop in base_proposal_blocks(base, n_draws, random_state):
+        log_w = (np.asarray(log_density(points), dtype=np.float64) - log_prop)[:, None]
         data = points if data_units is None else data_units(points)
         sums.add(log_w, data, None if outside is None else outside(data))
     return sums.estimates(outside is not None)[0]

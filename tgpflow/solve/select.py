@@ -28,7 +28,7 @@ from tgpflow.core.gaussian_base import Base
 from tgpflow.core.moments import Moments
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.base_learning import fd_loss
-from tgpflow.solve.normalizer import WeightSums, base_draw_blocks
+from tgpflow.solve.normalizer import WeightSums, base_proposal_blocks
 from tgpflow.solve.tgp import fd_system, feature_moments_under_base
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, ks_by_direction
 from tgpflow.stats.support import SupportBox, mass_outside_limit
@@ -137,7 +137,7 @@ def score_tilts(val: TGPStats, features: RandomFourierFeatures, base: Base, thet
     """Held-out scores of the normalised densities ``e^{θ_kᵀφ} N(μ, Σ)``, one per row θ_k.
 
     ``mean_val log p = θᵀψ_val/N_val − mean_val ½(x−μ)ᵀP(x−μ) − log Z(θ)`` with every log Z on the
-    same seeded base draws (:mod:`tgpflow.solve.normalizer`); with the held-out rows' projection
+    same seeded draws of the defensive proposal around the base (:mod:`tgpflow.solve.normalizer`); with the held-out rows' projection
     counts, also the sliced KS between them and each candidate's importance-weighted draws; with the
     training rows' support ``box`` (in the data's units, ``data_units`` mapping the draws there),
     each candidate's normalised mass outside it.
@@ -147,11 +147,11 @@ def score_tilts(val: TGPStats, features: RandomFourierFeatures, base: Base, thet
     thetas = np.atleast_2d(thetas)
     hist = grid.n_directions * grid.n_bins if (grid is not None and projections is not None) else 0
     sums = WeightSums(thetas.shape[0], features.n_dims, hist)
-    for points, log_base in base_draw_blocks(base, n_draws, random_state):
+    for points, log_prop in base_proposal_blocks(base, n_draws, random_state):
         phi, _ = features.transform(points)
         r = points - base.mean
         quad = 0.5 * np.einsum("nd,nd->n", r @ base.precision, r)
-        sums.add(phi @ thetas.T - (quad + log_base)[:, None], points, _box_mask(box, data_units, points),
+        sums.add(phi @ thetas.T - (quad + log_prop)[:, None], points, _box_mask(box, data_units, points),
                  bins=grid.bins(points) if hist else None)
     data = thetas @ val.psi / val.n - heldout_base_term(val.moments, base)
     return _candidate_rows(sums, data, projections, grid, box)
@@ -183,13 +183,13 @@ def score_fvpd(val: TGPStats, features: RandomFourierFeatures, base: Base, A0: n
     v_u = m_u * inv  # Uᵀv_λ per λ
     hist = grid.n_directions * grid.n_bins if (grid is not None and projections is not None) else 0
     sums = WeightSums(len(lams), features.n_dims, hist)
-    for points, log_base in base_draw_blocks(base, n_draws, random_state):
+    for points, log_prop in base_proposal_blocks(base, n_draws, random_state):
         phi, _ = features.transform(points)
         pu = phi @ U
         r = points - base.mean
         quad = 0.5 * np.einsum("nd,nd->n", r @ base.precision, r)
         log_q = 0.5 * (pu * pu) @ inv.T - pu @ v_u.T - quad[:, None]
-        sums.add(log_q - log_base[:, None], points, _box_mask(box, data_units, points),
+        sums.add(log_q - log_prop[:, None], points, _box_mask(box, data_units, points),
                  bins=grid.bins(points) if hist else None)
     c_u = np.einsum("sk,sk->k", U, val.phi_gram @ U)  # diag(Uᵀ Σ_val φφᵀ U), one GEMM
     data = (0.5 * inv @ c_u - (U @ v_u.T).T @ val.psi) / val.n - heldout_base_term(val.moments, base)
@@ -248,7 +248,7 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
     """The γ of ``gammas`` whose best FD fit (over ``lams``) scores best by ``criterion`` ("loglik" or
     "sliced"; "hyvarinen" uses the log-likelihood here), cross-validated over the pilot rows' ``folds``
     (an integer fold per row, :func:`~tgpflow.stats.split.fold_index`). Every γ shares the draw (Z, c)
-    and the normaliser's base draws. Returns γ and, per γ, its best row (scores averaged over folds).
+    and the normaliser's proposal draws. Returns γ and, per γ, its best row (scores averaged over folds).
     ``progress`` is called with the futures of its one distributed compute
     (:data:`tgpflow.core.engine.Progress`).
 
