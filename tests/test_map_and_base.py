@@ -8,7 +8,7 @@ from tests.oracles import fd_objective, gauss_hermite, phi_raw
 from tgpflow import GPTiltedDensity, RandomFourierFeatures
 from tgpflow.core.gaussian_base import Base, base_from_moments
 from tgpflow.solve.base_learning import fd_loss, learn_base, solve_lyapunov, update_cov, update_mean
-from tgpflow.solve.map import PointSet, base_draws, map_gradient, map_objective, solve_map
+from tgpflow.solve.map import PointSet, base_draws, map_gradient, map_objective, proposal_point_set, solve_map
 from tgpflow.stats.tgp import tgp_chunk_stats
 
 
@@ -41,17 +41,36 @@ def test_map_gradient_matches_finite_differences_of_the_quadrature_objective(pro
     np.testing.assert_allclose(map_gradient(theta, stats.psi, stats.n, f, quad, lam), fd, rtol=1e-6, atol=1e-7)
 
 
-def test_map_iteration_converges_to_the_quadrature_map_within_monte_carlo_error(problem):
+@pytest.mark.parametrize("rule", [base_draws, proposal_point_set], ids=["base", "proposal"])
+def test_map_iteration_converges_to_the_quadrature_map_within_monte_carlo_error(problem, rule):
     X, f, stats, base, quad = problem
     lam = 0.5
     theta_q, _, info = solve_map(stats.psi, stats.n, f, quad, lam)
     assert info["converged"] and info["iterations"] < 30
     assert np.linalg.norm(map_gradient(theta_q, stats.psi, stats.n, f, quad, lam)) < 1e-6 * np.linalg.norm(stats.psi)
-    runs = [solve_map(stats.psi, stats.n, f, base_draws(base, 200_000, seed), lam)[0] for seed in (1, 2, 3)]
+    runs = [solve_map(stats.psi, stats.n, f, rule(base, 200_000, seed), lam)[0] for seed in (1, 2, 3)]
     spread = np.mean([np.linalg.norm(runs[i] - runs[j]) for i, j in ((0, 1), (0, 2), (1, 2))]) / np.sqrt(2)
     for th in runs:  # the MC error of one run is ≈ spread; its distance to the quadrature MAP must be of that size
         assert np.linalg.norm(th - theta_q) < 4 * spread
     assert spread < 0.05 * np.linalg.norm(theta_q)
+
+
+def test_proposal_point_set_is_an_unbiased_rule_for_the_base_expectation():
+    """Σ_j e^{a_j} f(ζ_j) over the defensive point set estimates E_{N(μ,Σ)} f: against the closed form
+    E cos(wᵀx + b) = e^{−½wᵀΣw} cos(wᵀμ + b), within 4 Monte-Carlo standard errors, for a few w."""
+    rng = np.random.default_rng(3)
+    mean, A = rng.standard_normal(3), rng.standard_normal((3, 3))
+    cov = A @ A.T + np.eye(3)
+    base = Base(mean, cov, np.linalg.inv(cov))
+    pts = proposal_point_set(base, 200_000, 11)
+    weights = np.exp(pts.log_weights)
+    assert weights.sum() == pytest.approx(1.0, abs=4 * np.sqrt(pts.points.shape[0]) * weights.std())
+    for k in range(4):
+        w, b = 0.5 * rng.standard_normal(3), rng.uniform(0, 2 * np.pi)
+        values = weights * np.cos(pts.points @ w + b)
+        exact = np.exp(-0.5 * w @ cov @ w) * np.cos(w @ mean + b)
+        se = np.sqrt(values.size) * values.std()
+        assert abs(values.sum() - exact) < 4 * se, k
 
 
 def test_map_step_is_stable_for_large_n(gaussian_mix):

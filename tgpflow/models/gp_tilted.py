@@ -62,7 +62,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
     N(μ, Σ) set to the exact moments of the data (MATH.md §2) or learnt (``base="learn"``).
     NCFD fits one θ for a ladder of noise levels and evaluates at any σ ≥ 0 (MATH.md §3).
     FVPD integrates θ over its Fisher variational posterior (MATH.md §4). MAP maximises the
-    posterior with Newton steps on fixed base draws (MATH.md §5). ``kde_rff`` is the paper's
+    posterior with Newton steps on fixed draws of the defensive proposal (MATH.md §5). ``kde_rff`` is the paper's
     RFF kernel density baseline ``p(x) ∝ φ(x)ᵀψ/N`` from the same pass (MATH.md §5).
 
     Parameters
@@ -105,7 +105,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
     validation_fraction : float — share of rows held out when selecting, by a fixed hash of
         each row's position (the same rows on every refit). The final model is solved on all
         rows with the chosen values.
-    map_draws : int, S₂ — base draws of the MAP expectation (paper: 100 000).
+    map_draws : int, S₂ — proposal draws of the MAP expectation (paper: 100 000 base draws).
     map_max_iter : int — Newton iterations of MAP at most.
     kernel_cov : {"paper", "identity"} — Σ_z = dΣ/tr Σ (seed 003 §IV) or I.
     bounds : dict or list, optional — hard bounds of columns, ``{"col": (lower, upper)}`` or one

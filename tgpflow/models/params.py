@@ -329,7 +329,7 @@ class GPTiltedParams(StreamingParams):
         DEFAULT_NORMALIZER_DRAWS, "Proposal draws of the normaliser estimated after every fit.", applies="integrable")
     validation_fraction: Fraction = param(0.1, "Share of rows held out when selecting (by a hash of their position).",
                                           applies="selects")
-    map_draws: PositiveInt = param(100_000, "MAP: S₂ base draws of the expectation.", applies="solve_draws")
+    map_draws: PositiveInt = param(100_000, "MAP: S₂ proposal draws of the expectation.", applies="solve_draws")
     map_max_iter: PositiveInt = param(100, "MAP: Newton iterations at most.", applies="solve_draws")
     kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (seed 003 §IV) or the identity.")
     bounds: Bounds = param(None, "Hard column bounds, fitted after a log/logit transform.")

@@ -2,9 +2,10 @@
 
 Maximises ``F(θ) = θᵀψ − N log E_{N(μ,Σ)} e^{θᵀφ} − (λ/2)‖θ‖²`` from the pass's ``ψ, N``
 only. The expectation is a fixed weighted point set ``(ζ_j, a_j)`` —
-``E f ≈ Σ_j e^{a_j} f(ζ_j)`` — that is S₂ seeded base draws with ``a_j = −log S₂`` (Alg 1's
-importance sampler, sampled once and reused: the paper's speed-up) or a quadrature rule
-(tests). For a fixed point set F is concave and smooth, so Alg 1's plain ascent step (whose
+``E f ≈ Σ_j e^{a_j} f(ζ_j)`` — sampled once and reused (the paper's speed-up): S₂ seeded base
+draws with ``a_j = −log S₂`` (Alg 1's sampler, :func:`base_draws`), S₂ draws of the defensive
+proposal q with ``a_j = log N(ζ_j | μ, Σ) − log q(ζ_j) − log S₂`` (:func:`proposal_point_set`, what
+the estimator uses: it also reaches where a runaway tilt puts mass), or a quadrature rule (tests). For a fixed point set F is concave and smooth, so Alg 1's plain ascent step (whose
 raw factor N makes it unstable for large N, MATH.md §11 A9) is replaced by Newton steps
 ``θ ← θ + t (N Ĉov_w φ + λI)⁻¹ ∇F`` with backtracking on F; ``Ĉov_w`` is the weighted
 covariance of φ under ``w ∝ e^{a_j + θᵀφ(ζ_j)}``. Convergence is reported, not assumed.
@@ -20,10 +21,11 @@ from scipy.special import logsumexp
 
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
+from tgpflow.core.proposal import proposal_blocks
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.tgp import block_rows_for
 
-__all__ = ["PointSet", "base_draws", "map_objective", "map_gradient", "solve_map"]
+__all__ = ["PointSet", "base_draws", "proposal_point_set", "map_objective", "map_gradient", "solve_map"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +42,19 @@ def base_draws(base: Base, n_draws: int, random_state: int | np.random.Generator
     chol = np.linalg.cholesky(base.cov)
     pts = base.mean + rng.standard_normal((int(n_draws), base.mean.shape[0])) @ chol.T
     return PointSet(pts, np.full(int(n_draws), -np.log(n_draws)))
+
+
+def proposal_point_set(base: Base, n_draws: int, random_state: int | np.random.Generator | None) -> PointSet:
+    """S₂ draws ζ of the defensive proposal q around the base (:mod:`tgpflow.core.proposal`), each of weight
+    N(ζ | μ, Σ) / (S₂ q(ζ)): an importance rule for the same base expectation that also reaches where a
+    runaway tilt puts its mass, so the fit's log E e^{θᵀφ} sees that mass and pays for it."""
+    draws = list(proposal_blocks(base.mean, base.cov, int(n_draws), random_state))
+    points = np.concatenate([p for p, _ in draws])
+    log_q = np.concatenate([lq for _, lq in draws])
+    r = points - base.mean
+    _, log_det = np.linalg.slogdet(base.cov)
+    log_base = -0.5 * (np.einsum("nd,nd->n", r @ base.precision, r) + log_det + r.shape[1] * np.log(2 * np.pi))
+    return PointSet(points, log_base - log_q - np.log(n_draws))
 
 
 class _Phi:
