@@ -6,7 +6,8 @@
 * :mod:`~tgpflow.core.gaussian_base` — the Gaussian base measure N(μ, Σ) and drawing from it (MATH.md §1, §5),
   and :mod:`~tgpflow.core.proposal` — the defensive importance-sampling proposal around it;
 * :mod:`~tgpflow.core.moments` and :mod:`~tgpflow.core.summable` — first and second moments as a
-  mergeable value, and what every additive statistic shares;
+  mergeable value, and what every additive statistic shares (``AdditiveStats``: the field-by-field algebra of
+  every statistics class);
 * :mod:`~tgpflow.core.backend` (array namespaces), :mod:`~tgpflow.core.logs` (phase logging) and
   :mod:`~tgpflow.core.version`.
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from tgpflow.core.backend import namespace, to_numpy
 from tgpflow.core.memory import F64, MemoryCost, declare
-from tgpflow.core.summable import Summable
+from tgpflow.core.summable import Summable, count_array, count_value
 
 __all__ = ["Moments", "moments_memory"]
 
@@ -98,14 +98,12 @@ class Moments(Summable):
         return Moments(self.n * factor, self.mean, self.m2 * factor)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        weighted = isinstance(self.n, float) and not float(self.n).is_integer()
-        return {"n": np.array(self.n, dtype=np.float64 if weighted else np.int64), "mean": self.mean, "m2": self.m2}
+        return {"n": count_array(self.n), "mean": self.mean, "m2": self.m2}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Moments:
-        n = np.asarray(arrays["n"])
-        count = float(n) if n.dtype.kind == "f" else int(n)
-        return cls(count, np.asarray(arrays["mean"], np.float64), np.asarray(arrays["m2"], np.float64))
+        mean, m2 = np.asarray(arrays["mean"], np.float64), np.asarray(arrays["m2"], np.float64)
+        return cls(count_value(arrays["n"]), mean, m2)
 
 
 def moments_memory(n_dims: int) -> MemoryCost:

@@ -11,17 +11,13 @@ memory planner; float64.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 
-from tgpflow.errors import FeaturesMismatchError
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.io.artifact import read_artifact, write_artifact
-from tgpflow.core.memory import F64, MemoryCost, declare, plan_blocks, task_budget
-from tgpflow.core.summable import Summable
-from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
+from tgpflow.stats.stored import StoredStats
 
 __all__ = ["KDESDOStats", "kde_sdo_chunk_stats", "kde_sdo_memory"]
 
@@ -36,8 +32,15 @@ def kde_sdo_memory(features: RandomFourierFeatures) -> MemoryCost:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class KDESDOStats(Summable):
-    """``g = Σ φ(x_i)`` and ``n`` (an int, or a float for weighted rows) for the features ``fingerprint``."""
+class KDESDOStats(StoredStats):
+    """``g = Σ φ(x_i)`` and ``n`` (an int, or a float for weighted rows) for the features ``fingerprint``
+    (a value: +, −, ``scaled``, save/load — :class:`~tgpflow.core.summable.AdditiveStats`)."""
+
+    MISMATCH: ClassVar[str] = ("cannot combine KDE-SDO statistics of different feature draws ({a}… and {b}…); "
+                               "accumulate every part with the same features")
+    DRAW_MISMATCH: ClassVar[str] = (
+        "the KDE-SDO statistics were accumulated with another feature draw (fingerprints {a}… and {b}…); pass "
+        "features=est.features_ (or the draw the statistics were accumulated with) to fit_from_stats, or refit")
 
     fingerprint: str
     g: np.ndarray
@@ -49,52 +52,7 @@ class KDESDOStats(Summable):
 
     def check_features(self, features: RandomFourierFeatures) -> None:
         """Raise unless these statistics were accumulated with ``features``."""
-        if features.fingerprint != self.fingerprint:
-            raise FeaturesMismatchError(
-                f"the KDE-SDO statistics were accumulated with another feature draw (fingerprints "
-                f"{self.fingerprint[:12]}… and {features.fingerprint[:12]}…); pass features=est.features_ "
-                f"(or the draw the statistics were accumulated with) to fit_from_stats, or refit")
-
-    def _combine(self, other: Any, sign: float) -> Any:
-        if not isinstance(other, KDESDOStats):
-            return NotImplemented
-        if other.fingerprint != self.fingerprint:
-            raise FeaturesMismatchError(f"cannot combine KDE-SDO statistics of different feature draws "
-                                        f"({self.fingerprint[:12]}… and {other.fingerprint[:12]}…); accumulate "
-                                        f"every part with the same features")
-        if sign < 0 and other.n > self.n * (1 + 1e-12):
-            raise ValueError(f"cannot remove {other.n} rows from {self.n}")
-        return KDESDOStats(self.fingerprint, self.g + sign * other.g, self.n + (other.n if sign > 0 else -other.n))
-
-    def __add__(self, other: Any) -> Any:
-        return self._combine(other, 1.0)
-
-    def __sub__(self, other: Any) -> Any:
-        return self._combine(other, -1.0)
-
-    def scaled(self, factor: float) -> KDESDOStats:
-        """Every row's weight times ``factor`` (forgetting: both sums are linear in the weights)."""
-        if factor == 1.0:
-            return self
-        return KDESDOStats(self.fingerprint, self.g * factor, self.n * factor)
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        weighted = isinstance(self.n, float) and not float(self.n).is_integer()
-        return {"g": self.g, "n": np.array(self.n, dtype=np.float64 if weighted else np.int64)}
-
-    @classmethod
-    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray]) -> KDESDOStats:
-        n = np.asarray(arrays["n"])
-        return cls(fingerprint, np.asarray(arrays["g"], dtype=np.float64), float(n) if n.dtype.kind == "f" else int(n))
-
-    def save(self, path: str | Path) -> Path:
-        """Write atomically to a Zarr group or, for a ``.npz`` path, a NumPy archive (no pickle)."""
-        return write_artifact(path, "KDESDOStats", self.to_arrays(), {"fingerprint": self.fingerprint})
-
-    @classmethod
-    def load(cls, path: str | Path) -> KDESDOStats:
-        _, arrays, meta = read_artifact(path, expected_kinds=("KDESDOStats",))
-        return cls.from_arrays(meta["fingerprint"], arrays)
+        self.check_draw(features)
 
 
 def kde_sdo_chunk_stats(x: np.ndarray, features: RandomFourierFeatures,

@@ -20,27 +20,28 @@ Precision: float64 throughout.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
-from tgpflow.core.summable import Summable
-from tgpflow.errors import FeaturesMismatchError
 from tgpflow.features.kernels import curl_free_blocks
 from tgpflow.features.nystrom import NystromBasis
-from tgpflow.io.artifact import read_artifact, write_artifact
+from tgpflow.stats.stored import StoredStats
 
 __all__ = ["KEFStats", "DiagStats", "LiteStats", "kef_chunk_stats", "diag_chunk_stats", "lite_chunk_stats",
            "kef_block_rows", "kef_memory", "diag_memory", "lite_memory"]
 
 
-class _ArrayStats(Summable):
-    """Shared algebra of statistics made of a fingerprint, moments and summed arrays."""
+class _ArrayStats(StoredStats):
+    """What the statistics on a Nyström basis share: a fingerprint, moments and summed arrays (the algebra is
+    :class:`~tgpflow.core.summable.AdditiveStats`), and the errors of a basis mismatch."""
 
-    FIELDS: ClassVar[tuple[str, ...]] = ()
+    MISMATCH: ClassVar[str] = "cannot combine statistics of different Nyström bases ({a}… and {b}…)"
+    DRAW_MISMATCH: ClassVar[str] = ("the statistics were accumulated with another Nyström basis (fingerprints "
+                                    "{a}… and {b}…); pass basis=est.basis_ to accumulate/fit")
+
     fingerprint: str
     moments: Moments
 
@@ -49,60 +50,14 @@ class _ArrayStats(Summable):
         return self.moments.n
 
     def check_basis(self, basis: NystromBasis) -> None:
-        if basis.fingerprint != self.fingerprint:
-            raise FeaturesMismatchError(
-                f"the statistics were accumulated with another Nyström basis (fingerprints "
-                f"{self.fingerprint[:12]}… and {basis.fingerprint[:12]}…); pass basis=est.basis_ to accumulate/fit")
-
-    def _combine(self, other: Any, sign: float) -> Any:
-        if type(other) is not type(self):
-            return NotImplemented
-        if other.fingerprint != self.fingerprint:
-            raise FeaturesMismatchError(f"cannot combine statistics of different Nyström bases "
-                                        f"({self.fingerprint[:12]}… and {other.fingerprint[:12]}…)")
-        moments = self.moments + other.moments if sign > 0 else self.moments - other.moments
-        arrays = {f: getattr(self, f) + sign * getattr(other, f) for f in self.FIELDS}
-        return type(self)(self.fingerprint, moments, **arrays)
-
-    def __add__(self, other: Any) -> Any:
-        return self._combine(other, 1.0)
-
-
-    def __sub__(self, other: Any) -> Any:
-        return self._combine(other, -1.0)
-
-    def scaled(self, factor: float) -> Any:
-        """Every row's weight times ``factor`` (forgetting)."""
-        if factor == 1.0:
-            return self
-        return type(self)(self.fingerprint, self.moments.scaled(factor),
-                          **{f: getattr(self, f) * factor for f in self.FIELDS})
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        arrays = {f"moments.{k}": v for k, v in self.moments.to_arrays().items()}
-        arrays.update({f: getattr(self, f) for f in self.FIELDS})
-        return arrays
-
-    @classmethod
-    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray]) -> Any:
-        moments = Moments.from_arrays({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("moments.")})
-        return cls(fingerprint, moments, **{f: np.asarray(arrays[f], dtype=np.float64) for f in cls.FIELDS})
-
-    def save(self, path: str | Path) -> Path:
-        """Write atomically to a Zarr group or, for a ``.npz`` path, a NumPy archive (no pickle)."""
-        return write_artifact(path, type(self).__name__, self.to_arrays(), {"fingerprint": self.fingerprint})
-
-    @classmethod
-    def load(cls, path: str | Path) -> Any:
-        _, arrays, meta = read_artifact(path, expected_kinds=(cls.__name__,))
-        return cls.from_arrays(meta["fingerprint"], arrays)
+        """Raise unless these statistics were accumulated on ``basis``."""
+        self.check_draw(basis)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class KEFStats(_ArrayStats):
     """Curl-free statistics on a Nyström basis (see module docstring)."""
 
-    FIELDS: ClassVar[tuple[str, ...]] = ("C", "h_lap", "E0", "F")
     fingerprint: str
     moments: Moments
     C: np.ndarray
@@ -124,7 +79,6 @@ class LiteStats(_ArrayStats):
     ``D(x) = [∇_x k(Y_a, x)]_a``; ``lap[a] = Σ_x Δ_x k(Y_a, x)``; for a Gaussian base
     ``L1[a] = Σ_x ∇_x k(Y_a, x)`` and ``L2[a] = Σ_x ∇_x k(Y_a, x)(x − x₀)ᵀ``."""
 
-    FIELDS: ClassVar[tuple[str, ...]] = ("Cl", "lap", "L1", "L2")
     fingerprint: str
     moments: Moments
     Cl: np.ndarray
@@ -143,7 +97,6 @@ class LiteStats(_ArrayStats):
 class DiagStats(_ArrayStats):
     """Diagonal-kernel statistics on a Nyström basis (see module docstring)."""
 
-    FIELDS: ClassVar[tuple[str, ...]] = ("Ck", "h_grad", "S0", "S1")
     fingerprint: str
     moments: Moments
     Ck: np.ndarray

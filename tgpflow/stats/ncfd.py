@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
-from tgpflow.core.summable import Summable
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.io.artifact import read_artifact, write_artifact
-from tgpflow.stats.tgp import TGPStats, _mismatch, level_products
+from tgpflow.stats.stored import StoredStats
+from tgpflow.stats.tgp import TGPStats, level_products
 
 __all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights", "ncfd_memory"]
 
@@ -92,8 +90,13 @@ def _same_levels(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class NCFDStats(Summable):
-    """The one-pass statistics of NCFD for one feature draw and one noise schedule."""
+class NCFDStats(StoredStats):
+    """The one-pass statistics of NCFD for one feature draw and one noise schedule (a value: +, −, ``scaled``,
+    save/load — :class:`~tgpflow.core.summable.AdditiveStats`; the levels ``sigmas`` are carried, not summed)."""
+
+    CARRIED: ClassVar[tuple[str, ...]] = ("fingerprint", "sigmas")
+    MISMATCH: ClassVar[str] = TGPStats.MISMATCH
+    DRAW_MISMATCH: ClassVar[str] = TGPStats.DRAW_MISMATCH
 
     fingerprint: str
     sigmas: np.ndarray
@@ -124,60 +127,17 @@ class NCFDStats(Summable):
                    np.zeros((S, S)), np.zeros((S, S)), np.zeros((H, S)), np.zeros((H, S, d)), np.zeros((H, S)))
 
     def check_features(self, features: RandomFourierFeatures, sigmas: np.ndarray | None = None) -> None:
-        if features.fingerprint != self.fingerprint:
-            raise _mismatch(self.fingerprint, features.fingerprint, "statistics and features")
+        """Raise unless these statistics were accumulated with ``features`` (and the noise levels ``sigmas``)."""
+        self.check_draw(features)
         if sigmas is not None and not _same_levels(np.asarray(sigmas, dtype=np.float64), self.sigmas):
             raise ValueError(f"the statistics were accumulated for noise levels {self.sigmas.tolist()}, "
                              f"not {np.asarray(sigmas).tolist()}")
 
-    def _combine(self, other: Any, sign: float) -> NCFDStats:
-        if not isinstance(other, NCFDStats):
-            return NotImplemented
-        if other.fingerprint != self.fingerprint:
-            raise _mismatch(self.fingerprint, other.fingerprint, "statistics")
+    def _check_combinable(self, other: NCFDStats, sign: float) -> None:
+        super()._check_combinable(other, sign)
         if not _same_levels(self.sigmas, other.sigmas):
             raise ValueError(f"cannot combine NCFD statistics of noise levels {self.sigmas.tolist()} "
                              f"and {other.sigmas.tolist()}")
-        moments = self.moments + other.moments if sign > 0 else self.moments - other.moments
-        return NCFDStats(self.fingerprint, self.sigmas, moments,
-                         *(a + sign * b for a, b in zip((self.abar, self.gram0, self.u, self.U, self.psi),
-                                                         (other.abar, other.gram0, other.u, other.U, other.psi),
-                                                         strict=True)))
-
-    def __add__(self, other: Any) -> NCFDStats:
-        return self._combine(other, 1.0)
-
-
-    def __sub__(self, other: Any) -> NCFDStats:
-        return self._combine(other, -1.0)
-
-    def scaled(self, factor: float) -> NCFDStats:
-        """Every row's weight times ``factor`` (forgetting)."""
-        if factor == 1.0:
-            return self
-        return NCFDStats(self.fingerprint, self.sigmas, self.moments.scaled(factor),
-                         *(a * factor for a in (self.abar, self.gram0, self.u, self.U, self.psi)))
-
-    # -- storage ----------------------------------------------------------------------
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        arrays = {f"moments.{k}": v for k, v in self.moments.to_arrays().items()}
-        arrays.update(sigmas=self.sigmas, abar=self.abar, gram0=self.gram0, u=self.u, U=self.U, psi=self.psi)
-        return arrays
-
-    @classmethod
-    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray]) -> NCFDStats:
-        moments = Moments.from_arrays({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("moments.")})
-        return cls(fingerprint, np.asarray(arrays["sigmas"], dtype=np.float64), moments, arrays["abar"],
-                   arrays["gram0"], arrays["u"], arrays["U"], arrays["psi"])
-
-    def save(self, path: str | Path) -> Path:
-        """Write atomically to a Zarr group or, for a ``.npz`` path, a NumPy archive (no pickle)."""
-        return write_artifact(path, "NCFDStats", self.to_arrays(), {"fingerprint": self.fingerprint})
-
-    @classmethod
-    def load(cls, path: str | Path) -> NCFDStats:
-        _, arrays, meta = read_artifact(path, expected_kinds=("NCFDStats",))
-        return cls.from_arrays(meta["fingerprint"], arrays)
 
 
 def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray,

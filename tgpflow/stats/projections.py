@@ -19,14 +19,13 @@ good in the log/logit space had a data-space KS three times larger).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from tgpflow.core.summable import Summable
-from tgpflow.errors import FeaturesMismatchError
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.digest import array_hash
+from tgpflow.stats.stored import StoredStats
 
 __all__ = ["ProjectionGrid", "ProjectionCounts", "projection_counts", "ks_by_direction"]
 
@@ -102,40 +101,20 @@ class ProjectionGrid:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ProjectionCounts(Summable):
-    """Per-direction bin counts of a set of rows on a :class:`ProjectionGrid` (a value: +, −, scaled)."""
+class ProjectionCounts(StoredStats):
+    """Per-direction bin counts of a set of rows on a :class:`ProjectionGrid` (a value: +, −, ``scaled``,
+    save/load — :class:`~tgpflow.core.summable.AdditiveStats`)."""
+
+    MISMATCH: ClassVar[str] = "cannot combine projection counts of different projection grids"
 
     fingerprint: str
     counts: np.ndarray
     n: int | float
 
-    def _check(self, other: ProjectionCounts) -> None:
-        if other.fingerprint != self.fingerprint:
-            raise FeaturesMismatchError("cannot combine projection counts of different projection grids")
-
-    def __add__(self, other: Any) -> ProjectionCounts:
-        if not isinstance(other, ProjectionCounts):
-            return NotImplemented
-        self._check(other)
-        return ProjectionCounts(self.fingerprint, self.counts + other.counts, self.n + other.n)
-
-
-    def __sub__(self, other: Any) -> ProjectionCounts:
-        if not isinstance(other, ProjectionCounts):
-            return NotImplemented
-        self._check(other)
-        return ProjectionCounts(self.fingerprint, self.counts - other.counts, self.n - other.n)
-
-    def scaled(self, factor: float) -> ProjectionCounts:
-        return ProjectionCounts(self.fingerprint, self.counts * factor, self.n * factor)
-
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"counts": self.counts, "n": np.array(float(self.n))}
-
-    @classmethod
-    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray]) -> ProjectionCounts:
-        n = float(arrays["n"])
-        return cls(fingerprint, np.asarray(arrays["counts"], dtype=np.float64), int(n) if n.is_integer() else n)
+        # ``n`` has been stored as float64 from the start (the other counts as int64 unless weighted); kept, so that
+        # stores written before and after hold the same bytes.
+        return {**super().to_arrays(), "n": np.array(float(self.n))}
 
 
 def projection_counts(rows: np.ndarray, grid: ProjectionGrid) -> ProjectionCounts:

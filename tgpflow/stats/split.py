@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from tgpflow.core.memory import F64, MemoryCost, cost_of, declare, sequential
-from tgpflow.core.summable import Summable
+from tgpflow.core.summable import AdditiveStats, Summable
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, projection_counts
 
 __all__ = ["validation_mask", "fold_index", "StatsBundle", "HeldOut", "split_chunk_stats", "SPLIT_SALT"]
@@ -147,9 +147,15 @@ class StatsBundle(Summable, Mapping):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class HeldOut(Summable):
+class HeldOut(AdditiveStats):
     """The validation part of a split pass: the model's statistics of the held-out rows and their
-    projection counts (the data side of a held-out sliced KS distance, :mod:`tgpflow.stats.projections`)."""
+    projection counts (the data side of a held-out sliced KS distance, :mod:`tgpflow.stats.projections`).
+
+    +, −, ``scaled`` and ``to_arrays`` (``stats.*``, ``projections.*``) act part by part
+    (:class:`~tgpflow.core.summable.AdditiveStats`); each part checks its own draw.
+    """
+
+    CARRIED: ClassVar[tuple[str, ...]] = ()
 
     stats: Any
     projections: ProjectionCounts
@@ -162,28 +168,10 @@ class HeldOut(Summable):
     def fingerprint(self) -> str:
         return self.stats.fingerprint
 
-    def __add__(self, other: Any) -> HeldOut:
-        if not isinstance(other, HeldOut):
-            return NotImplemented
-        return HeldOut(self.stats + other.stats, self.projections + other.projections)
-
-
-    def __sub__(self, other: Any) -> HeldOut:
-        if not isinstance(other, HeldOut):
-            return NotImplemented
-        return HeldOut(self.stats - other.stats, self.projections - other.projections)
-
-    def scaled(self, factor: float) -> HeldOut:
-        return HeldOut(self.stats.scaled(factor), self.projections.scaled(factor))
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        arrays = {f"stats.{k}": v for k, v in self.stats.to_arrays().items()}
-        arrays.update({f"projections.{k}": v for k, v in self.projections.to_arrays().items()})
-        return arrays
-
     @classmethod
-    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray], stats_kind: Any,
+    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray], stats_kind: Any,  # type: ignore[override]
                     grid_fingerprint: str) -> HeldOut:
+        """The value of :meth:`to_arrays`: the kinds of the parts are not fields' types but the bundle's metadata."""
         def part(prefix: str) -> dict[str, np.ndarray]:
             return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
 

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -29,10 +28,8 @@ from tgpflow.core.backend import is_numpy, namespace, to_numpy
 from tgpflow.core.choices import PRECISIONS
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
-from tgpflow.core.summable import Summable
-from tgpflow.errors import FeaturesMismatchError
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.io.artifact import read_artifact, write_artifact
+from tgpflow.stats.stored import StoredStats
 
 __all__ = ["TGPStats", "tgp_chunk_stats", "tgp_memory", "level_products", "block_rows_for", "PRECISIONS"]
 
@@ -68,17 +65,19 @@ def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with
     return MemoryCost(what, fixed, per_row, F64 * d, "use fewer features (n_features)", result)
 
 
-def _mismatch(a: str, b: str, what: str) -> FeaturesMismatchError:
-    return FeaturesMismatchError(
-        f"cannot combine {what}: they were computed with different feature draws "
-        f"(fingerprints {a[:12]}… and {b[:12]}…). Accumulate every part with the same draw — "
-        f"pass features=est.features_ (or the stored RandomFourierFeatures) to accumulate/fit — "
-        f"or refit from the data")
+# Shared with NCFDStats, which says it in the same words.
+_FEATURES_MISMATCH = ("cannot combine {what}: they were computed with different feature draws (fingerprints {a}… "
+                      "and {b}…). Accumulate every part with the same draw — pass features=est.features_ (or the "
+                      "stored RandomFourierFeatures) to accumulate/fit — or refit from the data")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class TGPStats(Summable):
-    """The one-pass statistics of FD/FVPD for one feature draw (a value: +, −, save/load)."""
+class TGPStats(StoredStats):
+    """The one-pass statistics of FD/FVPD for one feature draw (a value: +, −, ``scaled``, save/load, field by
+    field — :class:`~tgpflow.core.summable.AdditiveStats`; ``phi_gram`` is kept only when both parts have it)."""
+
+    MISMATCH: ClassVar[str] = _FEATURES_MISMATCH.replace("{what}", "statistics")
+    DRAW_MISMATCH: ClassVar[str] = _FEATURES_MISMATCH.replace("{what}", "statistics and features")
 
     fingerprint: str
     moments: Moments
@@ -103,65 +102,11 @@ class TGPStats(Summable):
 
     def check_features(self, features: RandomFourierFeatures) -> None:
         """Raise unless these statistics were accumulated with ``features``."""
-        if features.fingerprint != self.fingerprint:
-            raise _mismatch(self.fingerprint, features.fingerprint, "statistics and features")
-
-    def __add__(self, other: TGPStats) -> TGPStats:
-        if not isinstance(other, TGPStats):
-            return NotImplemented
-        if other.fingerprint != self.fingerprint:
-            raise _mismatch(self.fingerprint, other.fingerprint, "statistics")
-        return TGPStats(self.fingerprint, self.moments + other.moments, self.gram + other.gram,
-                        self.u + other.u, self.U + other.U, self.psi + other.psi,
-                        _optional(self.phi_gram, other.phi_gram, 1.0))
-
-
-    def __sub__(self, other: TGPStats) -> TGPStats:
-        if not isinstance(other, TGPStats):
-            return NotImplemented
-        if other.fingerprint != self.fingerprint:
-            raise _mismatch(self.fingerprint, other.fingerprint, "statistics")
-        return TGPStats(self.fingerprint, self.moments - other.moments, self.gram - other.gram,
-                        self.u - other.u, self.U - other.U, self.psi - other.psi,
-                        _optional(self.phi_gram, other.phi_gram, -1.0))
-
-    def scaled(self, factor: float) -> TGPStats:
-        """Every row's weight times ``factor`` (forgetting; all sums are linear in the weights)."""
-        if factor == 1.0:
-            return self
-        return TGPStats(self.fingerprint, self.moments.scaled(factor), self.gram * factor, self.u * factor,
-                        self.U * factor, self.psi * factor, None if self.phi_gram is None else self.phi_gram * factor)
+        self.check_draw(features)
 
     def without_phi_gram(self) -> TGPStats:
         """The same statistics without the optional held-out Σφφᵀ."""
         return self if self.phi_gram is None else dataclasses.replace(self, phi_gram=None)
-
-    # -- storage ----------------------------------------------------------------------
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        arrays = {f"moments.{k}": v for k, v in self.moments.to_arrays().items()}
-        arrays.update(gram=self.gram, u=self.u, U=self.U, psi=self.psi)
-        if self.phi_gram is not None:
-            arrays["phi_gram"] = self.phi_gram
-        return arrays
-
-    @classmethod
-    def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray]) -> TGPStats:
-        moments = Moments.from_arrays({k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("moments.")})
-        return cls(fingerprint, moments, arrays["gram"], arrays["u"], arrays["U"], arrays["psi"], arrays.get("phi_gram"))
-
-    def save(self, path: str | Path) -> Path:
-        """Write atomically to a Zarr group or, for a ``.npz`` path, a NumPy archive (no pickle)."""
-        return write_artifact(path, "TGPStats", self.to_arrays(), {"fingerprint": self.fingerprint})
-
-    @classmethod
-    def load(cls, path: str | Path) -> TGPStats:
-        _, arrays, meta = read_artifact(path, expected_kinds=("TGPStats",))
-        return cls.from_arrays(meta["fingerprint"], arrays)
-
-
-def _optional(a: np.ndarray | None, b: np.ndarray | None, sign: float) -> np.ndarray | None:
-    """a ± b of an optional sum; kept only when both parts carry it."""
-    return None if a is None or b is None else a + sign * b
 
 
 def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = DEFAULT_BLOCK_BYTES,
