@@ -102,6 +102,36 @@ def test_selected_model_round_trips(tmp_path, gaussian_mix):
     np.testing.assert_allclose(back.log_density(gaussian_mix[:9]), est.log_density(gaussian_mix[:9]), rtol=1e-12)
 
 
+def test_sliced_ks_noise_is_the_spread_of_the_ks_of_two_samples_of_one_distribution():
+    from scipy.stats import ks_2samp
+
+    from tgpflow.solve.select import KS_NULL_SD
+
+    rng = np.random.default_rng(3)
+    n, m = 400, 900
+    d = [ks_2samp(rng.normal(size=n), rng.normal(size=m)).statistic for _ in range(2000)]
+    # the asymptotic s.d. 0.2603·√(1/n + 1/m) against the Monte-Carlo one (s.e. of an s.d. of 2000: 1.6 %)
+    assert np.std(d) == pytest.approx(KS_NULL_SD * np.sqrt(1 / n + 1 / m), rel=0.08)
+
+
+def test_sliced_criterion_ties_within_the_noise_go_to_the_loglik():
+    from tgpflow.solve.select import choose
+
+    def row(ll, ks, noise=0.01, outside=0.0):
+        return {**_row(ll, ks, 0.3, outside), "sliced_ks_noise": noise}
+
+    # rows 1 and 2 are within the best KS's noise (0.020 + 0.010): the higher log-likelihood (row 2) wins;
+    # row 3 has the best log-likelihood but a KS outside the noise; row 4 is unhealthy
+    rows = [row(-3.5, 0.020), row(-3.45, 0.025), row(-3.40, 0.029), row(-3.30, 0.031), row(-3.0, 0.021, outside=0.2)]
+    assert choose(rows, "sliced") == 2
+    # a KS difference larger than the noise is a real one: the lowest KS wins whatever its log-likelihood
+    rows = [row(-3.5, 0.020, noise=0.002), row(-3.40, 0.029, noise=0.002)]
+    assert choose(rows, "sliced") == 0
+    # "loglik" ignores the KS
+    rows = [row(-3.5, 0.020), row(-3.30, 0.050)]
+    assert choose(rows, "loglik") == 1
+
+
 def _row(ll: float, ks: float, ess: float, outside: float) -> dict[str, float]:
     return {"loglik": ll, "sliced_ks": ks, "ess_fraction": ess, "mass_outside": outside, "mass_outside_limit": 0.03}
 

@@ -95,7 +95,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         10⁻³ … 10⁴, for the "sliced" and "loglik" criteria; 19 values, 10⁻⁴ … 10², for "hyvarinen").
     criterion : {"sliced", "loglik", "hyvarinen"} — what a selection optimises on the held-out
         rows: "sliced" (the default) the median sliced KS between the held-out rows and the
-        candidate's importance-weighted proposal draws; "loglik" the normalised log-likelihood (log Z
+        candidate's importance-weighted proposal draws, candidates within its noise of the best tied
+        and the tie going to the held-out log-likelihood (:func:`~tgpflow.solve.select.choose`); "loglik" the normalised log-likelihood (log Z
         by importance sampling from the base, the same seeded draws for every candidate); for
         both, candidates whose normaliser rests on < 1 % of the draws, or that put more mass
         outside the training rows' box than the diagnostics allow, are skipped. "hyvarinen" is
