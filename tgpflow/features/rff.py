@@ -35,6 +35,10 @@ def _frozen(a: Any, shape: tuple[int, ...] | None, name: str) -> np.ndarray:
     return arr
 
 
+#: The cached values derived from a draw, left out of its pickle (:meth:`RandomFourierFeatures.__getstate__`).
+_DERIVED = ("frequencies", "phase", "_abs_frequencies")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class RandomFourierFeatures:
     """An explicit draw of S random Fourier features in d dimensions.
@@ -100,6 +104,11 @@ class RandomFourierFeatures:
 
     def __repr__(self) -> str:
         return self.describe()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle holds (Dask sends the statistics that carry this draw between workers): Z, c, γ, x₀, the
+        seed and the fingerprint, not the derived W, |W| and c' (two more S×d arrays, recomputed when used)."""
+        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}
 
     # -- derived constants --------------------------------------------------------------
     @cached_property

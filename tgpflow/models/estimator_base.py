@@ -29,7 +29,7 @@ from tgpflow.solve.normalizer import NormalizerEstimate
 from tgpflow.stats.split import StatsBundle
 from tgpflow.stats.support import SupportBox
 
-__all__ = ["Estimator", "StatsEstimator", "entry"]
+__all__ = ["Estimator", "StatsEstimator", "entry", "carried_draw"]
 
 F = TypeVar("F")
 
@@ -149,12 +149,23 @@ class Estimator(BaseEstimator):
             self.fit_diagnostics_ = meta.get("fit_diagnostics") or {"warnings": []}
 
 
+def carried_draw(stats: Any) -> Any:
+    """The draw statistics carry (None when read from a file written before they carried it); of a bundle of a
+    split pass, that of its first training part (the parts share Z and c, or Y; each γ is applied in the pass)."""
+    if isinstance(stats, StatsBundle):
+        train = [stats[k] for k in stats if isinstance(k, tuple) and k[0] == "train"]
+        return train[0].draw if train else None
+    return getattr(stats, "draw", None)
+
+
 class StatsEstimator(Estimator):
     """An estimator solved from statistics of one pass: ``accumulate`` → ``fit_from_stats``, and so
     ``partial_fit``; a selection scores a grid on the held-out parts of a split pass."""
 
     #: The attribute holding the draw the statistics are computed with (``features_``, ``basis_``).
     _DRAW: ClassVar[str]
+    #: The error of ``fit_from_stats`` when neither the estimator nor the statistics have a draw (naming what to pass).
+    _NO_DRAW: ClassVar[str]
 
     @entry
     def partial_fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
@@ -172,6 +183,16 @@ class StatsEstimator(Estimator):
     def _solve_stats(self, stats: Any, draw: Any) -> None:
         """Solve from statistics and the draw they were computed with (``fit_from_stats`` without diagnostics)."""
         raise NotImplementedError
+
+    def _solve_draw(self, stats: Any, draw: Any) -> Any:
+        """The draw to solve ``stats`` with: ``draw`` if given; else the estimator's own (set by ``accumulate``, a fit
+        or ``prepare``: the statistics are checked against it); else, on a fresh estimator, the draw the statistics
+        carry (:func:`carried_draw`). Statistics read from a file written before they carried it have none: then
+        :attr:`_NO_DRAW`, which names the argument to pass."""
+        for candidate in (draw, getattr(self, self._DRAW, None), carried_draw(stats)):
+            if candidate is not None:
+                return candidate
+        raise ValueError(self._NO_DRAW)
 
     def _verify(self, path: Path, arrays: dict[str, np.ndarray], legacy: bool) -> None:
         """``load(verify=True)``: solve the stored statistics again and compare (:func:`verify_solution`)."""

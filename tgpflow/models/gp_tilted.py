@@ -134,6 +134,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     params_table = GPTiltedParams
     _DRAW = "features_"
+    _NO_DRAW = ("fit_from_stats needs the feature draw the statistics were computed with, and these statistics do not "
+                "carry it (read from a file written before statistics carried their draw): pass features=… (the "
+                "RandomFourierFeatures they were accumulated with, e.g. est.features_ of that model)")
 
     def __init__(self, *, method: str = "fd", n_features: int = 1000, lam: float | str = "auto",
                  bandwidth: str | float | list[float] = "auto", noise_levels: int = 10,
@@ -343,8 +346,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """Statistics of the rows of ``X`` for this estimator's feature draw (one pass).
 
         The draw is, in order: ``features`` if given, the fitted ``features_``, or a new
-        draw from a pilot sample of ``X`` (stored as ``features_``, so that
-        ``fit_from_stats`` can use it). The statistics are :class:`TGPStats`, or
+        draw from a pilot sample of ``X`` (stored as ``features_``, so that later parts use it and
+        stay mergeable). The statistics carry it (``stats.draw``) and are :class:`TGPStats`, or
         :class:`NCFDStats` for NCFD. On a first fit that selects λ, η or γ on held-out rows,
         they are a :class:`StatsBundle` with ``("train", γ)`` and ``("val", γ)`` parts for every γ.
         ``progress``: see :meth:`fit`.
@@ -448,7 +451,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
     @entry
     def fit_from_stats(self, stats: TGPStats | NCFDStats | StatsBundle,
                        features: RandomFourierFeatures | None = None) -> GPTiltedDensity:
-        """Solve from statistics (no data access); ``features`` default to ``features_``.
+        """Solve from statistics (no data access) with ``features``; by default the estimator's ``features_`` (set
+        by ``accumulate`` or a fit: the statistics are checked against them), else — on a fresh estimator — the
+        draw the statistics carry.
 
         A :class:`StatsBundle` (from a selecting ``accumulate``) first selects λ, η and γ on
         its validation parts, then solves on all rows with the chosen values. The solved model's
@@ -517,10 +522,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self._set_solution(self.stats_, self.features_, base, lam, eta)
 
     def _solve_stats(self, stats: TGPStats | NCFDStats | StatsBundle, features: RandomFourierFeatures | None) -> None:
-        features = features if features is not None else getattr(self, "features_", None)
-        if features is None:
-            raise ValueError("fit_from_stats needs the feature draw the statistics were computed with: "
-                             "pass features=… (or call accumulate first)")
+        features = self._solve_draw(stats, features)
         if isinstance(stats, StatsBundle):
             stats, features = self._select(stats, features)
         expected = self._method.stats_type
@@ -621,8 +623,11 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         (all are cheap)."""
         val = heldout.stats if isinstance(heldout, HeldOut) else heldout
         n_draws, seed = self._selection_draws()
-        extra = dict(n_draws=n_draws, random_state=seed, grid=getattr(self, "heldout_grid_", None),
-                     projections=heldout.projections if isinstance(heldout, HeldOut) else None,
+        projections = heldout.projections if isinstance(heldout, HeldOut) else None
+        grid = getattr(self, "heldout_grid_", None)
+        if grid is None and projections is not None:  # a fresh estimator: the grid the held-out counts carry
+            grid = projections.draw
+        extra = dict(n_draws=n_draws, random_state=seed, grid=grid, projections=projections,
                      box=getattr(self, "support_", None), data_units=self._to_data)
         ctx = GridContext(self._lam_values(), self._eta_values, extra, self.get_params(), self._seeds()[2])
         return self._method.score_grid(train, val, feats, base, ctx)
@@ -824,7 +829,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         est._set_fitted(read_fitted(TGPFitted, solution, meta, path, {"block_bytes": int(est.block_bytes),
                                                                       "feature_seed": meta.get("feature_seed")}))
         est._restore_meta(meta)
-        est.stats_ = stats
+        est.stats_ = stats if stats is None else stats.with_draw(est._fitted.draw)  # the file stores the draw once
         est.lam_ = math.nan if meta.get("lam") is None else float(meta["lam"])
         est.solver_info_ = meta.get("solver_info") or {}
         if meta.get("objective") is not None:

@@ -78,6 +78,9 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
 
     params_table = ScoreParams
     _DRAW = "basis_"
+    _NO_DRAW = ("fit_from_stats needs the basis the statistics were computed with, and these statistics do not carry "
+                "it (read from a file written before statistics carried their draw): pass basis=… (the NystromBasis "
+                "they were accumulated on, e.g. est.basis_ of that model)")
 
     def __init__(self, *, kernel: str = "curl_free", regularizer: str = "tikhonov", n_basis: int = 100,
                  bandwidth: str | float | list[float] = "median", lam: float | str = 1e-3, base: str = "flat",
@@ -216,16 +219,16 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
 
     @entry
     def fit_from_stats(self, stats: KEFStats | DiagStats, basis: NystromBasis | None = None) -> ScoreEstimator:
-        """Solve from statistics (no data access); ``basis`` defaults to ``basis_``. A proper density
-        (Gaussian base, curl-free kernel) then gets its normaliser and fit diagnostics."""
+        """Solve from statistics (no data access) on ``basis``; by default the estimator's ``basis_`` (set by
+        ``accumulate`` or a fit: the statistics are checked against it), else — on a fresh estimator — the basis
+        the statistics carry. A proper density (Gaussian base, curl-free kernel) then gets its normaliser and fit
+        diagnostics."""
         self._solve_stats(stats, basis)
         self._diagnose()
         return self
 
     def _solve_stats(self, stats: KEFStats | DiagStats, basis: NystromBasis | None) -> None:
-        basis = basis if basis is not None else getattr(self, "basis_", None)
-        if basis is None:
-            raise ValueError("fit_from_stats needs the basis the statistics were computed with: pass basis=…")
+        basis = self._solve_draw(stats, basis)
         if isinstance(stats, StatsBundle):
             stats, basis = self._select(stats, basis)
         expected = self._stats_type()
@@ -371,7 +374,7 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         fitted = read_fitted(KernelFitted, solution, meta, path, {"model": est._kind, "radial": meta["radial"]})
         est._restore_common(meta)
         est._set_fitted(fitted)
-        est.stats_ = stats
+        est.stats_ = stats if stats is None else stats.with_draw(fitted.draw)  # the file stores the basis once
         est.lam_ = float(meta["lam"]) if meta.get("lam") is not None else est._chosen_lam()
         est.solver_info_ = meta.get("solver_info") or {}
         if verify:

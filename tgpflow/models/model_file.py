@@ -7,7 +7,8 @@ A model file (a checksummed artifact, :mod:`tgpflow.io.artifact`) holds, in layo
   factor of M and v = M⁻¹m; KDE-RFF's ψ/N; kernel coefficients β/c/α; RSR's w; the base μ, Σ and
   its precision) under the names of the estimator's attributes, plus the estimator's other
   solution attributes (FVPD's posterior mean and precision and m, NCFD's noise levels);
-* ``stats.*`` — optionally, the statistics, for refits (``partial_fit``) and for ``verify``;
+* ``stats.*`` — optionally, the statistics, for refits (``partial_fit``) and for ``verify``, without their
+  draw (the model's, stored once above; a loading estimator gives it back to them with ``with_draw``);
 * in the metadata, the parameters, the selection record, the normaliser estimate and diagnostics,
   the support box, ``fitted`` (the Fitted value's meta) and ``layout``.
 
@@ -65,7 +66,8 @@ def fitted_arrays(arrays: dict[str, np.ndarray], names: Mapping[str, str]) -> di
 
 
 def stored_stats(arrays: dict[str, np.ndarray], meta: dict[str, Any], kinds: Mapping[str, Any]) -> Any:
-    """The statistics stored with a model (None when it was saved without them)."""
+    """The statistics stored with a model (None when it was saved without them), without their draw: the model's,
+    which the file stores once, at the top (the caller adds it back with ``with_draw``)."""
     part = prefixed(arrays, "stats.")
     if not part:
         return None
@@ -101,8 +103,8 @@ def write_model(path: Any, kind: str, fitted: Fitted, names: Mapping[str, str], 
         raise ValueError("a model file's metadata needs the estimator's params (a dict)")
     arrays = solution_arrays(fitted, names)
     arrays.update({f"fitted.{k}": np.asarray(v) for k, v in extra.items()})
-    if stats is not None:
-        arrays.update({f"stats.{k}": v for k, v in stats.to_arrays().items()})
+    if stats is not None:  # without their draw: it is the model's, stored above
+        arrays.update({f"stats.{k}": v for k, v in stats.to_arrays().items() if not k.startswith(stats.DRAW_PREFIX)})
     meta = dict(meta, layout=LAYOUT, fitted=fitted.to_meta(), stats_kind=None if stats is None else type(stats).__name__,
                 tgpflow_version=__version__,
                 created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))

@@ -90,6 +90,12 @@ NO_RSR_STATS = ("RootSobolevDensity(method='rsr') has no additive sufficient sta
                 "method='kde_sdo', whose statistics Σφ(x_i), N add up")
 
 
+#: What ``fit_from_stats`` on a fresh estimator asks for when the statistics do not carry their features.
+NO_KDE_DRAW = ("fit_from_stats needs the features the statistics were computed with, and these statistics do not "
+               "carry them (read from a file written before statistics carried their draw): pass features=… (est.draw_ "
+               "of the model that accumulated them, or its features_ at the smoothness)")
+
+
 class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
     """Root-Sobolev density (seed 004) with SDO random features; see the module docstring.
 
@@ -251,14 +257,19 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
     def fit_from_stats(self, stats: KDESDOStats,
                        features: SDODraw | RandomFourierFeatures | None = None) -> RootSobolevDensity:
         """KDE-SDO only: ``w = Σφ(x_i)/N`` from statistics (no data access), for ``features`` (an SDO draw, or
-        the features the statistics were accumulated with; default: the fitted or prepared draw). RSR refuses:
-        it has no additive statistics (module docstring)."""
+        the features the statistics were accumulated with; default: the fitted or prepared draw, else — on a fresh
+        estimator — the features the statistics carry). RSR refuses: it has no additive statistics (module
+        docstring)."""
         if self.method != "kde_sdo":
             raise ValueError(NO_RSR_STATS)
         if not isinstance(stats, KDESDOStats):
             raise TypeError(f"method='kde_sdo' needs KDESDOStats, got {type(stats).__name__}")
         if features is None and not hasattr(self, "features_"):
-            features = getattr(self, "draw_", None)  # prepared (or restored by a pipeline), not yet fitted
+            # prepared (or restored by a pipeline), not yet fitted; else, fresh, the features the statistics carry
+            features = getattr(self, "draw_", None)
+            features = stats.draw if features is None else features
+            if features is None:
+                raise ValueError(NO_KDE_DRAW)
         feats = self._kde_features(features)
         stats.check_features(feats)
         if not stats.n > 0:
@@ -376,7 +387,7 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
         """The draw's stamp, the chosen a and m_s, the iteration's report and the whitening (the statistics a
         file holds are KDE-SDO's; an RSR fit iterates over the rows and has none)."""
         return {"fingerprint": self.features_.fingerprint, "feature_seed": self.features_.seed,
-                "smoothness": self.smoothness_, "order": self.order_,
+                "smoothness": self.smoothness_, "order": getattr(self, "order_", None),
                 "fit_info": {k: v for k, v in self.fit_info_.items() if k != "history"},
                 "whitening": getattr(self, "whitening_", None)}
 
@@ -395,11 +406,14 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
                                     {"method": est.method, "block_bytes": int(est.block_bytes),
                                      "feature_seed": meta.get("feature_seed")}))
         est._restore_common(meta)
-        est.smoothness_, est.order_ = float(meta["smoothness"]), int(meta["order"])
+        est.smoothness_ = float(meta["smoothness"])
+        if meta.get("order") is not None:  # unknown for a model solved from statistics alone (their features)
+            est.order_ = int(meta["order"])
         est.fit_info_ = dict(meta["fit_info"])
         if meta.get("whitening"):
             est.whitening_ = meta["whitening"]
-        est.stats_ = stored_stats(arrays, meta, {"KDESDOStats": KDESDOStats})
+        stats = stored_stats(arrays, meta, {"KDESDOStats": KDESDOStats})
+        est.stats_ = stats if stats is None else stats.with_draw(est.features_)  # the file stores the draw once
         if verify:
             verify_solution(est, path, arrays, cls._FILE_NAMES,
                             lambda ref: ref.fit_from_stats(est.stats_, est.features_)._fitted)

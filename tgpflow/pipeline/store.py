@@ -7,7 +7,8 @@ Layout (the root is a Zarr group; every artifact below is a checksummed Zarr gro
       zarr.json                    the group
       manifest.json                the commit point: replaced whole with os.replace
       draws/<model>.zarr           the feature draw / Nyström basis each model's statistics use
-      parts/<pfp>/<model>.zarr     statistics of one partition (pfp: partition fingerprint)
+      parts/<pfp>/<model>.zarr     statistics of one partition (pfp: partition fingerprint), with their
+                                   draw (written before statistics carried it: its fingerprint only)
       totals/<model>-<run>.zarr    the running total after run <run>
                                    (none for a model without additive statistics, RSR: it is refitted
                                    on the rows of the partitions the manifest lists)
@@ -75,7 +76,7 @@ def load_stats(path: AnyPath, storage_options: dict[str, Any] | None = None) -> 
     kind, arrays, meta = read_artifact(path, expected_kinds=(*kinds, "StatsBundle"), storage_options=storage_options)
     if kind == "StatsBundle":
         return StatsBundle.from_arrays(meta, arrays, kinds)
-    return kinds[kind].from_arrays(meta["fingerprint"], arrays)
+    return kinds[kind].from_artifact(arrays, meta)
 
 
 def partition_fingerprint(fs: Any, path: str, mode: str = "metadata") -> str:
@@ -183,8 +184,7 @@ class StatsStore:
 
     # -- artifacts ------------------------------------------------------------------------
     def save(self, stats: Any, rel: str) -> str:
-        meta = {"fingerprint": stats.fingerprint, **(stats.artifact_meta() if isinstance(stats, StatsBundle) else {})}
-        write_artifact(self.root / rel, type(stats).__name__, stats.to_arrays(), meta)
+        write_artifact(self.root / rel, type(stats).__name__, stats.to_arrays(), stats.artifact_meta())
         return rel
 
     def load(self, rel: str) -> Any:

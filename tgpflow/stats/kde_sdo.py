@@ -3,7 +3,8 @@
 KDE-SDO is ``p ∝ φ(x)ᵀ Σ_i φ(x_i)/N`` on SDO random features, so ``g = Σ_i φ(x_i)`` (T) and the row
 count N are its sufficient statistics: sums over rows, hence a value with ``+`` (``sum(parts)``),
 ``−`` (a partition removed), :meth:`KDESDOStats.scaled` (forgetting) and ``to_arrays``/``from_arrays``,
-carrying the fingerprint of the features they were computed with. The same sums give the
+carrying the features they were computed with (the SDO draw at one smoothness a, which is what the chunk
+function is given). The same sums give the
 root-Sobolev iteration its non-negative start ``w₀ ∝ Σφ(x_i)/N``. Rows in blocks sized by the
 memory planner; float64.
 """
@@ -17,7 +18,7 @@ import numpy as np
 
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.stats.stored import StoredStats
+from tgpflow.stats.tgp import RFFStats
 
 __all__ = ["KDESDOStats", "kde_sdo_chunk_stats", "kde_sdo_memory"]
 
@@ -32,9 +33,10 @@ def kde_sdo_memory(features: RandomFourierFeatures) -> MemoryCost:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class KDESDOStats(StoredStats):
-    """``g = Σ φ(x_i)`` and ``n`` (an int, or a float for weighted rows) for the features ``fingerprint``
-    (a value: +, −, ``scaled``, save/load — :class:`~tgpflow.core.summable.AdditiveStats`)."""
+class KDESDOStats(RFFStats):
+    """``g = Σ φ(x_i)`` and ``n`` (an int, or a float for weighted rows) for the features ``draw`` (a value: +, −,
+    ``scaled``, save/load — :class:`~tgpflow.core.summable.AdditiveStats`; the draw saved as
+    :class:`~tgpflow.stats.tgp.RFFStats` saves it)."""
 
     MISMATCH: ClassVar[str] = ("cannot combine KDE-SDO statistics of different feature draws ({a}… and {b}…); "
                                "accumulate every part with the same features")
@@ -42,17 +44,14 @@ class KDESDOStats(StoredStats):
         "the KDE-SDO statistics were accumulated with another feature draw (fingerprints {a}… and {b}…); pass "
         "features=est.features_ (or the draw the statistics were accumulated with) to fit_from_stats, or refit")
 
-    fingerprint: str
+    draw: RandomFourierFeatures | None
     g: np.ndarray
     n: int | float
+    fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     @classmethod
     def zero(cls, features: RandomFourierFeatures) -> KDESDOStats:
-        return cls(features.fingerprint, np.zeros(features.n_features), 0)
-
-    def check_features(self, features: RandomFourierFeatures) -> None:
-        """Raise unless these statistics were accumulated with ``features``."""
-        self.check_draw(features)
+        return cls(features, np.zeros(features.n_features), 0)
 
 
 def kde_sdo_chunk_stats(x: np.ndarray, features: RandomFourierFeatures,
@@ -63,7 +62,7 @@ def kde_sdo_chunk_stats(x: np.ndarray, features: RandomFourierFeatures,
     g = np.zeros(features.n_features)
     for start in range(0, x.shape[0], max(rows, 1)):
         g += features.transform(x[start:start + rows])[0].sum(axis=0)
-    return KDESDOStats(features.fingerprint, g, int(x.shape[0]))
+    return KDESDOStats(features, g, int(x.shape[0]))
 
 
 def _kde_sdo_cost(n_dims: int, features: RandomFourierFeatures,

@@ -20,6 +20,7 @@ Precision: float64 throughout.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -35,19 +36,29 @@ __all__ = ["KEFStats", "DiagStats", "LiteStats", "kef_chunk_stats", "diag_chunk_
 
 
 class _ArrayStats(StoredStats):
-    """What the statistics on a Nyström basis share: a fingerprint, moments and summed arrays (the algebra is
-    :class:`~tgpflow.core.summable.AdditiveStats`), and the errors of a basis mismatch."""
+    """What the statistics on a Nyström basis share: the basis they carry (its fingerprint theirs), moments and
+    summed arrays (the algebra is :class:`~tgpflow.core.summable.AdditiveStats`), the errors of a basis mismatch,
+    and the basis saved as its arrays (``draw.Y``, ``draw.bandwidth``, ``draw.shift``, ``draw.components``) and
+    its kernel's name."""
 
     MISMATCH: ClassVar[str] = "cannot combine statistics of different Nyström bases ({a}… and {b}…)"
     DRAW_MISMATCH: ClassVar[str] = ("the statistics were accumulated with another Nyström basis (fingerprints "
                                     "{a}… and {b}…); pass basis=est.basis_ to accumulate/fit")
 
-    fingerprint: str
+    draw: NystromBasis | None
     moments: Moments
 
     @property
     def n(self) -> int:
         return self.moments.n
+
+    @classmethod
+    def _draw_meta(cls, draw: NystromBasis) -> dict[str, Any]:
+        return {"kernel": draw.kernel_name}
+
+    @classmethod
+    def _draw_from_arrays(cls, arrays: dict[str, np.ndarray], meta: Mapping[str, Any]) -> NystromBasis:
+        return NystromBasis.from_arrays(arrays, meta["kernel"])
 
     def check_basis(self, basis: NystromBasis) -> None:
         """Raise unless these statistics were accumulated on ``basis``."""
@@ -58,18 +69,19 @@ class _ArrayStats(StoredStats):
 class KEFStats(_ArrayStats):
     """Curl-free statistics on a Nyström basis (see module docstring)."""
 
-    fingerprint: str
+    draw: NystromBasis | None
     moments: Moments
     C: np.ndarray
     h_lap: np.ndarray
     E0: np.ndarray
     F: np.ndarray
+    fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     @classmethod
     def zero(cls, basis: NystromBasis) -> KEFStats:
         m, d = basis.n_basis, basis.n_dims
         size = m * d if basis.index is None else basis.index.size  # C only over the index set I
-        return cls(basis.fingerprint, Moments.zero(d), np.zeros((size, size)), np.zeros((m, d)),
+        return cls(basis, Moments.zero(d), np.zeros((size, size)), np.zeros((m, d)),
                    np.zeros((m, d, d)), np.zeros((m, d, d, d)))
 
 
@@ -79,17 +91,18 @@ class LiteStats(_ArrayStats):
     ``D(x) = [∇_x k(Y_a, x)]_a``; ``lap[a] = Σ_x Δ_x k(Y_a, x)``; for a Gaussian base
     ``L1[a] = Σ_x ∇_x k(Y_a, x)`` and ``L2[a] = Σ_x ∇_x k(Y_a, x)(x − x₀)ᵀ``."""
 
-    fingerprint: str
+    draw: NystromBasis | None
     moments: Moments
     Cl: np.ndarray
     lap: np.ndarray
     L1: np.ndarray
     L2: np.ndarray
+    fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     @classmethod
     def zero(cls, basis: NystromBasis) -> LiteStats:
         m, d = basis.n_basis, basis.n_dims
-        return cls(basis.fingerprint, Moments.zero(d), np.zeros((m, m)), np.zeros(m), np.zeros((m, d)),
+        return cls(basis, Moments.zero(d), np.zeros((m, m)), np.zeros(m), np.zeros((m, d)),
                    np.zeros((m, d, d)))
 
 
@@ -97,17 +110,18 @@ class LiteStats(_ArrayStats):
 class DiagStats(_ArrayStats):
     """Diagonal-kernel statistics on a Nyström basis (see module docstring)."""
 
-    fingerprint: str
+    draw: NystromBasis | None
     moments: Moments
     Ck: np.ndarray
     h_grad: np.ndarray
     S0: np.ndarray
     S1: np.ndarray
+    fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     @classmethod
     def zero(cls, basis: NystromBasis) -> DiagStats:
         m, d = basis.n_basis, basis.n_dims
-        return cls(basis.fingerprint, Moments.zero(d), np.zeros((m, m)), np.zeros((m, d)), np.zeros(m), np.zeros((m, d)))
+        return cls(basis, Moments.zero(d), np.zeros((m, m)), np.zeros((m, d)), np.zeros(m), np.zeros((m, d)))
 
 
 def kef_memory(basis: NystromBasis) -> MemoryCost:

@@ -27,10 +27,10 @@ import numpy as np
 
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
+from tgpflow.core.summable import AdditiveStats
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.stats.stored import StoredStats
-from tgpflow.stats.tgp import TGPStats, level_products
+from tgpflow.stats.tgp import RFFStats, TGPStats, level_products
 
 __all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights", "ncfd_memory"]
 
@@ -90,15 +90,14 @@ def _same_levels(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class NCFDStats(StoredStats):
-    """The one-pass statistics of NCFD for one feature draw and one noise schedule (a value: +, −, ``scaled``,
-    save/load — :class:`~tgpflow.core.summable.AdditiveStats`; the levels ``sigmas`` are carried, not summed)."""
+class NCFDStats(RFFStats):
+    """The one-pass statistics of NCFD for one feature draw, which they carry, and one noise schedule (a value:
+    +, −, ``scaled``, save/load — :class:`~tgpflow.core.summable.AdditiveStats`; the draw and the levels
+    ``sigmas`` are carried, not summed)."""
 
-    CARRIED: ClassVar[tuple[str, ...]] = ("fingerprint", "sigmas")
-    MISMATCH: ClassVar[str] = TGPStats.MISMATCH
-    DRAW_MISMATCH: ClassVar[str] = TGPStats.DRAW_MISMATCH
+    CARRIED: ClassVar[tuple[str, ...]] = (*AdditiveStats.CARRIED, "sigmas")
 
-    fingerprint: str
+    draw: RandomFourierFeatures | None
     sigmas: np.ndarray
     moments: Moments
     abar: np.ndarray
@@ -106,6 +105,7 @@ class NCFDStats(StoredStats):
     u: np.ndarray    # (H, S)
     U: np.ndarray    # (H, S, d)
     psi: np.ndarray  # (H, S)
+    fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     @property
     def n(self) -> int:
@@ -118,17 +118,18 @@ class NCFDStats(StoredStats):
     @property
     def fd(self) -> TGPStats:
         """The FD/FVPD statistics at σ = 0 contained in this pass (MATH.md §2)."""
-        return TGPStats(self.fingerprint, self.moments, self.gram0, self.u[0], self.U[0], self.psi[0])
+        return TGPStats(self.draw, self.moments, self.gram0, self.u[0], self.U[0], self.psi[0],
+                        fingerprint=self.fingerprint)
 
     @classmethod
     def zero(cls, features: RandomFourierFeatures, sigmas: np.ndarray) -> NCFDStats:
         S, d, H = features.n_features, features.n_dims, len(sigmas)
-        return cls(features.fingerprint, np.asarray(sigmas, dtype=np.float64), Moments.zero(d),
+        return cls(features, np.asarray(sigmas, dtype=np.float64), Moments.zero(d),
                    np.zeros((S, S)), np.zeros((S, S)), np.zeros((H, S)), np.zeros((H, S, d)), np.zeros((H, S)))
 
     def check_features(self, features: RandomFourierFeatures, sigmas: np.ndarray | None = None) -> None:
         """Raise unless these statistics were accumulated with ``features`` (and the noise levels ``sigmas``)."""
-        self.check_draw(features)
+        super().check_features(features)
         if sigmas is not None and not _same_levels(np.asarray(sigmas, dtype=np.float64), self.sigmas):
             raise ValueError(f"the statistics were accumulated for noise levels {self.sigmas.tolist()}, "
                              f"not {np.asarray(sigmas).tolist()}")

@@ -19,6 +19,8 @@ good in the log/logit space had a data-space KS three times larger).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,7 +63,7 @@ class ProjectionGrid:
     def n_directions(self) -> int:
         return int(self.directions.shape[0])
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         arrays = (self.directions, self.lower, self.step)
         if self.units is None:
@@ -102,14 +104,33 @@ class ProjectionGrid:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ProjectionCounts(StoredStats):
-    """Per-direction bin counts of a set of rows on a :class:`ProjectionGrid` (a value: +, −, ``scaled``,
-    save/load — :class:`~tgpflow.core.summable.AdditiveStats`)."""
+    """Per-direction bin counts of a set of rows on a :class:`ProjectionGrid`, which they carry (a value: +, −,
+    ``scaled``, save/load — :class:`~tgpflow.core.summable.AdditiveStats`). The grid is saved as its arrays and,
+    with ``units``, their bounds (``draw.units.lower``, ``draw.units.upper``) and column names."""
 
     MISMATCH: ClassVar[str] = "cannot combine projection counts of different projection grids"
 
-    fingerprint: str
+    draw: ProjectionGrid | None
     counts: np.ndarray
     n: int | float
+    fingerprint: str = dataclasses.field(default="", kw_only=True)
+
+    @classmethod
+    def _draw_arrays(cls, draw: ProjectionGrid) -> dict[str, np.ndarray]:
+        units = {} if draw.units is None else {"units.lower": draw.units.lower, "units.upper": draw.units.upper}
+        return {**draw.to_arrays(), **units}
+
+    @classmethod
+    def _draw_meta(cls, draw: ProjectionGrid) -> dict[str, Any]:
+        return {} if draw.units is None else {"units_columns": list(draw.units.columns)}
+
+    @classmethod
+    def _draw_from_arrays(cls, arrays: dict[str, np.ndarray], meta: Mapping[str, Any]) -> ProjectionGrid:
+        units = None
+        if "units.lower" in arrays:
+            units = ColumnBounds(np.asarray(arrays["units.lower"], dtype=np.float64),
+                                 np.asarray(arrays["units.upper"], dtype=np.float64), tuple(meta["units_columns"]))
+        return ProjectionGrid.from_arrays(arrays, units)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         # ``n`` has been stored as float64 from the start (the other counts as int64 unless weighted); kept, so that
@@ -120,8 +141,8 @@ class ProjectionCounts(StoredStats):
 def projection_counts(rows: np.ndarray, grid: ProjectionGrid) -> ProjectionCounts:
     """The counts of one chunk of rows."""
     if rows.shape[0] == 0:
-        return ProjectionCounts(grid.fingerprint, np.zeros((grid.n_directions, grid.n_bins)), 0)
-    return ProjectionCounts(grid.fingerprint, grid.histogram(rows), int(rows.shape[0]))
+        return ProjectionCounts(grid, np.zeros((grid.n_directions, grid.n_bins)), 0)
+    return ProjectionCounts(grid, grid.histogram(rows), int(rows.shape[0]))
 
 
 def ks_by_direction(data: ProjectionCounts, model: np.ndarray) -> np.ndarray:

@@ -119,15 +119,19 @@ class StatsBundle(Summable, Mapping):
                 for name, a in self._parts[key].to_arrays().items()}
 
     def artifact_meta(self) -> dict[str, Any]:
-        """JSON metadata naming each part's key, statistics kind and feature fingerprint."""
+        """JSON metadata: the bundle's fingerprint and, for each part, its key, statistics kind, feature
+        fingerprint and the scalars of the draws it carries (``draws``, absent without)."""
         parts = []
         for key in self._order():
             part = self._parts[key]
             entry = {"key": list(key), "kind": type(part).__name__, "fingerprint": part.fingerprint}
             if isinstance(part, HeldOut):
                 entry.update(stats_kind=type(part.stats).__name__, grid=part.projections.fingerprint)
+            draws = part.draw_meta()
+            if draws:
+                entry["draws"] = draws
             parts.append(entry)
-        return {"parts": parts}
+        return {"fingerprint": self.fingerprint, "parts": parts}
 
     @classmethod
     def from_arrays(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray], kinds: Mapping[str, Any]) -> StatsBundle:
@@ -136,9 +140,10 @@ class StatsBundle(Summable, Mapping):
             prefix = f"p{i}."
             own = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
             if part["kind"] == "HeldOut":
-                value = HeldOut.from_arrays(part["fingerprint"], own, kinds[part["stats_kind"]], part["grid"])
+                value = HeldOut.from_arrays(part["fingerprint"], own, kinds[part["stats_kind"]], part["grid"],
+                                            part.get("draws"))
             else:
-                value = kinds[part["kind"]].from_arrays(part["fingerprint"], own)
+                value = kinds[part["kind"]].from_arrays(part["fingerprint"], own, part.get("draws"))
             parts[tuple(part["key"])] = value
         return cls(parts)
 
@@ -170,13 +175,16 @@ class HeldOut(AdditiveStats):
 
     @classmethod
     def from_arrays(cls, fingerprint: str, arrays: dict[str, np.ndarray], stats_kind: Any,  # type: ignore[override]
-                    grid_fingerprint: str) -> HeldOut:
-        """The value of :meth:`to_arrays`: the kinds of the parts are not fields' types but the bundle's metadata."""
-        def part(prefix: str) -> dict[str, np.ndarray]:
-            return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+                    grid_fingerprint: str, draws: Mapping[str, Any] | None = None) -> HeldOut:
+        """The value of :meth:`to_arrays`: the kinds of the parts are not fields' types but the bundle's metadata
+        (``draws``: the parts' draw scalars, :meth:`~tgpflow.core.summable.AdditiveStats.draw_meta`)."""
+        def part(prefix: str, items: Mapping[str, Any]) -> dict[str, Any]:
+            return {k[len(prefix):]: v for k, v in items.items() if k.startswith(prefix)}
 
-        return cls(stats_kind.from_arrays(fingerprint, part("stats.")),
-                   ProjectionCounts.from_arrays(grid_fingerprint, part("projections.")))
+        draws = draws or {}
+        return cls(stats_kind.from_arrays(fingerprint, part("stats.", arrays), part("stats.", draws)),
+                   ProjectionCounts.from_arrays(grid_fingerprint, part("projections.", arrays),
+                                                part("projections.", draws)))
 
 
 def split_chunk_stats(block: np.ndarray, keys: np.ndarray, fraction: float, salt: int,

@@ -1,9 +1,12 @@
 """Statistics that save and load themselves: the algebra base of :mod:`tgpflow.core.summable` plus the artifact
 writer of :mod:`tgpflow.io.artifact` (a layer above the core, so it is added here).
 
-A statistics artifact holds :meth:`~tgpflow.core.summable.AdditiveStats.to_arrays` under the kind
-``type(stats).__name__`` with the metadata ``{"fingerprint": …}`` — the layout the statistics store
-(:mod:`tgpflow.pipeline.store`) and model files write too, and read back with ``from_arrays(fingerprint, arrays)``.
+A statistics artifact holds :meth:`~tgpflow.core.summable.AdditiveStats.to_arrays` — the sums and the draw's
+arrays (``draw.*``) — under the kind ``type(stats).__name__`` with the metadata
+:meth:`~tgpflow.core.summable.AdditiveStats.artifact_meta` (``{"fingerprint": …, "draws": {"draw": its scalars}}``),
+the layout the statistics store (:mod:`tgpflow.pipeline.store`) writes too; both read it back with
+``from_artifact(arrays, meta)``. A file written before statistics carried their draw has neither ``draw.*`` nor
+``draws``: it loads with the draw None, and a solve asks for it (``features=``, ``basis=``).
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ class StoredStats(AdditiveStats):
 
     def save(self, path: str | Path) -> Path:
         """Write atomically to a Zarr group or, for a ``.npz`` path, a NumPy archive (no pickle)."""
-        return write_artifact(path, type(self).__name__, self.to_arrays(), {"fingerprint": self.fingerprint})
+        return write_artifact(path, type(self).__name__, self.to_arrays(), self.artifact_meta())
 
     @classmethod
     def load(cls, path: str | Path) -> Self:
         """Read statistics written by :meth:`save` (checksums verified; another kind is refused)."""
         _, arrays, meta = read_artifact(path, expected_kinds=(cls.__name__,))
-        return cls.from_arrays(meta["fingerprint"], arrays)
+        return cls.from_artifact(arrays, meta)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,7 +32,7 @@ from tgpflow.core.moments import Moments
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.stored import StoredStats
 
-__all__ = ["TGPStats", "tgp_chunk_stats", "tgp_memory", "level_products", "block_rows_for", "PRECISIONS"]
+__all__ = ["TGPStats", "RFFStats", "tgp_chunk_stats", "tgp_memory", "level_products", "block_rows_for", "PRECISIONS"]
 
 
 def block_rows_for(n_features: int, n_dims: int, block_bytes: int) -> int:
@@ -71,21 +72,40 @@ _FEATURES_MISMATCH = ("cannot combine {what}: they were computed with different 
                       "stored RandomFourierFeatures) to accumulate/fit — or refit from the data")
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class TGPStats(StoredStats):
-    """The one-pass statistics of FD/FVPD for one feature draw (a value: +, −, ``scaled``, save/load, field by
-    field — :class:`~tgpflow.core.summable.AdditiveStats`; ``phi_gram`` is kept only when both parts have it)."""
+class RFFStats(StoredStats):
+    """What the statistics on random Fourier features share (FD/FVPD, NCFD): the errors of a draw mismatch, and
+    the draw saved as its arrays (``draw.Z``, ``draw.c``, ``draw.gamma``, ``draw.shift``) and its seed."""
 
     MISMATCH: ClassVar[str] = _FEATURES_MISMATCH.replace("{what}", "statistics")
     DRAW_MISMATCH: ClassVar[str] = _FEATURES_MISMATCH.replace("{what}", "statistics and features")
 
-    fingerprint: str
+    @classmethod
+    def _draw_meta(cls, draw: RandomFourierFeatures) -> dict[str, Any]:
+        return {"seed": draw.seed}
+
+    @classmethod
+    def _draw_from_arrays(cls, arrays: dict[str, np.ndarray], meta: Mapping[str, Any]) -> RandomFourierFeatures:
+        return RandomFourierFeatures.from_arrays(arrays, seed=meta.get("seed"))
+
+    def check_features(self, features: RandomFourierFeatures) -> None:
+        """Raise unless these statistics were accumulated with ``features``."""
+        self.check_draw(features)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TGPStats(RFFStats):
+    """The one-pass statistics of FD/FVPD for one feature draw, which they carry (a value: +, −, ``scaled``,
+    save/load, field by field — :class:`~tgpflow.core.summable.AdditiveStats`; ``phi_gram`` is kept only when
+    both parts have it)."""
+
+    draw: RandomFourierFeatures | None
     moments: Moments
     gram: np.ndarray
     u: np.ndarray
     U: np.ndarray
     psi: np.ndarray
     phi_gram: np.ndarray | None = None
+    fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     @property
     def n(self) -> int:
@@ -98,11 +118,7 @@ class TGPStats(StoredStats):
     @classmethod
     def zero(cls, features: RandomFourierFeatures) -> TGPStats:
         S, d = features.n_features, features.n_dims
-        return cls(features.fingerprint, Moments.zero(d), np.zeros((S, S)), np.zeros(S), np.zeros((S, d)), np.zeros(S))
-
-    def check_features(self, features: RandomFourierFeatures) -> None:
-        """Raise unless these statistics were accumulated with ``features``."""
-        self.check_draw(features)
+        return cls(features, Moments.zero(d), np.zeros((S, S)), np.zeros(S), np.zeros((S, d)), np.zeros(S))
 
     def without_phi_gram(self) -> TGPStats:
         """The same statistics without the optional held-out Σφφᵀ."""
@@ -142,7 +158,7 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
     gram *= scale * scale
     if gram_cos is not None:
         gram_cos *= scale * scale
-    return TGPStats(features.fingerprint, moments, gram, u * (-scale), U * (-scale), psi * scale, gram_cos)
+    return TGPStats(features, moments, gram, u * (-scale), U * (-scale), psi * scale, gram_cos)
 
 
 def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool,
