@@ -44,6 +44,9 @@ FAMILIES: dict[str, Callable[[], Any]] = {
     "map": lambda: GPTiltedDensity(method="map", map_draws=3000, **COMMON),
     "fd_selected": lambda: GPTiltedDensity(method="fd", n_features=16, lam="auto", lam_grid=[0.3, 3.0],
                                            bandwidth=[0.6, 1.0], normalizer_draws=2000),
+    # bounded columns: the statistics are sums in the fitting space (log of x₀ + 6); the fresh estimator's
+    # bounds= maps them back
+    "fd_bounded": lambda: GPTiltedDensity(method="fd", bounds=[(-6.0, None), (None, None)], **COMMON),
     "nkef": lambda: NystromKEF(n_basis=10, base="gaussian", lam=1e-2),
     "nkef_lite": lambda: NystromKEF(n_basis=10, lite=True, base="gaussian", lam=1e-2),
     "stein": lambda: ScoreEstimator.preset("stein", n_basis=10, lam=1e-2),
@@ -129,6 +132,12 @@ def test_a_fresh_estimator_solves_loaded_statistics_from_their_own_draw(family, 
             assert part.fingerprint == orig.fingerprint, (where, key)
         fresh = FAMILIES[family]().fit_from_stats(back)
         np.testing.assert_allclose(evaluate(fresh, X), want, rtol=1e-12, err_msg=where)
+
+
+def test_a_fresh_estimator_refuses_bounds_by_column_name_it_cannot_resolve():
+    _, stats = accumulated("fd_bounded")
+    with pytest.raises(ValueError, match="bounds= names columns"):
+        GPTiltedDensity(method="fd", bounds={"x0": (-6.0, None)}, **COMMON).fit_from_stats(stats)
 
 
 @pytest.mark.parametrize("family", ["fd", "ncfd", "nkef", "kde_sdo"])

@@ -523,6 +523,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     def _solve_stats(self, stats: TGPStats | NCFDStats | StatsBundle, features: RandomFourierFeatures | None) -> None:
         features = self._solve_draw(stats, features)
+        if not hasattr(self, "bounds_"):
+            self.bounds_ = self._fresh_bounds(features.n_dims)
         if isinstance(stats, StatsBundle):
             stats, features = self._select(stats, features)
         expected = self._method.stats_type
@@ -540,6 +542,18 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             base = base_from_moments(stats.moments, columns)
             self._set_solution(stats, features, base, lam, eta)
             info.update(solver=self.solver_info_.get("method"))
+
+    def _fresh_bounds(self, d: int) -> ColumnBounds | None:
+        """``bounds=`` of an estimator that solves statistics it did not accumulate. Statistics do not carry the
+        bounded columns' transform, and those of a bounded fit are sums in its fitting space: without ``bounds_``
+        the model would read them in the data's units. Columns are named only by a fit, so bounds by column
+        name need one."""
+        names = getattr(self, "feature_names_in_", None)
+        if self.bounds is not None and names is None and isinstance(self.bounds, dict):
+            raise ValueError("bounds= names columns, but this estimator has not seen the data's columns: give one "
+                             "(lower, upper) pair per column, or solve with the estimator that accumulated the statistics")
+        return ColumnBounds.from_param(self.bounds, [str(c) for c in names] if names is not None
+                                       else [f"x{j}" for j in range(d)])
 
     # -- selection ----------------------------------------------------------------------
     def _lam_grid(self) -> list[float]:
