@@ -199,7 +199,9 @@ def test_corrupted_store_entry_is_detected_and_named(tmp_path):
     spec = load_spec(_spec(tmp_path))
     run_pipeline(spec)
     store = StatsStore(tmp_path / "store.zarr")
-    source_file, entry = next(iter(store.read_manifest()["partitions"].items()))
+    key, entry = next(iter(store.read_manifest()["partitions"].items()))
+    assert key == "p000.parquet"  # relative to the source's root, tmp_path/data
+    source_file = tmp_path / "data" / key
     rel = entry["stats"]["fd"]
     chunk = next(p for p in (tmp_path / "store.zarr" / rel / "gram").rglob("*") if p.is_file() and p.name != "zarr.json")
     raw = bytearray(chunk.read_bytes())

@@ -643,9 +643,11 @@ def report(model: str, source: str, out: str, overwrite: bool, columns: str | No
 @click.option("--date", default=None, help="Run date substituted for {date} in the spec (default: today).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a spec field before validation, e.g. --set refit.policy=full (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Print what the run would read (new, changed, removed partitions), "
+                                              "refit and score; write nothing, take no lock, start no cluster.")
 @_progress_opt
 @_scheduler_timeout
-def run(spec_path: str, date: str | None, overrides: tuple[str, ...], progress_mode: str) -> None:
+def run(spec_path: str, date: str | None, overrides: tuple[str, ...], dry_run: bool, progress_mode: str) -> None:
     """Run a pipeline spec once: refit from new partitions (incremental/window/full), version, score."""
     from tgpflow.cluster import spec_client
     from tgpflow.pipeline.runner import run_pipeline
@@ -653,6 +655,9 @@ def run(spec_path: str, date: str | None, overrides: tuple[str, ...], progress_m
 
     with _runtime_errors():
         spec = load_spec(spec_path, date=date, overrides=list(overrides))
+        if dry_run:
+            click.echo(json.dumps(dict(run_pipeline(spec, date=date, dry_run=True), spec=spec_path), indent=1))
+            return
         t0 = time.perf_counter()
         with spec_client(spec.cluster) as client, _progress(progress_mode, client) as progress:
             result = run_pipeline(spec, date=date, progress=progress)

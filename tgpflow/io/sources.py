@@ -1,7 +1,8 @@
 """Sources: anything with rows becomes a list of validated float64 chunks on a Dask graph.
 
 ``as_source`` accepts a Parquet file, directory or glob (one chunk per row group), a Zarr
-array (its row chunks), a dask array (its row chunks; one column block), a dask or pandas
+array (its row chunks; a 2-D array, or a group's 2-D array named by ``array=``, or a group of
+1-D arrays read as columns), a dask array (its row chunks; one column block), a dask or pandas
 DataFrame (its partitions), or a NumPy array (row chunks of ≤ 64 MiB, at least 16 of them once
 they hold 16 384 rows each). A
 :class:`Source` is a set of lazy per-chunk tasks: reader → ``validate_block`` →
@@ -175,11 +176,13 @@ def select_frame(frame: Any, columns: Any, where: str) -> Any:
 
 
 def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str = "raise",
-              storage_options: dict[str, Any] | None = None, filters: list[tuple[str, str, Any]] | None = None) -> Source:
+              storage_options: dict[str, Any] | None = None, filters: list[tuple[str, str, Any]] | None = None,
+              array: str | None = None) -> Source:
     """Turn ``data`` into a :class:`Source` (see the module docstring for what is accepted).
 
     ``filters`` (Parquet only): rows where every ``(column, op, value)`` holds are kept, per row
     group; the chunk sizes then become unknown (NaN) since the footers count unfiltered rows.
+    ``array`` (Zarr groups only): the 2-D array of the group to read.
     """
     on_bad_rows = check_on_bad_rows(on_bad_rows)
     if isinstance(data, Source):
@@ -189,7 +192,9 @@ def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str =
         if path.rstrip("/").endswith(".zarr") or Path(path, "zarr.json").exists():
             if filters:
                 raise SourceError(f"{path}: row filters apply to Parquet sources only")
-            return _zarr_source(path, columns, on_bad_rows)
+            return _zarr_source(path, columns, on_bad_rows, array)
+        if array is not None:
+            raise SourceError(f"{path}: array= names an array inside a Zarr group; this is not a Zarr store")
         return _parquet_source(path, columns, on_bad_rows, storage_options, filters)
     if filters:
         raise SourceError("row filters apply to Parquet sources only")
@@ -286,20 +291,46 @@ def _parquet_source(path: str, columns: Any, on_bad_rows: OnBadRows, storage_opt
     return _make(path, layout.columns, True, raws, layout.labels(), sizes, on_bad_rows)
 
 
-def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows) -> Source:
+def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows, array: str | None = None) -> Source:
     import zarr
 
     try:
         node = zarr.open(store=path, mode="r")
     except Exception as exc:
         raise SourceError(f"{path}: not a readable Zarr store ({cause(exc)})") from exc
+    if array is not None:
+        if not isinstance(node, zarr.Group):
+            raise SourceError(f"{path}: is a Zarr array; array={array!r} names an array inside a Zarr group")
+        members = sorted(name for name, _ in node.arrays())
+        if array not in members:
+            raise SourceError(f"{path}: the Zarr group has no array {array!r}; it has {members}")
+        node = node[array]
     if not isinstance(node, zarr.Array):
-        arrays = [name for name, _ in node.arrays()]
-        raise SourceError(f"{path}: is a Zarr group, not an array; pass the array's path "
-                          f"(e.g. {path.rstrip('/')}/{arrays[0] if arrays else 'NAME'})")
+        return _zarr_group_source(node, path, columns, on_bad_rows)
     if node.ndim != 2:
         raise SourceError(f"{path}: expected a 2-D Zarr array of rows, got shape {node.shape}")
     names = node.attrs.get("columns")
     names = [str(c) for c in names] if isinstance(names, list) and len(names) == node.shape[1] else None
     x = da.from_zarr(node, chunks=(node.chunks[0], node.shape[1]))
     return _dask_array_source(x, path, columns, on_bad_rows, names=names)
+
+
+def _zarr_group_source(group: Any, path: str, columns: Any, on_bad_rows: OnBadRows) -> Source:
+    """A Zarr group of 1-D arrays of one length, each a column (the layout ``xarray`` writes): the rows are
+    the selected arrays side by side, chunked along rows as the first of them is stored."""
+    arrays = dict(sorted(group.arrays()))
+    if not arrays or any(a.ndim != 1 for a in arrays.values()):
+        first = next((n for n, a in arrays.items() if a.ndim == 2), next(iter(arrays), "NAME"))
+        raise SourceError(f"{path}: is a Zarr group, not an array; pass the array's path (e.g. "
+                          f"{path.rstrip('/')}/{first}), or name it with array= (a pipeline spec: source.array); "
+                          f"a group is read as a table only when it holds 1-D arrays, one per column")
+    names = list(arrays)
+    idx = _select_indices(columns, names, path)
+    chosen = [names[i] for i in idx]
+    check_numeric(((n, arrays[n].dtype) for n in chosen), path)
+    lengths = {n: arrays[n].shape[0] for n in chosen}
+    if len(set(lengths.values())) > 1:
+        raise SourceError(f"{path}: the column arrays differ in length ({lengths}); each must hold one value per row")
+    rows = arrays[chosen[0]].chunks[0]
+    x = da.stack([da.from_zarr(arrays[n], chunks=(rows,)) for n in chosen], axis=1).rechunk({1: -1})
+    return _dask_array_source(x, path, None, on_bad_rows, names=chosen)

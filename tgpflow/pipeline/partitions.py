@@ -1,6 +1,6 @@
-"""A pipeline's partitions as sources: one Parquet file, or all of them, with the store's frozen preprocessing.
+"""A pipeline's partitions as sources: one partition, or all of them, with the store's frozen preprocessing.
 
-Shared by the run (statistics, pilot) and the steps after its commit (scores, reports), which
+A partition is named by its key, relative to the source's root (:mod:`tgpflow.pipeline.discover`). Shared by the run (statistics, pilot) and the steps after its commit (scores, reports), which
 read the same rows the same way: the spec's columns, filters and bad-row policy, then
 ``(x − center) / scale`` when the store froze a preprocessing.
 """
@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from tgpflow.io.sources import Source, as_source
+from tgpflow.pipeline.discover import data_root, resolve
 from tgpflow.pipeline.spec import PipelineSpec
 
 __all__ = ["preprocessor", "log_jacobian", "partition_source", "union_source"]
@@ -33,17 +34,19 @@ def log_jacobian(pre: dict[str, Any] | None) -> float:
     return -float(np.log(np.asarray(pre["scale"])).sum()) if pre else 0.0
 
 
-def partition_source(spec: PipelineSpec, path: str, columns: list[str] | None, pre: dict[str, Any] | None) -> Source:
-    """One partition's rows, filtered, validated and preprocessed as the spec says."""
-    src = as_source(path, columns=columns, on_bad_rows=spec.source.on_bad_rows,
-                    filters=[tuple(f) for f in spec.source.filters] if spec.source.filters else None)
+def partition_source(spec: PipelineSpec, key: str, columns: list[str] | None, pre: dict[str, Any] | None) -> Source:
+    """One partition's rows (``key`` relative to the source's root), filtered, validated and preprocessed as
+    the spec says."""
+    src = as_source(resolve(data_root(spec.source.path), key), columns=columns, on_bad_rows=spec.source.on_bad_rows,
+                    filters=[tuple(f) for f in spec.source.filters] if spec.source.filters else None,
+                    array=spec.source.array)
     fn = preprocessor(pre)
     return src.map_rows(fn) if fn is not None else src
 
 
-def union_source(spec: PipelineSpec, files: list[str], columns: list[str] | None, pre: dict[str, Any] | None) -> Source:
+def union_source(spec: PipelineSpec, keys: list[str], columns: list[str] | None, pre: dict[str, Any] | None) -> Source:
     """All partitions as one source (the pilot that freezes preprocessing and draws; reports)."""
-    parts = [partition_source(spec, f, columns, pre) for f in files]
+    parts = [partition_source(spec, k, columns, pre) for k in keys]
     first = parts[0]
     return dataclasses.replace(first, description=spec.source.path,
                                labels=tuple(lb for p in parts for lb in p.labels),

@@ -2,7 +2,9 @@
 
 A run (under the store's lock):
 
-1. lists the source's partitions (Parquet files) and fingerprints them;
+1. lists the source's partitions (Parquet files or Zarr stores, keyed relative to the source's root:
+   :mod:`tgpflow.pipeline.discover`) and fingerprints them (a store written with absolute keys is
+   migrated first, once);
 2. on the store's first run (or ``refit: full``) freezes the preprocessing (centre/scale from
    a pilot sample) and each model's feature draw / basis, and stores them: every later
    partition's statistics use the same ones, so they stay mergeable;
@@ -27,10 +29,17 @@ Before it looks for new partitions a run removes what a killed run left uncommit
 finishes the steps the last committed run left undone, each output once (a run killed while
 scoring is completed by the next one, even with no new partition). A rerun with nothing new and
 nothing owed changes nothing and says so.
+
+``dry_run=True`` (``tgpflow run --dry-run``) takes no lock and writes nothing: it lists the partitions,
+compares them with the committed manifest and returns the plan — the partitions it would read (``new``,
+``changed``: read again and their old statistics subtracted) and drop (``removed``: gone, or out of the
+window), how each model would be refitted, and which partitions would be scored. It does not list what a
+killed run left behind (``tgpflow gc SPEC --dry-run`` does).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from typing import Any
@@ -46,14 +55,14 @@ from tgpflow.features.nystrom import NystromBasis
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.sdo import SDODraw
 from tgpflow.io.atomic import as_path
-from tgpflow.io.parquet import list_parquet_files
 from tgpflow.io.pilot import pilot_sample
-from tgpflow.io.sources import Source, as_source
+from tgpflow.io.sources import Source
 from tgpflow.models.anomaly import anomaly_threshold
+from tgpflow.pipeline.discover import Partitions, discover, fingerprint, migrate_keys
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import log_jacobian, partition_source, preprocessor, union_source
 from tgpflow.pipeline.spec import PipelineSpec
-from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore, partition_fingerprint
+from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore
 from tgpflow.pipeline.versions import ModelVersions
 from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.support import SupportBox
@@ -118,27 +127,51 @@ def _freeze_preprocess(spec: PipelineSpec, src: Source, seed: int, progress: Pro
     return {"center": center.tolist(), "scale": scale.tolist()}
 
 
-def run_pipeline(spec: PipelineSpec, *, date: str | None = None, progress: Progress | None = None) -> RunResult:
-    """Run one refit of ``spec`` (see the module docstring); returns what it did. ``progress`` is called with
-    the futures of each distributed compute of the run (:data:`tgpflow.core.engine.Progress`)."""
+def run_pipeline(spec: PipelineSpec, *, date: str | None = None, progress: Progress | None = None,
+                 dry_run: bool = False) -> RunResult:
+    """Run one refit of ``spec`` (see the module docstring); returns what it did — or, with ``dry_run``,
+    what it would do, writing nothing. ``progress`` is called with the futures of each distributed compute
+    of the run (:data:`tgpflow.core.engine.Progress`)."""
     store = StatsStore(spec.outputs.store)
+    if dry_run:
+        return _dry_run(spec, store)
     with store.lock(spec.lock_timeout):
-        manifest = store.read_manifest()
+        parts = discover(spec.source.path)
+        manifest, migrated = migrate_keys(store.read_manifest(), parts, spec.source.fingerprint)
+        if migrated:  # once: the same commit, its partitions keyed relative to the source's root
+            store.write_manifest(manifest)
+            logger.info("%s: the store's partition keys are now relative to %s", spec.name, parts.root)
         collect(spec, store, manifest)  # what a killed run left uncommitted
         owed = finish(spec, manifest, progress=progress)  # what the last committed run left undone
-        return _run(spec, store, manifest, date or datetime.date.today().isoformat(), owed, progress)
+        return _run(spec, store, manifest, parts, date or datetime.date.today().isoformat(), owed, progress)
 
 
-def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, date: str,
-         owed: dict[str, list[str]], progress: Progress | None = None) -> RunResult:
-    fs, files = list_parquet_files(spec.source.path)
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What a run does, from the partitions listed now and the committed manifest."""
+
+    files: list[str]  # the keys the run keeps (the window's, under refit: window)
+    fps: dict[str, str]  # their fingerprints
+    rebuild: bool  # no manifest yet, or refit: full
+    run: int
+    old_parts: dict[str, Any]  # the manifest's partitions the run starts from ({} when it rebuilds)
+    added: list[str]  # new or changed: read
+    removed: list[str]  # changed, disappeared or out of the window: subtracted
+
+    @property
+    def nothing_new(self) -> bool:
+        return not self.rebuild and not self.added and not self.removed
+
+
+def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, parts: Partitions) -> _Plan:
+    """Compare the partitions with the manifest; refuse a spec whose models or preprocessing changed."""
+    files = list(parts.keys)
     if not files:
-        raise TgpflowError(f"{spec.source.path}: no Parquet partitions match")
-    mode = getattr(spec.source, "fingerprint", "metadata")
+        raise TgpflowError(f"{spec.source.path}: no partitions match")
     policy = spec.refit.policy
     if policy == "window":
         files = files[-spec.refit.partitions:]
-    fps = {f: partition_fingerprint(fs, f, mode) for f in files}
+    fps = {f: fingerprint(parts.fs, parts.path(f), f, spec.source.fingerprint) for f in files}
     params = {m.name: {"estimator": m.estimator, "params": m.params} for m in spec.models}
     rebuild = manifest is None or policy == "full"
     if manifest is not None and not rebuild:
@@ -150,14 +183,51 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         if manifest["preprocess_spec"] != spec.preprocess.model_dump():
             raise TgpflowError(f"{store.root}: preprocessing changed since the store was built; rebuild with "
                                f"--set refit.policy=full")
-    run = 1 if manifest is None else manifest["run"] + 1
-    seed = int(next((m.params.get("random_state", 0) for m in spec.models), 0) or 0)
-
-    # -- what changed --------------------------------------------------------------------
     old_parts = {} if rebuild else manifest["partitions"]
-    added = [f for f in files if f not in old_parts or old_parts[f]["fingerprint"] != fps[f]]
-    removed = [f for f in old_parts if f not in fps or old_parts[f]["fingerprint"] != fps[f]]
-    if manifest is not None and not rebuild and not added and not removed:
+    return _Plan(files=files, fps=fps, rebuild=rebuild, run=1 if manifest is None else manifest["run"] + 1,
+                 old_parts=old_parts,
+                 added=[f for f in files if f not in old_parts or old_parts[f]["fingerprint"] != fps[f]],
+                 removed=[f for f in old_parts if f not in fps or old_parts[f]["fingerprint"] != fps[f]])
+
+
+def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
+    """The plan of a run, from the committed manifest, without a lock and without writing anything."""
+    parts = discover(spec.source.path)
+    manifest, migrated = migrate_keys(store.read_manifest(), parts, spec.source.fingerprint)
+    plan = _plan(spec, store, manifest, parts)
+    committed = (manifest or {}).get("partitions", {})  # the data's changes since the last commit
+    new = [f for f in plan.files if f not in committed]
+    changed = [f for f in plan.files if f in committed and committed[f]["fingerprint"] != plan.fps[f]]
+    kept = [f for f in plan.old_parts if f not in plan.removed] + plan.added
+    refit = {}
+    for m in spec.models:
+        if plan.nothing_new:
+            how = "none: nothing new or changed"
+        elif m.refits_from_rows():
+            how = f"from rows: refitted on the rows of {len(kept)} partition(s) (no additive statistics)"
+        elif plan.rebuild:
+            how = f"full: statistics of {len(plan.added)} partition(s), new preprocessing and draw"
+        else:
+            how = (f"incremental ({spec.refit.policy}): the stored total + {len(plan.added)} partition(s) "
+                   f"− {len(plan.removed)}")
+        refit[m.name] = {"estimator": m.estimator, "refit": how}
+    scores = spec.outputs.scores
+    score = ({"path": scores.path, "model": scores.model or spec.models[0].name, "partitions": sorted(plan.added)}
+             if scores is not None and plan.added else None)
+    gone = [f for f in committed if f not in plan.fps]  # disappeared, or out of the window
+    return RunResult(dry_run=True, changed=not plan.nothing_new, run=plan.run, root=parts.root, format=parts.format,
+                     partitions={"new": new, "changed": changed, "removed": gone,
+                                 "unchanged": len(plan.files) - len(new) - len(changed)},
+                     rebuild=plan.rebuild, refit=refit, score=score, migrate_keys=migrated)
+
+
+def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, parts: Partitions, date: str,
+         owed: dict[str, list[str]], progress: Progress | None = None) -> RunResult:
+    plan = _plan(spec, store, manifest, parts)
+    files, fps, rebuild, run, old_parts = plan.files, plan.fps, plan.rebuild, plan.run, plan.old_parts
+    added, removed, policy = plan.added, plan.removed, spec.refit.policy
+    seed = int(next((m.params.get("random_state", 0) for m in spec.models), 0) or 0)
+    if manifest is not None and plan.nothing_new:
         message = "no new or changed partitions; " + _owed_message(owed)
         logger.info("%s: %s", spec.name, message)
         return RunResult(changed=False, added=[], removed=[], run=manifest["run"], repaired=owed["published"],
@@ -167,8 +237,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     # -- frozen preprocessing and draws --------------------------------------------------
     columns = spec.source.columns
     if rebuild:
-        probe = as_source(files[0], columns=columns)
-        columns = list(probe.columns)
+        columns = list(partition_source(spec, files[0], columns, None).columns)
         union = union_source(spec, files, columns, None)
         pre = _freeze_preprocess(spec, union, seed, progress)
         union = union_source(spec, files, columns, pre)
@@ -251,6 +320,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         models[name]["version"] = versions[name] = ModelVersions(as_path(spec.outputs.models) / name).write(est)
         models[name]["info"] = run_info  # published after the commit (the journal)
     new_manifest = {"schema": MANIFEST_SCHEMA, "name": spec.name, "run": run, "date": date, "columns": columns,
+                    "root": parts.root,  # what the keys were relative to at this run (for people: keys never use it)
                     "preprocess": pre, "preprocess_spec": spec.preprocess.model_dump(), "policy": policy,
                     "models": models, "partitions": partitions, "steps": steps_after_commit(spec, ests, versions, added),
                     "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}

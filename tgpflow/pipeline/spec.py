@@ -9,6 +9,7 @@ passed to the estimator's own ``set_params`` and checked against its parameter t
 ```yaml
 name: nightly
 source: {path: "data/day=*/part-*.parquet", columns: [a, b], filters: [[a, ">", 0]]}
+# or Zarr stores, one per partition: {path: "data/date=*.zarr", columns: [a, b]}  (array: x for a 2-D array)
 preprocess: {center: true, scale: true}        # frozen at the store's first run
 models:
   - {name: density, estimator: GPTiltedDensity, params: {method: fvpd, n_features: 1000}}
@@ -46,8 +47,12 @@ class _Strict(BaseModel):
 
 
 class SourceSpec(_Strict):
-    path: str = Field(description="Parquet file, directory or glob; each file is one partition.")
+    path: str = Field(description="Parquet file, directory or glob (each file is one partition), or the Zarr stores "
+                                  "a glob matches or a directory holds (each store is one partition). Partitions are "
+                                  "keyed relative to the path's directory before its first glob character.")
     columns: list[str] | None = None
+    array: str | None = Field(default=None, description="Zarr partitions that are groups: the 2-D array to read in "
+                                                        "each (default: the group's 1-D arrays are its columns).")
     filters: list[tuple[str, Literal["==", "!=", "<", "<=", ">", ">="], float | int | str]] | None = Field(
         default=None, description="Row filters (column, op, value), all must hold (applied per row group).")
     on_bad_rows: Literal["raise", "drop"] = "raise"

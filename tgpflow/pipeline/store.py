@@ -18,9 +18,10 @@ A run writes new part and total artifacts first, then swaps ``manifest.json``; a
 before the swap leaves the previous manifest — and everything it references — intact, and its
 orphans are removed by the next run (or ``tgpflow gc``). The manifest is also the run's journal
 of what follows the swap (:mod:`tgpflow.pipeline.journal`). A second run on the same store
-waits ``lock_timeout`` seconds for the lock and then fails, naming the holder. A partition's
-fingerprint is a hash of its path, size and modification time (or of its bytes,
-``fingerprint: content``).
+waits ``lock_timeout`` seconds for the lock and then fails, naming the holder. The manifest keys
+partitions by their paths relative to the source's root, and fingerprints them as
+:mod:`tgpflow.pipeline.discover` says: a store can move with its data (another machine, object
+storage) and still knows which partitions it holds.
 
 The store may live on any fsspec filesystem (``StatsStore("s3://bucket/stats.zarr")``,
 ``memory://``, ``file://``): its artifacts are then written as :mod:`tgpflow.io.atomic` says for
@@ -45,7 +46,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import json
 import os
 import socket
@@ -60,9 +60,11 @@ from tgpflow.io.outputs import output_kind
 from tgpflow.models.registry import stats_classes
 from tgpflow.stats.split import StatsBundle
 
-__all__ = ["StatsStore", "StoreBusyError", "load_stats", "partition_fingerprint", "MANIFEST_SCHEMA"]
+__all__ = ["StatsStore", "StoreBusyError", "load_stats", "MANIFEST_SCHEMA"]
 
-MANIFEST_SCHEMA = 1
+#: 2: partition keys relative to the source's root; 1 (read, migrated by the next run): absolute keys.
+MANIFEST_SCHEMA = 2
+_READABLE_SCHEMAS = (1, 2)
 
 
 class StoreBusyError(TgpflowError, RuntimeError):
@@ -77,20 +79,6 @@ def load_stats(path: AnyPath, storage_options: dict[str, Any] | None = None) -> 
     if kind == "StatsBundle":
         return StatsBundle.from_arrays(meta, arrays, kinds)
     return kinds[kind].from_artifact(arrays, meta)
-
-
-def partition_fingerprint(fs: Any, path: str, mode: str = "metadata") -> str:
-    """A short hash of (path, size, mtime) — or of the file's bytes with ``mode="content"``."""
-    h = hashlib.sha256(path.encode())
-    if mode == "content":
-        with fs.open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 22), b""):
-                h.update(block)
-    else:
-        info = fs.info(path)
-        stamp = info.get("mtime") or info.get("LastModified") or info.get("last_modified") or info.get("ETag") or ""
-        h.update(f"|{info.get('size')}|{stamp}".encode())
-    return h.hexdigest()[:20]
 
 
 class StatsStore:
@@ -172,9 +160,9 @@ class StatsStore:
         if not self.manifest_path.exists():
             return None
         manifest = read_json_object(self.manifest_path, "the store manifest")
-        if manifest.get("schema") != MANIFEST_SCHEMA:
+        if manifest.get("schema") not in _READABLE_SCHEMAS:
             raise ModelFileError(f"{self.manifest_path}: manifest schema {manifest.get('schema')!r}, "
-                                 f"this tgpflow reads {MANIFEST_SCHEMA}")
+                                 f"this tgpflow reads {list(_READABLE_SCHEMAS)}")
         return manifest
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:

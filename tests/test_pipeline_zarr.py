@@ -1,0 +1,222 @@
+"""Pipelines over Zarr partitions, partition keys relative to the source's root, and `tgpflow run --dry-run`."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+import zarr
+from click.testing import CliRunner
+
+from tests.conftest import write_parquet
+from tests.oracles import tree_hash
+from tests.test_pipeline import _oracle, _rel
+from tgpflow.cli import main
+from tgpflow.errors import SourceError
+from tgpflow.pipeline.discover import fingerprint, discover
+from tgpflow.pipeline.runner import run_pipeline
+from tgpflow.pipeline.spec import load_spec
+from tgpflow.pipeline.store import StatsStore
+from tgpflow.pipeline.versions import ModelVersions
+
+MODELS = [{"name": "fd", "estimator": "GPTiltedDensity", "params": {"method": "fd", "n_features": 48, "lam": 0.1}},
+          {"name": "kef", "estimator": "NystromKEF", "params": {"n_basis": 12, "base": "gaussian"}}]
+
+
+def _rows(seed: int, n: int = 1500) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(n, 3)) * [1.0, 2.0, 0.5] + [3.0, -1.0, 0.0]
+
+
+def _zarr_columns(path: Path, X: np.ndarray) -> None:
+    """A partition as a Zarr group of 1-D arrays, one per column (the layout xarray writes)."""
+    group = zarr.open_group(str(path), mode="w")
+    for j, name in enumerate("abc"):
+        group.create_array(name, data=X[:, j], chunks=(600,))
+
+
+def _zarr_array(path: Path, X: np.ndarray) -> None:
+    """A partition as a Zarr group holding a 2-D array ``x`` (named columns) and a 1-D row index."""
+    group = zarr.open_group(str(path), mode="w")
+    x = group.create_array("x", data=X, chunks=(600, 3))
+    x.attrs["columns"] = ["a", "b", "c"]
+    group.create_array("row", data=np.arange(len(X)), chunks=(600,))
+
+
+LAYOUTS = {  # name: (write a partition, its path under data/ by day, the spec's source)
+    "columns": (_zarr_columns, "date=2026-11-{:02d}.zarr", lambda d: {"path": f"{d}/date=*.zarr"}),
+    "array": (_zarr_array, "2026-11-{:02d}", lambda d: {"path": d, "array": "x"}),
+}
+
+
+def _spec(tmp: Path, source: dict, **over) -> Path:
+    raw = {"name": "z", "source": source, "preprocess": {"center": True, "scale": True}, "models": MODELS,
+           "outputs": {"store": str(tmp / "store.zarr"), "models": str(tmp / "models"),
+                       "scores": {"path": str(tmp / "scores"), "model": "fd", "threshold_quantile": 0.05}},
+           "refit": {"policy": "incremental"}, **over}
+    path = tmp / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _write(tmp: Path, layout: str, days, seed_of=lambda d: d, n: int = 1500) -> dict[str, np.ndarray]:
+    writer, name, _ = LAYOUTS[layout]
+    (tmp / "data").mkdir(exist_ok=True)
+    out = {}
+    for day in days:
+        X = _rows(seed_of(day), n)
+        writer(tmp / "data" / name.format(day), X)
+        out[name.format(day)] = X
+    return out
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_zarr_partitions_incremental_refit_equals_a_full_refit(tmp_path, layout):
+    """Add partitions, rerun: only they are read, and both models equal a fit of every row with the store's
+    draw; a rewritten partition is detected and replaced; a rerun with nothing new changes nothing."""
+    data = _write(tmp_path, layout, [1, 2, 3])
+    spec = load_spec(_spec(tmp_path, LAYOUTS[layout][2](str(tmp_path / "data"))))
+    first = run_pipeline(spec)
+    assert sorted(first["added"]) == sorted(data)
+    data.update(_write(tmp_path, layout, [4, 5]))
+    second = run_pipeline(spec)
+    assert sorted(second["added"]) == [LAYOUTS[layout][1].format(d) for d in (4, 5)] and second["removed"] == []
+    for model in ("fd", "kef"):
+        got, ref = _oracle(tmp_path, [data[k] for k in sorted(data)], model)
+        assert _rel(got, ref) <= 1e-10  # as the Parquet pipeline's test; elementwise, the KEF solve's conditioning:
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-10 * np.abs(ref).max())
+    rewritten = LAYOUTS[layout][1].format(2)
+    data.update(_write(tmp_path, layout, [2], seed_of=lambda d: 99, n=1700))
+    third = run_pipeline(spec)
+    assert third["added"] == [rewritten] and third["removed"] == [rewritten]
+    assert third["rows"]["fd"] == 4 * 1500 + 1700
+    got, ref = _oracle(tmp_path, [data[k] for k in sorted(data)])
+    assert _rel(got, ref) <= 1e-10
+    assert len(list((tmp_path / "scores").glob("*.parquet"))) == 5
+    assert not run_pipeline(spec)["changed"]
+    assert set(StatsStore(tmp_path / "store.zarr").read_manifest()["partitions"]) == set(data)
+
+
+def test_bad_zarr_partitions_are_named_with_their_chunk_and_column(tmp_path):
+    _write(tmp_path, "columns", [1, 2])
+    X = _rows(3)
+    X[700, 1] = np.nan
+    _zarr_columns(tmp_path / "data" / "date=2026-11-03.zarr", X)
+    spec = load_spec(_spec(tmp_path, {"path": str(tmp_path / "data" / "date=*.zarr")}))
+    with pytest.raises(SourceError, match=r"date=2026-11-03\.zarr chunk 1 \(rows 600–1199\): 1 of 600 rows .*"
+                                          r"column 'b': 1"):
+        run_pipeline(spec)
+    assert not (tmp_path / "models").exists() and StatsStore(tmp_path / "store.zarr").read_manifest() is None
+    group = zarr.open_group(str(tmp_path / "data" / "date=2026-11-03.zarr"), mode="w")
+    for name in "ab":
+        group.create_array(name, data=_rows(3)[:, 0], chunks=(600,))
+    with pytest.raises(SourceError, match=r"date=2026-11-03\.zarr: missing column 'c'; it has \['a', 'b'\]"):
+        run_pipeline(spec)
+    (tmp_path / "data" / "stray.parquet").write_bytes(b"")
+    mixed = load_spec(_spec(tmp_path, {"path": str(tmp_path / "data" / "*")}))
+    with pytest.raises(SourceError, match="matches both Zarr stores"):
+        run_pipeline(mixed)
+
+
+def _project(root: Path, days) -> dict[str, np.ndarray]:
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    out = {}
+    for d in days:
+        X = _rows(d)
+        write_parquet(root / "data" / f"p{d:03d}.parquet", X, ["a", "b", "c"], row_group_size=600)
+        out[f"p{d:03d}.parquet"] = X
+    return out
+
+
+def _relative_spec(root: Path) -> Path:
+    """A project's spec with paths relative to the project directory (the run's working directory)."""
+    raw = {"name": "moved", "source": {"path": "data/*.parquet"}, "preprocess": {"center": True, "scale": True},
+           "models": MODELS, "outputs": {"store": "store.zarr", "models": "models", "scores": {"path": "scores"}}}
+    path = root / "spec.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_moved_project_accumulates_only_its_new_partition(tmp_path, monkeypatch):
+    """Run in one directory, copy the whole project elsewhere, add a partition and run there: only the new
+    partition is read (the store's keys are relative to data/), and the model equals a full refit."""
+    old, new = tmp_path / "here", tmp_path / "elsewhere" / "project"
+    data = _project(old, range(3))
+    monkeypatch.chdir(old)
+    run_pipeline(load_spec(_relative_spec(old)))
+    manifest = StatsStore(old / "store.zarr").read_manifest()
+    assert sorted(manifest["partitions"]) == sorted(data)  # relative keys, no trace of `old`
+    assert str(old) not in json.dumps(manifest["partitions"])
+    shutil.copytree(old, new)  # keeps modification times, as cp -p and rsync -t do
+    shutil.rmtree(old)
+    monkeypatch.chdir(new)
+    data.update(_project(new, [3]))
+    result = run_pipeline(load_spec(new / "spec.yaml"))
+    assert result["added"] == ["p003.parquet"] and result["removed"] == []
+    info = ModelVersions(new / "models" / "fd").info()
+    assert info["partitions"] == sorted(data) and info["rows"] == 4 * 1500
+    assert sorted(p.name for p in (new / "scores").iterdir()) == sorted(data)
+    for model in ("fd", "kef"):
+        got, ref = _oracle(new, [data[k] for k in sorted(data)], model)
+        assert _rel(got, ref) <= 1e-10
+
+
+def test_a_store_with_absolute_keys_is_migrated_and_keeps_its_partitions(tmp_path):
+    """A manifest as tgpflow wrote it before keys were relative (schema 1: absolute keys, fingerprints of the
+    absolute paths) is migrated by the next run: unchanged partitions are not read again."""
+    data = _project(tmp_path, range(3))
+    spec = load_spec(_spec(tmp_path, {"path": str(tmp_path / "data" / "*.parquet")}))
+    run_pipeline(spec)
+    store = StatsStore(tmp_path / "store.zarr")
+    manifest = store.read_manifest()
+    parts = discover(spec.source.path)
+    legacy = {parts.path(k): {**v, "fingerprint": fingerprint(parts.fs, parts.path(k), parts.path(k))}
+              for k, v in manifest["partitions"].items()}
+    assert all(v["fingerprint"] != manifest["partitions"][Path(k).name]["fingerprint"] for k, v in legacy.items())
+    store.write_manifest({**manifest, "schema": 1, "partitions": legacy})
+    data.update(_project(tmp_path, [3]))
+    dry = run_pipeline(spec, dry_run=True)
+    assert dry["migrate_keys"] and dry["partitions"] == {"new": ["p003.parquet"], "changed": [], "removed": [],
+                                                         "unchanged": 3}
+    result = run_pipeline(spec)
+    assert result["added"] == ["p003.parquet"] and result["removed"] == []
+    migrated = store.read_manifest()
+    assert migrated["schema"] == 2 and sorted(migrated["partitions"]) == sorted(data)
+    got, ref = _oracle(tmp_path, [data[k] for k in sorted(data)])
+    assert _rel(got, ref) <= 1e-10
+
+
+def _snapshot(root: Path) -> tuple[str, dict[str, int]]:
+    """Every path and file's bytes (hashed), and every path's modification time."""
+    return tree_hash(root), {str(p): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
+
+
+def test_dry_run_names_the_new_partition_and_writes_nothing(tmp_path):
+    _write(tmp_path, "columns", [1])
+    spec_path = _spec(tmp_path, {"path": str(tmp_path / "data" / "date=*.zarr")})
+    before = _snapshot(tmp_path)
+    r = CliRunner().invoke(main, ["run", str(spec_path), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)
+    assert plan["dry_run"] and plan["rebuild"] and plan["partitions"]["new"] == ["date=2026-11-01.zarr"]
+    assert _snapshot(tmp_path) == before and not (tmp_path / "store.zarr").exists()  # no store, not even a lock
+    assert CliRunner().invoke(main, ["run", str(spec_path), "--progress", "none"]).exit_code == 0
+    _write(tmp_path, "columns", [2])
+    before = _snapshot(tmp_path)
+    r = CliRunner().invoke(main, ["run", str(spec_path), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)
+    assert _snapshot(tmp_path) == before
+    assert plan["partitions"] == {"new": ["date=2026-11-02.zarr"], "changed": [], "removed": [], "unchanged": 1}
+    assert not plan["rebuild"] and plan["run"] == 2 and plan["format"] == "zarr"
+    assert plan["refit"]["fd"]["refit"].startswith("incremental") and plan["refit"]["kef"]["refit"].startswith("incr")
+    assert plan["score"] == {"path": str(tmp_path / "scores"), "model": "fd", "partitions": ["date=2026-11-02.zarr"]}
+    done = CliRunner().invoke(main, ["run", str(spec_path), "--progress", "none"])
+    assert done.exit_code == 0 and json.loads(done.stdout)["added"] == plan["partitions"]["new"], done.output
+    _write(tmp_path, "columns", [1], seed_of=lambda d: 7, n=900)  # rewritten
+    shutil.rmtree(tmp_path / "data" / "date=2026-11-02.zarr")  # gone
+    plan = run_pipeline(load_spec(spec_path), dry_run=True)
+    assert plan["partitions"] == {"new": [], "changed": ["date=2026-11-01.zarr"], "removed": ["date=2026-11-02.zarr"],
+                                  "unchanged": 0}
+    assert plan["refit"]["fd"]["refit"].endswith("+ 1 partition(s) − 2")  # the rewritten one's old statistics too

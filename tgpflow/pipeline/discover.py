@@ -1,0 +1,187 @@
+"""A pipeline's partitions: what ``source.path`` matches, keyed relative to its root, and fingerprinted.
+
+A partition is one Parquet file, or one Zarr store — a directory holding ``zarr.json`` (a group or an
+array), e.g. ``data/date=2026-11-01.zarr`` or ``data/2026-11-01/``. ``source.path`` is a file, a
+directory or a glob, as for any source: a glob's matches that are Zarr stores are Zarr partitions; a
+directory whose children are Zarr stores has those as its partitions; anything else lists Parquet
+files (:func:`tgpflow.io.parquet.list_parquet_files`). One pipeline reads one format.
+
+**Keys.** The statistics store keys a partition by its POSIX path relative to the source's *root*
+(:func:`data_root`: ``source.path`` up to the directory before its first glob character; the
+directory itself, or a file's directory, without one). A store therefore does not depend on where the
+project lives: copy the project (data, spec, store) to another machine or to object storage, point
+the spec at it, and the next run finds its partitions already accumulated. Stores written before
+keys were relative (manifest schema 1: absolute keys) are migrated by :func:`migrate_keys` on the
+first run of this version — before any move.
+
+**Fingerprints.** A partition's fingerprint is a hash of its key and, per file (a Zarr store: every
+file in it, by its path inside the store), size and modification time — or the files' bytes with
+``fingerprint: content``. A rewritten partition gets a new fingerprint, and the run replaces its
+statistics. A copy that does not keep modification times (``cp`` without ``-p``) changes every
+``metadata`` fingerprint, and the next run re-accumulates everything (correctly, at the cost of a
+full pass); ``cp -p``, ``rsync -t``, ``shutil.copytree`` keep them, and ``content`` does not depend on them.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+from typing import Any
+
+import fsspec
+
+from tgpflow.errors import SourceError
+from tgpflow.io.parquet import list_parquet_files
+
+__all__ = ["Partitions", "discover", "data_root", "resolve", "fingerprint", "migrate_keys", "KEYS_SCHEMA"]
+
+#: The manifest schema from which partition keys are relative to the source's root.
+KEYS_SCHEMA = 2
+_GLOB = "*?["
+_ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
+
+
+def data_root(path: str) -> str:
+    """The directory partition keys are relative to: ``path`` up to the directory before its first glob
+    character; without one, ``path`` when it is a directory that is not itself a Zarr store, else its
+    directory (``"."`` for a bare name)."""
+    cut = min((path.find(c) for c in _GLOB if c in path), default=-1)
+    if cut < 0:
+        path = path.rstrip("/") or "/"
+        fs, local = fsspec.core.url_to_fs(path)
+        if fs.isdir(local) and not _is_zarr(fs, local):
+            return path
+        cut = len(path)
+    head = path[:cut]
+    if "/" not in head:
+        return "."
+    return head.rsplit("/", 1)[0] or "/"
+
+
+def resolve(root: str, key: str) -> str:
+    """The path (or URL) of partition ``key`` under ``root``; a legacy absolute key is returned as it is."""
+    if key.startswith("/") or "://" in key:
+        return key
+    return key if root == "." else f"{root.rstrip('/')}/{key}"
+
+
+def _is_zarr(fs: Any, path: str) -> bool:
+    return fs.isdir(path) and any(fs.isfile(f"{path.rstrip('/')}/{m}") for m in _ZARR_MARKERS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Partitions:
+    """The partitions a source path matches now.
+
+    Attributes
+    ----------
+    root : the source's root as the spec names it (:func:`data_root`); keys resolve against it.
+    fs : the fsspec filesystem of the data.
+    base : ``root`` as ``fs`` names paths (absolute for local paths, no protocol).
+    format : ``"parquet"`` or ``"zarr"``.
+    keys : the partitions' keys, relative to ``root``, sorted.
+    """
+
+    root: str
+    fs: Any
+    base: str
+    format: str
+    keys: tuple[str, ...]
+
+    def path(self, key: str) -> str:
+        """The path of partition ``key`` on ``fs``."""
+        return key if key.startswith("/") or "://" in key else f"{self.base.rstrip('/')}/{key}"
+
+    def key_of(self, path: str) -> str:
+        """The key of a path on ``fs`` (as it lists it): relative to ``base``; unchanged when outside it."""
+        base = self.base.rstrip("/") + "/"
+        return path[len(base):] if path.startswith(base) else path
+
+
+def discover(path: str) -> Partitions:
+    """List the partitions ``path`` matches (module docstring); refuses a path that matches none, and a mix
+    of Zarr stores and other files."""
+    root = data_root(path)
+    base = fsspec.core.url_to_fs(root)[1]
+    fs, pattern = fsspec.core.url_to_fs(path)
+    if any(c in path for c in _GLOB):
+        matches = sorted(fs.glob(pattern))  # files and directories (Zarr stores)
+    else:
+        matches = [pattern] if fs.exists(pattern) else []
+    stores, other = [], []
+    for match in matches:
+        if _is_zarr(fs, match):
+            stores.append(match)
+        elif fs.isdir(match) and (children := [c for c in sorted(fs.ls(match, detail=False)) if _is_zarr(fs, c)]):
+            stores.extend(children)
+        else:
+            other.append(match)
+    if stores and other:
+        raise SourceError(f"{path}: matches both Zarr stores ({stores[0]}) and other files ({other[0]}); a pipeline "
+                          f"reads one format: narrow source.path to one of them")
+    if stores:
+        files, fmt = stores, "zarr"
+    else:
+        fs, files = list_parquet_files(path)
+        fmt = "parquet"
+    found = Partitions(root, fs, base, fmt, ())
+    keys = sorted(found.key_of(f.rstrip("/")) for f in files)
+    return dataclasses.replace(found, keys=tuple(keys))
+
+
+def fingerprint(fs: Any, path: str, key: str, mode: str = "metadata") -> str:
+    """A short hash of ``key`` and the size and modification time of each file at ``path`` (a file, or a
+    Zarr store's every file by its path inside it) — or of their bytes with ``mode="content"``."""
+    h = hashlib.sha256(key.encode())
+    if fs.isdir(path):
+        base = path.rstrip("/") + "/"
+        files = sorted(fs.find(path, detail=True).items())
+        for name, info in files:
+            h.update(f"|{name[len(base):] if name.startswith(base) else name}".encode())
+            _update(h, fs, name, info, mode)
+    else:
+        _update(h, fs, path, None, mode)
+    return h.hexdigest()[:20]
+
+
+def _update(h: Any, fs: Any, path: str, info: dict[str, Any] | None, mode: str) -> None:
+    if mode == "content":
+        with fs.open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                h.update(block)
+        return
+    info = info if info is not None and "size" in info else fs.info(path)
+    stamp = info.get("mtime") or info.get("LastModified") or info.get("last_modified") or info.get("ETag") or ""
+    h.update(f"|{info.get('size')}|{stamp}".encode())
+
+
+def migrate_keys(manifest: dict[str, Any] | None, parts: Partitions, mode: str) -> tuple[dict[str, Any] | None, bool]:
+    """A manifest written with absolute partition keys (schema 1), with keys relative to ``parts.root``;
+    returns it and whether anything changed.
+
+    A key under the root becomes relative. Its fingerprint hashed the absolute path: where the partition's
+    fingerprint under the old key still matches (the file is unchanged), it is replaced by the fingerprint
+    under the new key; otherwise it is left, and the run treats the partition as changed. A key outside the
+    root (data moved before this migration) stays as it is: the run sees that partition as removed, and its
+    counterpart under the root as new.
+    """
+    if manifest is None or manifest.get("schema", 1) >= KEYS_SCHEMA:
+        return manifest, False
+    out = copy.deepcopy(manifest)
+    mapping = {old: parts.key_of(old) for old in manifest["partitions"]}
+    present = set(parts.keys)
+    out["partitions"] = {}
+    for old, entry in manifest["partitions"].items():
+        key, entry = mapping[old], dict(entry)
+        if key != old and key in present and fingerprint(parts.fs, parts.path(key), old, mode) == entry["fingerprint"]:
+            entry["fingerprint"] = fingerprint(parts.fs, parts.path(key), key, mode)
+        out["partitions"][key] = entry
+    for model in out["models"].values():
+        if isinstance(model.get("info"), dict) and "partitions" in model["info"]:
+            model["info"]["partitions"] = sorted(mapping.get(p, p) for p in model["info"]["partitions"])
+    scores = (out.get("steps") or {}).get("scores")
+    if scores:
+        scores["partitions"] = sorted(mapping.get(p, p) for p in scores["partitions"])
+    out["schema"] = KEYS_SCHEMA
+    return out, True
