@@ -11,6 +11,7 @@ import hashlib
 from pathlib import Path
 
 import numpy as np
+import scipy.special as sp
 
 
 def tree_hash(root: Path, skip: tuple[str, ...] = ()) -> str:
@@ -153,3 +154,15 @@ def lite_objective(alpha, X, Y, s, lam, grad_log_q0=None, h=1e-4):
     total = _score_matching_sum(f, X, grad_log_q0, h)
     K = np.array([[gauss_k(a, b, s) for b in Y] for a in Y])
     return total / X.shape[0] + 0.5 * lam * (alpha @ K @ alpha + alpha @ alpha)
+
+
+def nu_method_filter(s, t, nu):
+    """g_t(s) = (1 − r_t(s))/s of t ν-method steps on an operator scaled to ‖T‖ ≤ 1, from its
+    definition (Engl, Hanke & Neubauer, *Regularization of Inverse Problems*, §6.3; Hanke 1991):
+    r_t(s) = P_t^(α,β)(1 − 2s) / P_t^(α,β)(1), α = 2ν − ½, β = −½ — the Jacobi polynomials, not the
+    recursion's coefficients. Near s = 0, g → −r_t'(0) (the derivative of the Jacobi polynomial)."""
+    a, b = 2 * nu - 0.5, -0.5
+    r = sp.eval_jacobi(t, a, b, 1 - 2 * s) / sp.eval_jacobi(t, a, b, 1.0)
+    dr0 = -(t + a + b + 1) * sp.eval_jacobi(t - 1, a + 1, b + 1, 1.0) / sp.eval_jacobi(t, a, b, 1.0)  # d/ds at 0
+    small = np.abs(s) < 1e-8
+    return np.where(small, -dr0, (1 - r) / np.where(small, 1.0, s))

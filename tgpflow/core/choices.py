@@ -7,7 +7,7 @@ module re-exports its own names from here.
 
 from __future__ import annotations
 
-__all__ = ["KERNELS", "WHITEN_MODES", "PRECISIONS", "REGULARIZERS", "DEFAULT_PILOT_ROWS",
+__all__ = ["KERNELS", "WHITEN_MODES", "PRECISIONS", "REGULARIZERS", "DEFAULT_RANK_TOL", "DEFAULT_PILOT_ROWS",
            "DEFAULT_NORMALIZER_DRAWS"]
 
 #: Shift-invariant kernels with a spectral sampler (:mod:`tgpflow.features.kernels`).
@@ -19,6 +19,9 @@ WHITEN_MODES = ("robust", "classical", "none")
 PRECISIONS = ("float64", "mixed")
 #: Spectral regularizers of the kernel exponential family (:mod:`tgpflow.solve.kef`).
 REGULARIZERS = ("tikhonov", "cutoff", "landweber", "nu")
+#: Eigenvalues κ of the basis Gram G below DEFAULT_RANK_TOL·κ_max are cut: the span's numerical rank
+#: (:mod:`tgpflow.solve.kef`).
+DEFAULT_RANK_TOL = 1e-10
 #: Rows the pilot reads for centring, scaling and bandwidths (:mod:`tgpflow.io.pilot`).
 DEFAULT_PILOT_ROWS = 100_000
 #: Importance draws of the normaliser (:mod:`tgpflow.solve.normalizer`). At a healthy ESS (≥ 10% of

@@ -11,12 +11,22 @@ With a radial k = ψ(‖r‖²), r = x − X_a: ``Σ_i ∂²_{y_i}k = 4ψ''u + 2
 ``r(8ψ'''u + 4(d+2)ψ'')`` and ``∇_x[∂_y k · g] = K_cf(x, X_a) g``. ``solver="direct"`` factors the
 nd × nd system (memory O(n²d²), time O(n³d³) — the cost the seeds report); ``solver="cg"``
 (KEF-CG) runs conjugate gradients with the O(n²d) structured mat-vec of seed 000 Ex. 3.8 and
-never forms G. In-memory data only. float64.
+never forms G. ``solver="auto"`` (the default) factors where the system fits and switches to CG,
+with an INFO log line, where it does not.
+
+**Where the direct solve stops fitting.** It holds two float64 (nd)² matrices (G, built in
+place into G + nλI, and the temporary of its block layout; LAPACK factors in place):
+``16·(nd)²`` bytes — 6.4 GB at nd = 20 000, 64 MB at nd = 2 000. ``check_memory`` compares that with
+the RAM available to this process (:func:`tgpflow.core.memory.check_fits`, psutil's "available") when
+the fit starts: ``"auto"`` takes CG beyond it, ``"direct"`` raises ``MemoryError`` with both numbers.
+CG keeps O(nd) vectors and the rows (the mat-vec blocks its rows). In-memory data only. float64.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import logging
 
 import numpy as np
 import scipy.linalg
@@ -29,17 +39,24 @@ from tgpflow.models.params import FullKEFParams
 from tgpflow.solve.kef import check_memory
 from tgpflow.solve.linalg import safe_blas_threads
 
-__all__ = ["FullKEF"]
+__all__ = ["FullKEF", "DIRECT_MATRICES"]
+
+logger = logging.getLogger("tgpflow")
+
+#: float64 (nd)² matrices the direct solve holds at its peak (module docstring).
+DIRECT_MATRICES = 2
 
 
 class FullKEF(Estimator):
-    """Full-rank kernel exponential family (reference for small n); ``solver`` "direct" or "cg". Parameters:
+    """Full-rank kernel exponential family (reference for small n); ``solver`` "auto" (direct where its
+    16·(nd)² bytes fit in the available RAM, else CG, logged), "direct" or "cg" (module docstring).
+    ``solver_info_`` says which ran (``solver``), and why for "auto" (``reason``). Parameters:
     :class:`~tgpflow.models.params.FullKEFParams`."""
 
     params_table = FullKEFParams
 
     def __init__(self, *, bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat",
-                 radial: str = "gaussian", solver: str = "direct", cg_tol: float = 1e-10, max_rows: int = 20_000):
+                 radial: str = "gaussian", solver: str = "auto", cg_tol: float = 1e-10, max_rows: int = 20_000):
         self.bandwidth = bandwidth
         self.lam = lam
         self.base = base
@@ -85,8 +102,8 @@ class FullKEF(Estimator):
         lam = float(self.lam)
         _, grad_xi = self._xi_parts(X)
         rhs = grad_xi.ravel() / lam
-        if self.solver == "direct":
-            check_memory(2, n * d, "full KEF system")
+        solver, reason = self._pick_solver(n * d)
+        if solver == "direct":
             A = self.kernel_.curl_free_gram(X, X)
             A[np.diag_indices_from(A)] += n * lam
             with safe_blas_threads(n * d):
@@ -104,7 +121,22 @@ class FullKEF(Estimator):
             sol, code = scipy.sparse.linalg.cg(op, rhs, rtol=float(self.cg_tol), maxiter=10 * n * d, callback=count)
             self.beta_ = sol.reshape(n, d)
             self.solver_info_ = {"solver": "cg", "cg_exit": int(code), "iterations": iterations[0], "size": n * d}
+        if reason:
+            self.solver_info_["reason"] = reason
         return self
+
+    def _pick_solver(self, size: int) -> tuple[str, str | None]:
+        """"direct" or "cg" for an nd = ``size`` system, and why when ``solver="auto"`` chose CG."""
+        if self.solver == "cg":
+            return "cg", None
+        try:
+            check_memory(DIRECT_MATRICES, size, "full KEF direct solve")
+        except MemoryError as exc:
+            if self.solver == "direct":
+                raise MemoryError(f"{exc}; or use solver='cg' (KEF-CG) or 'auto'") from None
+            logger.info("FullKEF: %s; solving by conjugate gradients (KEF-CG, O(nd) memory) instead", exc)
+            return "cg", str(exc)
+        return "direct", None
 
     def log_density(self, X: Any) -> np.ndarray:
         """f(x) + log q0(x) = −ξ̂(x)/λ + Σ β_(a,i) ∂_{y_i}k(X_a, x) + log q0 (unnormalised)."""

@@ -29,8 +29,8 @@ from pydantic import (AllowInfNan, BaseModel, ConfigDict, Field, PlainValidator,
                       model_validator)
 
 # Only light modules here: ``tgpflow fit --help`` builds its options from these tables.
-from tgpflow.core.choices import (DEFAULT_NORMALIZER_DRAWS, DEFAULT_PILOT_ROWS, KERNELS, PRECISIONS, REGULARIZERS,
-                                  WHITEN_MODES)
+from tgpflow.core.choices import (DEFAULT_NORMALIZER_DRAWS, DEFAULT_PILOT_ROWS, DEFAULT_RANK_TOL, KERNELS, PRECISIONS,
+                                  REGULARIZERS, WHITEN_MODES)
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.models.registry import RSR_METHODS
 
@@ -363,12 +363,19 @@ class _KernelParams(StreamingParams):
     bandwidth: Union[Literal["median"], PositiveNumber, PositiveGrid] = param(
         "median", "σ_k: the median heuristic, a number, or a list selected on held-out rows.")
     lam: Union[PositiveNumber, Literal["auto"]] = param(
-        1e-3, "λ of the filter; 'auto' selects it from lam_grid by the held-out Hyvärinen loss.")
+        1e-3, "λ of the filter (Landweber: ⌊1/λ⌋ steps, ν-method: ⌊λ^-1/2⌋, each of step 1/(1.05‖T‖)); 'auto' "
+              "selects it from lam_grid by the held-out Hyvärinen loss.")
     base: Literal["flat", "gaussian"] = param("flat", "q0: uniform, or N(μ0, Σ0) with the exact moments of the pass.")
     radial: Literal[KERNELS] = param("gaussian", "The scalar kernel.")  # type: ignore[valid-type]
     nu: PositiveNumber = param(1.0, "ν of the ν-method.")
-    eps: PositiveNumber = param(1e-5, "Ridge ε of the direct Tikhonov solve and eigenvalue cut of G.")
-    lam_grid: Union[None, PositiveGrid] = param(None, "The λ values of lam='auto' (default: 10⁻⁶ … 1, 13 values).")
+    ridge: NonNegativeNumber = param(
+        0.0, "Extra ridge ε of the direct Tikhonov solve, (C/N + λG + εI); 0: none (a rank-deficient G is solved in "
+             "the pseudo-inverse limit). Seed 001 used 1e-5.")
+    rank_tol: Fraction = param(
+        DEFAULT_RANK_TOL, "Eigenvalues of G below rank_tol × the largest are cut (the spectral solves and the "
+                          "pseudo-inverse fallback).")
+    lam_grid: Union[None, PositiveGrid] = param(
+        None, "The λ values of lam='auto' (default: 10⁻⁶ … 1, 13 values; Landweber 10⁻⁴ … 1).")
     validation_fraction: Fraction = param(0.1, "Share of rows held out when selecting (by a hash of their position).")
     split_every: at_least(2) = param(8, "Fan-in of the reduction tree.")  # type: ignore[valid-type]
 
@@ -431,7 +438,9 @@ class FullKEFParams(ParamTable):
     lam: PositiveNumber = param(1e-3, "λ of the regularised score matching.")
     base: Literal["flat", "gaussian"] = param("flat", "q0: uniform, or the Gaussian of the data's moments.")
     radial: Literal[KERNELS] = param("gaussian", "The scalar kernel.")  # type: ignore[valid-type]
-    solver: Literal["direct", "cg"] = param("direct", "Factor the nd × nd system, or conjugate gradients (KEF-CG).")
+    solver: Literal["auto", "direct", "cg"] = param(
+        "auto", "Factor the nd × nd system (16·(nd)² bytes), or conjugate gradients (KEF-CG); 'auto': direct where "
+                "it fits in the available RAM, else CG.")
     cg_tol: PositiveNumber = param(1e-10, "Relative tolerance of CG.")
     max_rows: PositiveInt = param(20_000, "Refuse more rows than this (the system is nd × nd).")
 

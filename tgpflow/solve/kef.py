@@ -3,33 +3,57 @@
 * ``kef_h`` / ``diag_h``: the linear term h of the curl-free (md, flattened (a, i) → a·d + i) or
   diagonal (m × d) model, with the base q0 — "flat" (uniform: no term) or "gaussian"
   N(μ0, Σ0) with μ0, Σ0 the exact moments, combined after the pass (MATH.md §6).
-* ``tikhonov_direct``: ``c = −(C/N + λG + εI)⁻¹ h/N`` by Cholesky (seed 001's small ridge
-  ε = 1e-5 makes the system definite when G is rank-deficient; a documented pseudo-inverse
-  limit as ε → 0). LAPACK's ``dpotrf`` is a blocked Cholesky; the working set is three
-  (md)² float64 matrices — 9.6 GB at md = 20 000 — and ``check_memory`` raises a
-  ``MemoryError`` with the numbers when that exceeds the RAM available to this process.
-* ``spectral_solve``: any filter g_λ on the projected operator: ``G = VκVᵀ`` (κ > ε κ_max
+* ``tikhonov_direct``: ``c = −(C/N + λG + εI)⁻¹ h/N`` by Cholesky, with **no ridge by default**
+  (ε = ``ridge`` = 0): λG already regularises on range(G), and null(G) ⊆ null(C) with h ⊥ null(G)
+  (a coefficient vector in null(G) is the zero field), so the system is consistent. When G is
+  numerically rank-deficient the Cholesky factorisation fails or is numerically singular
+  (reciprocal condition below :data:`SINGULAR_RCOND`); the solve then takes the pseudo-inverse
+  limit ε → 0 — the Tikhonov filter ``1/(σ+λ)`` on the projected operator below, with G's
+  eigenvalues under ``rank_tol``·κ_max cut — and says so in its info (``method``, ``fallback``).
+  Seed 001's ε = 1e-5 (``ridge=1e-5``) adds a second penalty ε‖β‖²: another estimator than the
+  paper's, most at small λ (issue 18: benchmarks/kernel_ridge.py).
+  LAPACK's ``dpotrf`` is a blocked Cholesky; the working set is three (md)² float64 matrices —
+  9.6 GB at md = 20 000 — and ``check_memory`` raises a ``MemoryError`` with the numbers when
+  that exceeds the RAM available to this process.
+* ``spectral_solve``: any filter g_λ on the projected operator: ``G = VκVᵀ`` (κ > ``rank_tol``·κ_max
   kept), ``R⁻¹ = V_r κ_r^{−1/2}``, ``T = R⁻ᵀ(C/N)R⁻¹``, ``z = R⁻ᵀ(h/N)``, ``c = −R⁻¹ g_λ(T) z`` —
-  Tikhonov ``1/(σ+λ)``, cut-off ``1{σ ≥ λ}/σ`` (by eigh of T), Landweber (t = ⌊1/λ⌋ steps,
-  corrected recursion of MATH.md §11 C1) and the ν-method (t = ⌊λ^{−1/2}⌋), the last two by
-  mat-vecs with T only.
+  Tikhonov ``1/(σ+λ)``, cut-off ``1{σ ≥ λ}/σ`` (by eigh of T), Landweber (``landweber``) and the
+  ν-method (``nu_method``), the last two by mat-vecs with T only.
+* The iterations' scale (MATH.md §7): λ sets the number of steps — t = ⌊1/λ⌋ for Landweber,
+  t = ⌊λ^{−1/2}⌋ for the ν-method — and the step comes from ‖T‖ alone, estimated by
+  :func:`operator_norm` (power iteration from a seeded start, at most :data:`POWER_ITERATIONS`
+  mat-vecs) times the safety factor :data:`NORM_SAFETY`: Landweber's step η = 1/(1.05‖T‖), the
+  ν-method's ρ = 1.05‖T‖ (both need ‖T‖ ≤ 1/η = ρ; a power-iteration estimate is from below).
+  No data-dependent bound (a Gershgorin row sum, 1.1–14× ‖T‖) shifts what λ means.
 """
 
 from __future__ import annotations
 
+import logging
 
 import numpy as np
 import scipy.linalg
 
-from tgpflow.core.choices import REGULARIZERS
+from tgpflow.core.choices import DEFAULT_RANK_TOL, REGULARIZERS
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.memory import check_fits
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.solve.linalg import safe_blas_threads
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 
-__all__ = ["REGULARIZERS", "kernel_heldout_loss", "kef_h", "diag_h", "lite_r", "tikhonov_direct", "spectral_solve", "check_memory", "nu_method_coeffs"]
+__all__ = ["REGULARIZERS", "kernel_heldout_loss", "kef_h", "diag_h", "lite_r", "tikhonov_direct", "spectral_solve",
+           "check_memory", "nu_method_coeffs", "operator_norm", "landweber", "nu_method", "DEFAULT_RANK_TOL",
+           "NORM_SAFETY", "POWER_ITERATIONS", "SINGULAR_RCOND"]
 
+logger = logging.getLogger("tgpflow")
+
+#: The step of Landweber and the ν-method is set from NORM_SAFETY × the power-iteration estimate of ‖T‖.
+NORM_SAFETY = 1.05
+#: Mat-vecs of the power iteration at most (it stops earlier when the estimate settles to 1e-12).
+POWER_ITERATIONS = 100
+#: A Cholesky factor whose reciprocal condition number (LAPACK ``dpocon``) is below this is treated as
+#: numerically singular: the direct Tikhonov solve then takes the pseudo-inverse limit.
+SINGULAR_RCOND = 1e-13
 
 
 def check_memory(n_matrices: int, size: int, what: str) -> None:
@@ -67,76 +91,142 @@ def lite_r(stats: LiteStats, basis: NystromBasis, base: Base | None) -> np.ndarr
     return r
 
 
-def tikhonov_direct(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, eps: float = 1e-5) -> np.ndarray:
-    """c = −(C/N + λG + εI)⁻¹ h/N (h may have several columns), solved as (C + NλG + NεI)c = −h.
+def tikhonov_direct(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, ridge: float = 0.0, *,
+                    rank_tol: float = DEFAULT_RANK_TOL) -> tuple[np.ndarray, dict[str, object]]:
+    """c = −(C/N + λG + εI)⁻¹ h/N (ε = ``ridge``; h may have several columns), solved as (C + NλG + NεI)c = −h
+    by Cholesky; a failed or numerically singular factorisation takes the pseudo-inverse limit on range(G)
+    (module docstring). Returns c and what was done: ``method`` "cholesky" (with ``rcond``) or "eigh" (with
+    ``fallback``, the reason, and the projected operator's ``rank``), ``ridge``.
 
     Working set: C, G and one more (md)² matrix (built in place, factored in place).
     """
     check_memory(3, C.shape[0], "Tikhonov solve")
     A = np.multiply(G, lam * n)
     A += C
-    A[np.diag_indices_from(A)] += eps * n
+    if ridge:
+        A[np.diag_indices_from(A)] += ridge * n
+    anorm = max(float(np.abs(A[i:i + 1024]).sum(axis=1).max()) for i in range(0, A.shape[0], 1024))  # ‖A‖₁ = ‖A‖_∞
     with safe_blas_threads(A.shape[0]):  # Aᵀ (= A) is Fortran-ordered: LAPACK factors it in place, no copy
-        return -scipy.linalg.solve(A.T, h, assume_a="pos", overwrite_a=True, check_finite=False)
+        try:
+            U, _ = scipy.linalg.cho_factor(A.T, lower=False, overwrite_a=True, check_finite=False)
+            rcond = float(scipy.linalg.lapack.dpocon(U, anorm)[0])
+        except np.linalg.LinAlgError:
+            U, rcond = None, 0.0
+        if U is not None and rcond >= SINGULAR_RCOND:
+            c = -np.ascontiguousarray(scipy.linalg.cho_solve((U, False), h, check_finite=False))  # as a file reads back
+            return c, {"method": "cholesky", "rcond": rcond, "ridge": float(ridge)}
+    del A, U
+    reason = (f"C/N + λG{' + εI' if ridge else ''} is numerically singular (Cholesky "
+              + ("failed" if rcond == 0.0 else f"reciprocal condition {rcond:.2g} < {SINGULAR_RCOND:g}") + ")")
+    logger.info("Tikhonov solve (λ=%g, size %d): %s; taking the pseudo-inverse limit on range(G) "
+                "(eigenvalues of G below %g·max cut)", lam, C.shape[0], reason, rank_tol)
+    c, info = spectral_solve(C, h, G, n, lam, "tikhonov", rank_tol=rank_tol)
+    info.update(method="eigh", fallback=reason, ridge=float(ridge))
+    if ridge:
+        info["ridge_ignored"] = True  # the limit is of λG alone
+    return c, info
 
 
 def nu_method_coeffs(k: int, nu: float) -> tuple[float, float]:
-    """u_k, ω_k of the ν-method (MATH.md §7)."""
-    u = (k - 1) * (2 * k - 3) * (2 * k + 2 * nu - 1) / ((k + 2 * nu - 1) * (2 * k + 4 * nu - 1) * (2 * k + 2 * nu - 3))
+    """u_k, ω_k of the ν-method (MATH.md §7); u_1 = 0 (it multiplies w_0 − w_{−1}; its formula is 0/0 at ν = ½)."""
+    u = 0.0 if k == 1 else (k - 1) * (2 * k - 3) * (2 * k + 2 * nu - 1) / ((k + 2 * nu - 1) * (2 * k + 4 * nu - 1) * (2 * k + 2 * nu - 3))
     w = 4 * (2 * k + 2 * nu - 1) * (k + nu - 1) / ((k + 2 * nu - 1) * (2 * k + 4 * nu - 1))
     return u, w
 
 
-def _norm_bound(T: np.ndarray) -> float:
-    """An upper bound on ‖T‖₂ for symmetric PSD T: the largest row sum of |T| (Gershgorin)."""
-    return float(np.abs(T).sum(axis=1).max())
+def operator_norm(T: np.ndarray, iterations: int = POWER_ITERATIONS, seed: int = 0) -> tuple[float, int]:
+    """‖T‖₂ of a symmetric PSD T by power iteration: the Rayleigh quotient of T^k v₀ (v₀ a seeded Gaussian
+    vector, so the estimate is deterministic), stopped when it changes by less than 1e-12 (relative) or after
+    ``iterations`` mat-vecs. For PSD T the estimate rises monotonically to ‖T‖ from below. Returns the estimate
+    and the mat-vecs used."""
+    v = np.random.default_rng(seed).standard_normal(T.shape[0])
+    v /= np.linalg.norm(v)
+    est, k = 0.0, 0
+    for k in range(1, int(iterations) + 1):
+        w = T @ v
+        new = float(v @ w)  # the Rayleigh quotient of v (unit)
+        size = float(np.linalg.norm(w))
+        if size == 0.0:  # v ⟂ range(T): T = 0 on everything the iteration can reach
+            return max(new, 0.0), k
+        v = w / size
+        if abs(new - est) <= 1e-12 * abs(new):
+            return new, k
+        est = new
+    return est, k
+
+
+def landweber(T: np.ndarray, z: np.ndarray, steps: int, step: float) -> np.ndarray:
+    """w_t of t = ``steps`` Landweber steps w ← w − η(Tw + z) from w_0 = 0, i.e. w_t = −Σ_{k<t} η(I − ηT)^k z
+    = −g(T) z with g(σ) = (1 − (1 − ησ)^t)/σ (MATH.md §7; the corrected recursion of §11 C1)."""
+    w = np.zeros_like(z)
+    for _ in range(int(steps)):
+        w = w - step * (T @ w + z)
+    return w
+
+
+def nu_method(T: np.ndarray, z: np.ndarray, steps: int, rho: float, nu: float) -> np.ndarray:
+    """w_t of t = ``steps`` ν-method steps (MATH.md §7): w_0 = 0, w_1 = −ω_1 z/ρ,
+    w_k = w_{k−1} + u_k(w_{k−1} − w_{k−2}) − ω_k(z + Tw_{k−1})/ρ; ρ ≥ ‖T‖."""
+    if steps < 1:
+        return np.zeros_like(z)
+    w_prev = np.zeros_like(z)
+    w = -nu_method_coeffs(1, nu)[1] * z / rho
+    for k in range(2, int(steps) + 1):
+        u, om = nu_method_coeffs(k, nu)
+        w, w_prev = w + u * (w - w_prev) - om * (z + T @ w) / rho, w
+    return w
 
 
 def spectral_solve(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, regularizer: str, *,
-                   eps: float = 1e-10, nu: float = 1.0, step: float | None = None) -> tuple[np.ndarray, dict[str, object]]:
-    """c = −R⁻¹ g_λ(T) z on the projected operator (module docstring); h may have several columns."""
+                   rank_tol: float = DEFAULT_RANK_TOL, nu: float = 1.0,
+                   step: float | None = None) -> tuple[np.ndarray, dict[str, object]]:
+    """c = −R⁻¹ g_λ(T) z on the projected operator (module docstring); h may have several columns.
+
+    ``rank_tol``: eigenvalues of G below rank_tol·κ_max are cut. ``step`` (Landweber and ν-method only)
+    replaces the step read off ‖T‖: Landweber's η, or 1/ρ of the ν-method. The info says the rank, and for
+    the iterations ``norm_estimate`` (‖T‖ by power iteration), ``norm_matvecs``, ``step`` (η, or 1/ρ) and
+    ``iterations`` (t); ``rho`` and ``nu`` for the ν-method; ``kept`` for the cut-off.
+    """
     if regularizer not in REGULARIZERS:
         raise ValueError(f"regularizer must be one of {REGULARIZERS}; got {regularizer!r}")
     check_memory(4, C.shape[0], f"{regularizer} solve")
     with safe_blas_threads(C.shape[0]):
-        return _spectral(C, h, G, n, lam, regularizer, eps, nu, step)
+        return _spectral(C, h, G, n, lam, regularizer, rank_tol, nu, step)
 
 
-def _spectral(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, regularizer: str, eps: float,
+def _spectral(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, regularizer: str, rank_tol: float,
               nu: float, step: float | None) -> tuple[np.ndarray, dict[str, object]]:
     kappa, V = np.linalg.eigh(0.5 * (G + G.T))
-    keep = kappa > eps * kappa.max()
+    keep = kappa > rank_tol * kappa.max()
     Rinv = V[:, keep] / np.sqrt(kappa[keep])
     T = Rinv.T @ (C / n) @ Rinv
     T = 0.5 * (T + T.T)
     z = Rinv.T @ (h / n)
-    info: dict[str, object] = {"regularizer": regularizer, "rank": int(keep.sum())}
+    info: dict[str, object] = {"regularizer": regularizer, "rank": int(keep.sum()), "rank_tol": float(rank_tol)}
     if regularizer in ("tikhonov", "cutoff"):
         sigma, U = np.linalg.eigh(T)
         if regularizer == "tikhonov":
-            g = 1.0 / (sigma + lam)
+            g = 1.0 / (np.maximum(sigma, 0.0) + lam)
         else:
             g = np.where(sigma >= lam, 1.0 / np.where(sigma >= lam, sigma, 1.0), 0.0)
             info["kept"] = int((sigma >= lam).sum())
         w = -(U * g) @ (U.T @ z)
-    elif regularizer == "landweber":
+        return Rinv @ w, info
+    if step is None:
+        norm, matvecs = operator_norm(T)
+        info.update(norm_estimate=norm, norm_matvecs=matvecs, norm_safety=NORM_SAFETY)
+        scale = NORM_SAFETY * norm
+        if scale <= 0.0:
+            raise FloatingPointError("the projected operator T is zero (no rows, or a degenerate basis): nothing to fit")
+        step = 1.0 / scale
+    if regularizer == "landweber":
         t = int(np.floor(1.0 / lam))
-        eta = step if step is not None else 1.0 / _norm_bound(T)
-        w = np.zeros_like(z)
-        for _ in range(t):  # w ← (I − ηT)w − ηz  ⇒  w_t = −Σ_{k<t} η(I − ηT)^k z = −g(T) z
-            w = w - eta * (T @ w + z)
-        info.update(iterations=t, step=eta)
+        w = landweber(T, z, t, step)
+        info.update(iterations=t, step=step)
     else:
         t = int(np.floor(lam**-0.5))
-        rho = 1.0 / step if step is not None else _norm_bound(T)
-        w_prev = np.zeros_like(z)
-        w = -nu_method_coeffs(1, nu)[1] * z / rho
-        for k in range(2, t + 1):
-            u, om = nu_method_coeffs(k, nu)
-            w, w_prev = w + u * (w - w_prev) - om * (z + T @ w) / rho, w
-        if t < 1:
-            w = np.zeros_like(z)
-        info.update(iterations=t, rho=rho, nu=nu)
+        w = nu_method(T, z, t, 1.0 / step, nu)
+        info.update(iterations=t, step=step, rho=1.0 / step, nu=nu)
     return Rinv @ w, info
 
 
