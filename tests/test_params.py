@@ -126,6 +126,16 @@ def test_all_invalid_parameters_are_named_at_once():
         ["n_features", "lam", "criterion"]
 
 
+def test_a_renamed_parameter_is_refused_with_what_replaced_it():
+    from tgpflow.models.params import NystromKEFParams
+    from tgpflow.pipeline.spec import ModelSpec
+
+    with pytest.raises(ValueError, match="'eps' is no longer a parameter of NystromKEF: .*ridge.*rank_tol"):
+        NystromKEFParams.check({"eps": 1e-5})
+    with pytest.raises(ValueError, match="'eps' is no longer a parameter of ScoreEstimator: .*ridge"):
+        ModelSpec(name="k", estimator="ScoreEstimator", params={"eps": 1e-5, "n_basis": 10})
+
+
 def test_numpy_values_and_tuples_are_read_as_the_numbers_and_lists_they_hold():
     GPTiltedParams.check({"n_features": np.int64(8), "lam": np.float32(0.5), "bandwidth": np.array([0.5, 1.0]),
                           "lam_grid": (0.1, 1.0), "bounds": {"a": (0, None)}})

@@ -158,6 +158,8 @@ class ParamTable(BaseModel):
 
     #: The estimator's name, for messages.
     estimator: ClassVar[str] = "estimator"
+    #: Parameters of earlier releases → what replaced them (one sentence, for the error that refuses them).
+    renamed: ClassVar[dict[str, str]] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -184,6 +186,8 @@ class ParamTable(BaseModel):
             own = [str(e["ctx"]["error"]) for e in errs if e["type"] == "value_error" and "error" in e.get("ctx", {})]
             if own:  # a validator of the table (a rule across parameters, the method registry) said it
                 out.append(own[0])
+            elif errs[0]["type"] == "extra_forbidden" and name in cls.renamed:
+                out.append(f"{name!r} is no longer a parameter of {cls.estimator}: {cls.renamed[name]}")
             elif errs[0]["type"] == "extra_forbidden":
                 out.append(f"{name!r} is not a parameter of {cls.estimator}; its parameters are "
                            f"{', '.join(cls.model_fields)}")
@@ -356,6 +360,10 @@ class GPTiltedParams(StreamingParams):
 
 class _KernelParams(StreamingParams):
     """What the Nyström kernel models share (seeds 000, 001; MATH.md §6–§7)."""
+
+    renamed: ClassVar[dict[str, str]] = {
+        "eps": "it was split into ridge (the direct solve's ridge, now 0 by default; eps's default was 1e-5) and "
+               "rank_tol (the eigenvalue cut of G)"}
 
     regularizer: Literal[REGULARIZERS] = param(  # type: ignore[valid-type]
         "tikhonov", "The spectral filter g_λ.")

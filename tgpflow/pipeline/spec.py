@@ -81,6 +81,9 @@ class ModelSpec(_Strict):
     @model_validator(mode="after")
     def _params_are_the_estimators(self) -> ModelSpec:
         est = self.estimator_class()()
+        renamed = getattr(getattr(est, "params_table", None), "renamed", {})
+        for name in set(self.params) & set(renamed):  # a spec written for an earlier release: say what replaced it
+            raise ValueError(f"params: {name!r} is no longer a parameter of {type(est).__name__}: {renamed[name]}")
         try:
             est.set_params(**self.params)
             est.check_params()
