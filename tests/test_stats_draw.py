@@ -140,6 +140,15 @@ def test_a_fresh_estimator_refuses_bounds_by_column_name_it_cannot_resolve():
         GPTiltedDensity(method="fd", bounds={"x0": (-6.0, None)}, **COMMON).fit_from_stats(stats)
 
 
+def test_a_failed_fresh_solve_leaves_no_bounds_behind():
+    est, stats = accumulated("fd_bounded")
+    fresh = GPTiltedDensity(method="fd", **COMMON)
+    with pytest.raises(FeaturesMismatchError):  # another draw: refused before anything is solved
+        fresh.fit_from_stats(stats, features=accumulated("fd")[0].features_)
+    fresh.set_params(bounds=[(-6.0, None), (None, None)]).fit_from_stats(stats)
+    np.testing.assert_allclose(fresh.log_density(X), est.log_density(X), rtol=1e-12)
+
+
 @pytest.mark.parametrize("family", ["fd", "ncfd", "nkef", "kde_sdo"])
 def test_a_model_files_statistics_carry_its_draw(family, tmp_path):
     est = FAMILIES[family]().fit(X)

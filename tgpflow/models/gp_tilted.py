@@ -453,7 +453,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                        features: RandomFourierFeatures | None = None) -> GPTiltedDensity:
         """Solve from statistics (no data access) with ``features``; by default the estimator's ``features_`` (set
         by ``accumulate`` or a fit: the statistics are checked against them), else — on a fresh estimator — the
-        draw the statistics carry.
+        draw the statistics carry. Statistics do not record ``bounds=``: a fresh estimator must be given the bounds
+        they were accumulated with (a bounded fit's sums are in its log/logit space).
 
         A :class:`StatsBundle` (from a selecting ``accumulate``) first selects λ, η and γ on
         its validation parts, then solves on all rows with the chosen values. The solved model's
@@ -523,7 +524,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     def _solve_stats(self, stats: TGPStats | NCFDStats | StatsBundle, features: RandomFourierFeatures | None) -> None:
         features = self._solve_draw(stats, features)
-        if not hasattr(self, "bounds_"):
+        if not hasattr(self, "features_"):  # no draw of its own yet: bounds= as set now (a failed call leaves none)
             self.bounds_ = self._fresh_bounds(features.n_dims)
         if isinstance(stats, StatsBundle):
             stats, features = self._select(stats, features)
