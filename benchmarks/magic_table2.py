@@ -84,7 +84,8 @@ def main() -> None:
                  "NCFD": dict(method="ncfd", noise_levels=10), "FVPD": dict(method="fvpd", eta="auto")}
         fits = {"Gaussian base (θ = 0)": GPTiltedDensity(method="fd", n_features=1000, lam=1e12, bandwidth="scott",
                                                           random_state=seed)}
-        fits.update({m: GPTiltedDensity(**kinds[m], sigma_max="paper", **paper) for m in methods})
+        alg1 = {"MAP": {"map_points": "base"}}  # the paper's MAP: its expectation on plain base draws (Alg 1)
+        fits.update({m: GPTiltedDensity(**kinds[m], sigma_max="paper", **paper, **alg1.get(m, {})) for m in methods})
         if args.selected:
             fits.update({f"{m} selected": GPTiltedDensity(**kinds[m], n_features=1000, random_state=seed)
                          for m in methods})

@@ -302,6 +302,18 @@ def test_a_legacy_file_is_verified_against_its_own_statistics(fitted_models, tmp
         tgpflow.load(edited, verify=True)
 
 
+def test_a_map_file_from_before_map_points_loads_and_verifies_as_base_draws(data, tmp_path):
+    # such files solved MAP on plain base draws (seed 003 Alg 1); the default is now the proposal's point set
+    est = GPTiltedDensity(method="map", map_draws=3000, map_points="base", **COMMON).fit(data)
+    proposal = GPTiltedDensity(method="map", map_draws=3000, **COMMON).fit(data)
+    assert not np.allclose(proposal.theta_, est.theta_, rtol=1e-3)  # the two rules give other fits
+    kind, arrays, meta = read_artifact(est.save(tmp_path / "m.npz"))
+    del meta["params"]["map_points"]
+    back = tgpflow.load(write_artifact(tmp_path / "old.npz", kind, arrays, meta), verify=True)
+    assert back.get_params()["map_points"] == "base"
+    np.testing.assert_array_equal(back.theta_, est.theta_)
+
+
 # -- the Fitted values ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["fd", "ncfd", "fvpd", "kde_rff", "fd_bounded", "nkef", "nkef_lite", "stein", "rsr",

@@ -108,6 +108,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         rows with the chosen values.
     map_draws : int, S₂ — proposal draws of the MAP expectation (paper: 100 000 base draws).
     map_max_iter : int — Newton iterations of MAP at most.
+    map_points : {"proposal", "base"} — MAP's expectation E_base e^{θᵀφ} on draws of the defensive proposal
+        weighted by N/q (the default: the fit pays for mass put beyond the base's reach), or on plain base draws
+        (seed 003 Alg 1, for reproducing the paper; model files written before this option load as "base").
     kernel_cov : {"paper", "identity"} — Σ_z = dΣ/tr Σ (seed 003 §IV) or I.
     bounds : dict or list, optional — hard bounds of columns, ``{"col": (lower, upper)}`` or one
         pair per column, None for an open side (e.g. ``{"length": (0, None), "angle": (0, 90)}``).
@@ -144,7 +147,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                  lam_grid: list[float] | None = None, criterion: str = "sliced",
                  normalizer_draws: int = DEFAULT_NORMALIZER_DRAWS, validation_fraction: float = 0.1,
                  map_draws: int = 100_000,
-                 map_max_iter: int = 100, kernel_cov: str = "paper", bounds: BoundsSpec = None,
+                 map_max_iter: int = 100, map_points: str = "proposal", kernel_cov: str = "paper", bounds: BoundsSpec = None,
                  pilot: str = "sample",
                  pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
@@ -165,6 +168,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self.validation_fraction = validation_fraction
         self.map_draws = map_draws
         self.map_max_iter = map_max_iter
+        self.map_points = map_points
         self.kernel_cov = kernel_cov
         self.bounds = bounds
         self.pilot = pilot
@@ -837,7 +841,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                        verify: bool = False) -> GPTiltedDensity:
         """The model of a verified artifact, read from its stored solution (no solve; ``verify``: re-solve
         the stored statistics and compare)."""
-        est = cls(**meta["params"])
+        params = dict(meta["params"])
+        if params.get("method") == "map":  # files before map_points solved MAP on base draws (seed 003 Alg 1)
+            params.setdefault("map_points", "base")
+        est = cls(**params)
         method = est._method
         stats = stored_stats(arrays, meta, {**cls._STATS_KINDS, method.stats_type.__name__: method.stats_type})
         solution = method.legacy_solution(fitted_arrays(arrays, cls._FILE_NAMES), stats)

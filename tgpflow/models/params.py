@@ -335,6 +335,9 @@ class GPTiltedParams(StreamingParams):
                                           applies="selects")
     map_draws: PositiveInt = param(100_000, "MAP: S₂ proposal draws of the expectation.", applies="solve_draws")
     map_max_iter: PositiveInt = param(100, "MAP: Newton iterations at most.", applies="solve_draws")
+    map_points: Literal["proposal", "base"] = param(
+        "proposal", "MAP: its expectation on draws of the defensive proposal weighted by N/q, or on plain base "
+                    "draws (seed 003 Alg 1, for reproduction).", applies="solve_draws")
     kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (seed 003 §IV) or the identity.")
     bounds: Bounds = param(None, "Hard column bounds, fitted after a log/logit transform.")
     pilot: Literal["sample", "exact"] = param("sample", "A bounded pilot sample, or a full moments pass first.")

@@ -18,11 +18,16 @@ from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.tgp_fitted import TGPFitted
 from tgpflow.models.tgp_method import GridContext, Hyper, Solution, TGPMethod, with_tilt_scores
 from tgpflow.models.tgp_methods import register_method
-from tgpflow.solve.map import proposal_point_set, solve_map
+from tgpflow.solve.map import PointSet, base_draws, proposal_point_set, solve_map
 from tgpflow.solve.select import heldout_loss
 
 #: Proposal draws of MAP's λ path in the held-out selection (see MAP.score_grid).
 MAP_SELECTION_DRAWS = 25_000
+
+
+def point_set(base: Base, n_draws: int, seed: Any, kind: str) -> PointSet:
+    """MAP's expectation rule: ``map_points`` "proposal" (:func:`proposal_point_set`) or "base" (Alg 1)."""
+    return (proposal_point_set if kind == "proposal" else base_draws)(base, n_draws, seed)
 
 
 class MAP(TGPMethod):
@@ -30,7 +35,7 @@ class MAP(TGPMethod):
     solve_draws = True
 
     def solve(self, stats: Any, hyper: Hyper) -> Solution:
-        points = proposal_point_set(hyper.base, int(hyper.params["map_draws"]), hyper.seed)
+        points = point_set(hyper.base, int(hyper.params["map_draws"]), hyper.seed, str(hyper.params["map_points"]))
         theta, objective, info = solve_map(stats.psi, stats.n, hyper.features, points, hyper.lam,
                                            max_iter=int(hyper.params["map_max_iter"]), block_bytes=hyper.block_bytes)
         fitted = TGPFitted(hyper.features, hyper.base, theta=theta, block_bytes=hyper.block_bytes)
@@ -44,7 +49,7 @@ class MAP(TGPMethod):
         # side); the final solve at the chosen λ uses all map_draws.
         params = ctx.params
         n_map = min(int(params["map_draws"]), MAP_SELECTION_DRAWS)
-        points = proposal_point_set(base, n_map, ctx.seed)
+        points = point_set(base, n_map, ctx.seed, str(params["map_points"]))
         rows, thetas, theta = [], [], None
         for lam in sorted(ctx.lams, reverse=True):  # a warm-started path from the smoothest fit
             theta, _, _ = solve_map(train.psi, train.n, feats, points, lam, max_iter=int(params["map_max_iter"]),
