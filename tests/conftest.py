@@ -1,9 +1,11 @@
-"""Shared fixtures: small datasets, Parquet writers, a directory hash, the shared real data, GPU skipping."""
+"""Shared fixtures: small datasets, fsspec's memory filesystem, Parquet writers, a directory hash, the shared
+real data, GPU skipping."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,6 +31,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def mem() -> Any:
+    """fsspec's in-memory filesystem (``memory://``), empty before and after each test (its store is
+    process-wide)."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+
+    def clear() -> None:
+        fs.store.clear()
+        fs.pseudo_dirs[:] = [""]
+
+    clear()
+    yield fs
+    clear()
 
 
 @pytest.fixture

@@ -32,20 +32,6 @@ from tgpflow.pipeline.store import StatsStore, StoreBusyError
 from tests.conftest import write_parquet
 
 
-@pytest.fixture
-def mem() -> MemoryFileSystem:
-    """fsspec's in-memory filesystem, empty before and after each test (its store is process-wide)."""
-    fs = fsspec.filesystem("memory")
-
-    def clear() -> None:
-        fs.store.clear()
-        fs.pseudo_dirs[:] = [""]
-
-    clear()
-    yield fs
-    clear()
-
-
 def _names(fs: MemoryFileSystem, prefix: str) -> list[str]:
     """Every object under ``prefix``, relative to it."""
     return sorted(p.removeprefix(prefix).lstrip("/") for p in fs.find(prefix))

@@ -25,7 +25,10 @@ import numpy as np
 from tgpflow.errors import SourceError, cause
 from tgpflow.io.validate import OnBadRows, check_exact_ints, check_numeric, check_on_bad_rows, validate_block
 
-__all__ = ["Source", "as_source", "select_frame", "NUMPY_CHUNK_BYTES"]
+__all__ = ["Source", "as_source", "select_frame", "is_zarr_store", "ZARR_MARKERS", "NUMPY_CHUNK_BYTES"]
+
+#: The files that make a directory a Zarr store: ``zarr.json`` (Zarr v3), ``.zgroup`` / ``.zarray`` (Zarr v2).
+ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
 
 #: Chunk size when an in-memory NumPy array is split into tasks.
 NUMPY_CHUNK_BYTES = 64 * 2**20
@@ -175,21 +178,41 @@ def select_frame(frame: Any, columns: Any, where: str) -> Any:
     return frame
 
 
+def is_zarr_store(path: str, storage_options: dict[str, Any] | None = None, fs: Any = None) -> bool:
+    """Whether ``path`` (a local path or fsspec URL; a path on ``fs`` when given) is a Zarr store: a directory
+    holding one of :data:`ZARR_MARKERS` (a v3 or v2 group or array)."""
+    if fs is None:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(str(path), **(storage_options or {}))
+    path = str(path).rstrip("/") or "/"
+    return bool(fs.isdir(path)) and any(fs.isfile(f"{path}/{m}") for m in ZARR_MARKERS)
+
+
 def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str = "raise",
               storage_options: dict[str, Any] | None = None, filters: list[tuple[str, str, Any]] | None = None,
-              array: str | None = None) -> Source:
+              array: str | None = None, format: str | None = None) -> Source:
     """Turn ``data`` into a :class:`Source` (see the module docstring for what is accepted).
 
     ``filters`` (Parquet only): rows where every ``(column, op, value)`` holds are kept, per row
     group; the chunk sizes then become unknown (NaN) since the footers count unfiltered rows.
     ``array`` (Zarr groups only): the 2-D array of the group to read.
+    ``format`` (paths only): ``"zarr"`` or ``"parquet"`` when the caller knows it (a pipeline's partitions);
+    by default a path ending in ``.zarr``, or a directory holding a Zarr marker (:func:`is_zarr_store`, on
+    any fsspec filesystem), is Zarr and anything else Parquet.
     """
     on_bad_rows = check_on_bad_rows(on_bad_rows)
+    if format not in (None, "zarr", "parquet"):
+        raise SourceError(f"format must be 'zarr', 'parquet' or None; got {format!r}")
     if isinstance(data, Source):
         return data
     if isinstance(data, (str, Path)):
         path = str(data)
-        if path.rstrip("/").endswith(".zarr") or Path(path, "zarr.json").exists():
+        if format is None:
+            zarr_path = path.rstrip("/").endswith(".zarr") or (
+                not any(c in path for c in "*?[") and is_zarr_store(path, storage_options))
+            format = "zarr" if zarr_path else "parquet"
+        if format == "zarr":
             if filters:
                 raise SourceError(f"{path}: row filters apply to Parquet sources only")
             return _zarr_source(path, columns, on_bad_rows, array)

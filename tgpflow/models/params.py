@@ -160,11 +160,25 @@ class ParamTable(BaseModel):
     estimator: ClassVar[str] = "estimator"
     #: Parameters of earlier releases → what replaced them (one sentence, for the error that refuses them).
     renamed: ClassVar[dict[str, str]] = {}
+    #: Parameters of earlier releases → the parameter that holds their value now (how a record written then —
+    #: a model file, a pipeline store's manifest — reads today).
+    legacy_names: ClassVar[dict[str, str]] = {}
+    #: Parameters that change only the solve from the statistics — not the statistics, the draw or the basis:
+    #: a pipeline store keeps its statistics when only these change (:meth:`statistics_params`).
+    solve_only: ClassVar[frozenset[str]] = frozenset()
 
     @model_validator(mode="before")
     @classmethod
     def _plain_values(cls, data: Any) -> Any:
         return {k: plain(v) for k, v in data.items()} if isinstance(data, Mapping) else data
+
+    @classmethod
+    def statistics_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` as the statistics see them: legacy names read as today's (:attr:`legacy_names`), the
+        solve-only parameters (:attr:`solve_only`) left out. Two sets of params with equal statistics params
+        give equal statistics from the same rows and draw."""
+        named = {cls.legacy_names.get(k, k): v for k, v in params.items()}
+        return {k: v for k, v in named.items() if k not in cls.solve_only}
 
     @classmethod
     def check(cls, params: Mapping[str, Any]) -> ParamTable:
@@ -367,6 +381,8 @@ class _KernelParams(StreamingParams):
     renamed: ClassVar[dict[str, str]] = {
         "eps": "it was split into ridge (the direct solve's ridge, now 0 by default; eps's default was 1e-5) and "
                "rank_tol (the eigenvalue cut of G)"}
+    legacy_names: ClassVar[dict[str, str]] = {"eps": "ridge"}  # eps was the direct solve's ridge
+    solve_only: ClassVar[frozenset[str]] = frozenset({"ridge", "rank_tol"})  # only _solve reads them
 
     regularizer: Literal[REGULARIZERS] = param(  # type: ignore[valid-type]
         "tikhonov", "The spectral filter g_λ.")

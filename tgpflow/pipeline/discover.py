@@ -1,10 +1,13 @@
 """A pipeline's partitions: what ``source.path`` matches, keyed relative to its root, and fingerprinted.
 
 A partition is one Parquet file, or one Zarr store — a directory holding ``zarr.json`` (a group or an
-array), e.g. ``data/date=2026-11-01.zarr`` or ``data/2026-11-01/``. ``source.path`` is a file, a
-directory or a glob, as for any source: a glob's matches that are Zarr stores are Zarr partitions; a
-directory whose children are Zarr stores has those as its partitions; anything else lists Parquet
-files (:func:`tgpflow.io.parquet.list_parquet_files`). One pipeline reads one format.
+array; Zarr v2: ``.zgroup`` or ``.zarray``; :func:`tgpflow.io.sources.is_zarr_store`, on any fsspec
+filesystem), e.g. ``data/date=2026-11-01.zarr`` or ``data/2026-11-01/``, read as Zarr whatever its name.
+``source.path`` is a file, a directory or a glob, as for any source: a glob's matches that are Zarr stores
+are Zarr partitions; a directory whose children are Zarr stores has those as its partitions; anything else
+lists Parquet files (:func:`tgpflow.io.parquet.list_parquet_files`). One pipeline reads one format:
+matches, or a directory's children, that are both Zarr stores and other files (a Zarr store beside
+Parquet files) are refused, naming one of each — never read as the Zarr stores alone.
 
 **Keys.** The statistics store keys a partition by its POSIX path relative to the source's *root*
 (:func:`data_root`: ``source.path`` up to the directory before its first glob character; the
@@ -33,13 +36,13 @@ import fsspec
 
 from tgpflow.errors import SourceError
 from tgpflow.io.parquet import list_parquet_files
+from tgpflow.io.sources import is_zarr_store
 
 __all__ = ["Partitions", "discover", "data_root", "resolve", "fingerprint", "migrate_keys", "KEYS_SCHEMA"]
 
 #: The manifest schema from which partition keys are relative to the source's root.
 KEYS_SCHEMA = 2
 _GLOB = "*?["
-_ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
 
 
 def data_root(path: str) -> str:
@@ -67,7 +70,7 @@ def resolve(root: str, key: str) -> str:
 
 
 def _is_zarr(fs: Any, path: str) -> bool:
-    return fs.isdir(path) and any(fs.isfile(f"{path.rstrip('/')}/{m}") for m in _ZARR_MARKERS)
+    return is_zarr_store(path, fs=fs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,13 +116,17 @@ def discover(path: str) -> Partitions:
     for match in matches:
         if _is_zarr(fs, match):
             stores.append(match)
-        elif fs.isdir(match) and (children := [c for c in sorted(fs.ls(match, detail=False)) if _is_zarr(fs, c)]):
-            stores.extend(children)
+        elif fs.isdir(match):  # its children, as a glob's matches (hidden ones, as list_parquet_files skips them)
+            for info in sorted(fs.ls(match, detail=True), key=lambda i: i["name"]):
+                child = info["name"].rstrip("/")
+                if child.rsplit("/", 1)[-1].startswith(("_", ".")):
+                    continue
+                (stores if info["type"] == "directory" and _is_zarr(fs, child) else other).append(child)
         else:
             other.append(match)
     if stores and other:
         raise SourceError(f"{path}: matches both Zarr stores ({stores[0]}) and other files ({other[0]}); a pipeline "
-                          f"reads one format: narrow source.path to one of them")
+                          f"reads one format: narrow source.path to one of them, or move the other out")
     if stores:
         files, fmt = stores, "zarr"
     else:
@@ -165,17 +172,24 @@ def migrate_keys(manifest: dict[str, Any] | None, parts: Partitions, mode: str) 
     under the new key; otherwise it is left, and the run treats the partition as changed. A key outside the
     root (data moved before this migration) stays as it is: the run sees that partition as removed, and its
     counterpart under the root as new.
+
+    The last run's score files (``steps.scores``) record the fingerprints they scored, the old ones: the
+    step keeps them as ``fingerprints_before`` (new key → old fingerprint, for the partitions whose
+    fingerprint was replaced), and :func:`tgpflow.pipeline.journal.finish` takes a score file recording
+    either as done — the migration does not make the next run score those partitions again. The map lives
+    in the migrated manifest's journal (written in the same atomic swap) and goes with the next commit.
     """
     if manifest is None or manifest.get("schema", 1) >= KEYS_SCHEMA:
         return manifest, False
     out = copy.deepcopy(manifest)
     mapping = {old: parts.key_of(old) for old in manifest["partitions"]}
     present = set(parts.keys)
+    before: dict[str, str] = {}  # new key → its fingerprint under the old key
     out["partitions"] = {}
     for old, entry in manifest["partitions"].items():
         key, entry = mapping[old], dict(entry)
         if key != old and key in present and fingerprint(parts.fs, parts.path(key), old, mode) == entry["fingerprint"]:
-            entry["fingerprint"] = fingerprint(parts.fs, parts.path(key), key, mode)
+            before[key], entry["fingerprint"] = entry["fingerprint"], fingerprint(parts.fs, parts.path(key), key, mode)
         out["partitions"][key] = entry
     for model in out["models"].values():
         if isinstance(model.get("info"), dict) and "partitions" in model["info"]:
@@ -183,5 +197,8 @@ def migrate_keys(manifest: dict[str, Any] | None, parts: Partitions, mode: str) 
     scores = (out.get("steps") or {}).get("scores")
     if scores:
         scores["partitions"] = sorted(mapping.get(p, p) for p in scores["partitions"])
+        scored_before = {k: before[k] for k in scores["partitions"] if k in before}
+        if scored_before:
+            scores["fingerprints_before"] = scored_before
     out["schema"] = KEYS_SCHEMA
     return out, True

@@ -6,11 +6,13 @@ commits is also the run's journal of the steps after that point:
 * **publish** — for each model, the version (``models.<name>.version``) and its run info
   (``models.<name>.info``): :meth:`ModelVersions.publish` writes the info, then ``CURRENT``;
 * **scores** — ``steps.scores``: the directory (the spec's, with the run's ``{date}``), the model
-  and version that score, and the partitions the run added; one Parquet file per partition;
+  and version that score, and the partitions the run added; one Parquet file per partition, named
+  by :func:`score_name`;
 * **reports** — ``steps.reports``: the directory and the GP-tilted models' versions.
 
 Nothing records that a step is done: a step is done when its output is on disk — a published
-version, a score file whose ``tgpflow.partition`` is the partition's fingerprint, a report
+version, a score file whose ``tgpflow.partition`` is the partition's fingerprint (or, the first run
+after a store's keys became relative, its fingerprint before: ``fingerprints_before``), a report
 directory. :func:`finish` runs at the start of every run (before it looks for new partitions)
 and after its commit, does what is missing and rewrites nothing that is there: a run killed
 anywhere is completed by the next run, and each output is written once.
@@ -38,7 +40,7 @@ from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import StatsStore
 from tgpflow.pipeline.versions import ModelVersions
 
-__all__ = ["steps_after_commit", "finish", "collect", "collect_pipeline"]
+__all__ = ["steps_after_commit", "finish", "collect", "collect_pipeline", "score_name"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -47,8 +49,19 @@ def _versions(spec: PipelineSpec, name: str) -> ModelVersions:
     return ModelVersions(as_path(spec.outputs.models) / name)
 
 
+def score_name(partition: str) -> str:
+    """The score file of partition key ``partition``: ``p001.parquet`` for ``p001.parquet`` or ``p001.zarr`` (a
+    key in the root itself: the name it always had), ``day=1__part-0.parquet`` for ``day=1/part-0.parquet``
+    (a nested key: its directories joined by ``__``, so that ``day=*/part-0.parquet`` gets one file per
+    day). A legacy absolute key, or one outside the root, keeps its stem, as before keys were relative."""
+    path = PurePosixPath(partition)
+    if partition.startswith("/") or "://" in partition or len(path.parts) == 1:
+        return f"{path.stem}.parquet"
+    return "__".join((*path.parent.parts, f"{path.stem}.parquet"))
+
+
 def _score_target(directory: AnyPath, partition: str) -> Any:
-    return as_path(directory) / f"{PurePosixPath(partition).stem}.parquet"
+    return as_path(directory) / score_name(partition)
 
 
 def steps_after_commit(spec: PipelineSpec, ests: dict[str, Any], versions: dict[str, str],
@@ -105,7 +118,9 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
     parts = manifest["partitions"]
     directory = as_path(step["path"])
     remove_temporaries(directory, [_score_target(directory, f).name for f in step["partitions"]])
-    todo = [f for f in step["partitions"] if not _scored(_score_target(directory, f), parts[f]["fingerprint"])]
+    before = step.get("fingerprints_before") or {}  # a store migrated to relative keys (discover.migrate_keys)
+    todo = [f for f in step["partitions"]
+            if not _scored(_score_target(directory, f), parts[f]["fingerprint"], before.get(f))]
     if not todo:
         return []
     vers = _versions(spec, step["model"])
@@ -118,7 +133,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
     for f in todo:
         # chunk by chunk on the scheduler: the model's log density of the preprocessed rows,
         # minus Σ log scale, is the density of the raw rows; only the scores come back
-        src = partition_source(spec, f, manifest["columns"], pre)
+        src = partition_source(spec, f, manifest["columns"], pre, manifest.get("format"))
         density = dask.delayed(est.fitted().log_density, pure=True)
         logp = np.concatenate(compute(*[density(b) for b in src.blocks()], progress=progress)) + log_jacobian(pre)
         table = pa.table({"log_density": logp, "anomaly": _flags(logp, info)})
@@ -141,8 +156,9 @@ def _flags(logp: np.ndarray, info: dict[str, Any]) -> np.ndarray:
     return is_anomalous(logp, threshold)
 
 
-def _scored(target: Any, fingerprint: str) -> bool:
-    """Whether ``target`` holds the scores of the partition content ``fingerprint``."""
+def _scored(target: Any, fingerprint: str, before: str | None = None) -> bool:
+    """Whether ``target`` holds the scores of the partition content ``fingerprint`` (or ``before``: its
+    fingerprint under its key before the keys were relative — the same content)."""
     if not target.exists():
         return False
     import pyarrow.parquet as pq
@@ -152,7 +168,7 @@ def _scored(target: Any, fingerprint: str) -> bool:
             md = pq.read_schema(fh).metadata or {}
     except Exception:  # noqa: BLE001 - not a Parquet file: not our scores (atomic_path will refuse it)
         return False
-    return md.get(b"tgpflow.partition") == fingerprint.encode()
+    return md.get(b"tgpflow.partition") in {fingerprint.encode(), (before or fingerprint).encode()}
 
 
 def _report(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) -> list[str]:
@@ -166,7 +182,8 @@ def _report(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) 
         if output_kind(out) == "report":
             continue
         if source is None:  # reads every partition's metadata: once, and only when a report is owed
-            source = union_source(spec, sorted(manifest["partitions"]), manifest["columns"], manifest["preprocess"])
+            source = union_source(spec, sorted(manifest["partitions"]), manifest["columns"], manifest["preprocess"],
+                                  manifest.get("format"))
         write_report(_versions(spec, name).load(version), source, out)
         written.append(str(out))
     return written

@@ -34,19 +34,22 @@ def log_jacobian(pre: dict[str, Any] | None) -> float:
     return -float(np.log(np.asarray(pre["scale"])).sum()) if pre else 0.0
 
 
-def partition_source(spec: PipelineSpec, key: str, columns: list[str] | None, pre: dict[str, Any] | None) -> Source:
+def partition_source(spec: PipelineSpec, key: str, columns: list[str] | None, pre: dict[str, Any] | None,
+                     format: str | None = None) -> Source:
     """One partition's rows (``key`` relative to the source's root), filtered, validated and preprocessed as
-    the spec says."""
+    the spec says; ``format``: the partition's, as discovery found it (``"zarr"``, ``"parquet"``; None: from
+    the path, :func:`~tgpflow.io.sources.as_source`)."""
     src = as_source(resolve(data_root(spec.source.path), key), columns=columns, on_bad_rows=spec.source.on_bad_rows,
                     filters=[tuple(f) for f in spec.source.filters] if spec.source.filters else None,
-                    array=spec.source.array)
+                    array=spec.source.array, format=format)
     fn = preprocessor(pre)
     return src.map_rows(fn) if fn is not None else src
 
 
-def union_source(spec: PipelineSpec, keys: list[str], columns: list[str] | None, pre: dict[str, Any] | None) -> Source:
+def union_source(spec: PipelineSpec, keys: list[str], columns: list[str] | None, pre: dict[str, Any] | None,
+                 format: str | None = None) -> Source:
     """All partitions as one source (the pilot that freezes preprocessing and draws; reports)."""
-    parts = [partition_source(spec, k, columns, pre) for k in keys]
+    parts = [partition_source(spec, k, columns, pre, format) for k in keys]
     first = parts[0]
     return dataclasses.replace(first, description=spec.source.path,
                                labels=tuple(lb for p in parts for lb in p.labels),

@@ -61,7 +61,7 @@ from tgpflow.models.anomaly import anomaly_threshold
 from tgpflow.pipeline.discover import Partitions, discover, fingerprint, migrate_keys
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import log_jacobian, partition_source, preprocessor, union_source
-from tgpflow.pipeline.spec import PipelineSpec
+from tgpflow.pipeline.spec import PipelineSpec, statistics_params
 from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore
 from tgpflow.pipeline.versions import ModelVersions
 from tgpflow.stats.projections import ProjectionGrid
@@ -164,7 +164,8 @@ class _Plan:
 
 
 def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, parts: Partitions) -> _Plan:
-    """Compare the partitions with the manifest; refuse a spec whose models or preprocessing changed."""
+    """Compare the partitions with the manifest; refuse a spec whose models (but for solve-only params:
+    :func:`~tgpflow.pipeline.spec.statistics_params`) or preprocessing changed."""
     files = list(parts.keys)
     if not files:
         raise TgpflowError(f"{spec.source.path}: no partitions match")
@@ -172,10 +173,13 @@ def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None
     if policy == "window":
         files = files[-spec.refit.partitions:]
     fps = {f: fingerprint(parts.fs, parts.path(f), f, spec.source.fingerprint) for f in files}
-    params = {m.name: {"estimator": m.estimator, "params": m.params} for m in spec.models}
+    # what the statistics depend on: a solve-only parameter (a kernel model's ridge, rank_tol) may change, and a
+    # store written before a rename (eps → ridge) compares under today's names (spec.statistics_params)
+    params = {m.name: {"estimator": m.estimator, "params": m.statistics_params()} for m in spec.models}
     rebuild = manifest is None or policy == "full"
     if manifest is not None and not rebuild:
-        old = {k: {"estimator": v["estimator"], "params": v["params"]} for k, v in manifest["models"].items()}
+        old = {k: {"estimator": v["estimator"], "params": statistics_params(v["estimator"], v["params"])}
+               for k, v in manifest["models"].items()}
         if old != params:
             raise TgpflowError(f"{store.root}: the spec's models differ from those the store was built with "
                                f"({sorted(old)} vs {sorted(params)} or their params); run once with "
@@ -225,7 +229,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
          owed: dict[str, list[str]], progress: Progress | None = None) -> RunResult:
     plan = _plan(spec, store, manifest, parts)
     files, fps, rebuild, run, old_parts = plan.files, plan.fps, plan.rebuild, plan.run, plan.old_parts
-    added, removed, policy = plan.added, plan.removed, spec.refit.policy
+    added, removed, policy, fmt = plan.added, plan.removed, spec.refit.policy, parts.format
     seed = int(next((m.params.get("random_state", 0) for m in spec.models), 0) or 0)
     if manifest is not None and plan.nothing_new:
         message = "no new or changed partitions; " + _owed_message(owed)
@@ -237,10 +241,10 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     # -- frozen preprocessing and draws --------------------------------------------------
     columns = spec.source.columns
     if rebuild:
-        columns = list(partition_source(spec, files[0], columns, None).columns)
-        union = union_source(spec, files, columns, None)
+        columns = list(partition_source(spec, files[0], columns, None, fmt).columns)
+        union = union_source(spec, files, columns, None, fmt)
         pre = _freeze_preprocess(spec, union, seed, progress)
-        union = union_source(spec, files, columns, pre)
+        union = union_source(spec, files, columns, pre, fmt)
         models: dict[str, Any] = {}
         for m in spec.models:
             est = _estimator(m)
@@ -251,6 +255,8 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     else:
         columns, pre = manifest["columns"], manifest["preprocess"]
         models = {k: dict(v) for k, v in manifest["models"].items()}
+        for m in spec.models:  # the spec's (solve-only ones may differ from the stored ones)
+            models[m.name]["params"] = m.params
     ests = {}
     for m in spec.models:
         est = _estimator(m)
@@ -262,7 +268,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     with phase("partitions", added=len(added), removed=len(removed), models=len(summed)) as facts:
         roots, dropped = [], []
         for f in added:
-            src = partition_source(spec, f, columns, pre)
+            src = partition_source(spec, f, columns, pre, fmt)
             for est in summed.values():
                 roots.append(tree_reduce(est.chunk_tasks(src), 8))
             dropped.append(dask.delayed(sum, pure=True)(src.dropped_counts()))
@@ -283,7 +289,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     versions = {}
     # one bounded pilot read per run, for every model: the rows the anomaly thresholds are learned
     # on, and (preprocessed) the support box the fit diagnostics compare the model's mass with
-    pilot_rows = pilot_sample(union_source(spec, files, columns, None), rows=20_000, random_state=seed,
+    pilot_rows = pilot_sample(union_source(spec, files, columns, None, fmt), rows=20_000, random_state=seed,
                               progress=progress).rows
     threshold_rows = pilot_rows if spec.outputs.scores else None
     prep = preprocessor(pre)
@@ -292,7 +298,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         name, est = m.name, ests[m.name]
         if name not in summed:  # no statistics: the rows of every partition kept, with the frozen draw
             with phase("refit-rows", model=name, partitions=len(partitions)):
-                est.fit(union_source(spec, sorted(partitions), columns, pre), features=est.draw_)
+                est.fit(union_source(spec, sorted(partitions), columns, pre, fmt), features=est.draw_)
             rows = est.n_samples_seen_
         else:
             if rebuild:
@@ -321,6 +327,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         models[name]["info"] = run_info  # published after the commit (the journal)
     new_manifest = {"schema": MANIFEST_SCHEMA, "name": spec.name, "run": run, "date": date, "columns": columns,
                     "root": parts.root,  # what the keys were relative to at this run (for people: keys never use it)
+                    "format": fmt,  # the partitions' (the steps after the commit read them as discovery found them)
                     "preprocess": pre, "preprocess_spec": spec.preprocess.model_dump(), "policy": policy,
                     "models": models, "partitions": partitions, "steps": steps_after_commit(spec, ests, versions, added),
                     "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}

@@ -95,6 +95,10 @@ class ModelSpec(_Strict):
         """The estimator class this model names."""
         return model_kinds()[self.estimator].estimator_class()
 
+    def statistics_params(self) -> dict[str, Any]:
+        """The params the store's statistics depend on (:func:`statistics_params`)."""
+        return statistics_params(self.estimator, self.params)
+
     def refits_from_rows(self) -> bool:
         """Whether this model has no additive statistics (RootSobolevDensity's method "rsr"): each run refits it
         on the rows of every partition it keeps, and the store holds no statistics for it."""
@@ -102,6 +106,16 @@ class ModelSpec(_Strict):
 
     def _default_method(self) -> Any:
         return self.estimator_class()().get_params().get("method")
+
+
+def statistics_params(estimator: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` of a model of kind ``estimator`` (a spec's, or as a store's manifest recorded them, perhaps
+    by an earlier release) as its statistics see them: renamed parameters under their names of today (``eps``
+    of a kernel model: ``ridge``), solve-only ones (a kernel model's ``ridge``, ``rank_tol``) left out
+    (:meth:`tgpflow.models.params.ParamTable.statistics_params`)."""
+    kind = model_kinds().get(estimator)
+    table = getattr(kind.estimator_class(), "params_table", None) if kind is not None else None
+    return table.statistics_params(params) if table is not None else dict(params)
 
 
 class ScoresSpec(_Strict):
