@@ -31,6 +31,7 @@ bench: venv
 	$(PY) benchmarks/nkef_pass.py
 	$(PY) benchmarks/blocked_solve.py
 	$(PY) benchmarks/kef_cg.py
+	$(PY) benchmarks/kernel_iterative.py
 	$(PY) benchmarks/kef_ring_grid.py
 	$(PY) benchmarks/refit_speedup.py
 	$(PY) benchmarks/precision_modes.py

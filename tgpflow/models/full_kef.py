@@ -14,12 +14,25 @@ nd × nd system (memory O(n²d²), time O(n³d³) — the cost the seeds report)
 never forms G. ``solver="auto"`` (the default) factors where the system fits and switches to CG,
 with an INFO log line, where it does not.
 
+**KEF-CG**: each iteration is one pass of :class:`~tgpflow.solve.matfree.CurlFreeGram` — three GEMMs
+with X per row block and O(n²) elementwise work on α = −2ψ'(u), κ = −4ψ''(u), which are computed once
+(Gaussian k: α alone, κ = −(2/σ_k)α, 8·n² bytes = 200 MB at n = 5000; IMQ: 16·n²) when they fit in
+min(1 GiB, half the available RAM), else recomputed per row block each iteration. No Jacobi
+preconditioner: G's diagonal is the constant −2ψ'(0) (radial k), so it would only rescale. It stops
+at the relative residual ‖b − Aβ‖/‖b‖ ≤ ``cg_tol`` (the CG recursion's residual); ``solver_info_``
+reports ``iterations``, ``residual`` and ``converged``.
+
+**The full-sample iterations** (``regularizer="landweber"`` or ``"nu"``): s = a∇ξ̂ + Σ_a K_cf(·, X_a)β_a
+(∇ξ̂ = ζ̂) by t products with G (:mod:`tgpflow.solve.full_sample`; MATH.md §7, seed 000 §3.2 and
+Example 3.8): no eigendecomposition and no nd × nd matrix. ``solver`` is then unused. ``xi_coef_`` is a:
+−1/λ for Tikhonov (the KEF), −tη for Landweber.
+
 **Where the direct solve stops fitting.** It holds two float64 (nd)² matrices (G, built in
 place into G + nλI, and the temporary of its block layout; LAPACK factors in place):
 ``16·(nd)²`` bytes — 6.4 GB at nd = 20 000, 64 MB at nd = 2 000. ``check_memory`` compares that with
 the RAM available to this process (:func:`tgpflow.core.memory.check_fits`, psutil's "available") when
 the fit starts: ``"auto"`` takes CG beyond it, ``"direct"`` raises ``MemoryError`` with both numbers.
-CG keeps O(nd) vectors and the rows (the mat-vec blocks its rows). In-memory data only. float64.
+CG keeps O(nd) vectors, the rows and α, κ (or row blocks of them). In-memory data only. float64.
 """
 
 from __future__ import annotations
@@ -29,15 +42,18 @@ from typing import Any
 import logging
 
 import numpy as np
+import psutil
 import scipy.linalg
-import scipy.sparse.linalg
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from tgpflow.features.kernels import RadialKernel, median_heuristic
+from tgpflow.core.choices import REGULARIZERS
+from tgpflow.features.kernels import RadialKernel, median_heuristic, sq_dist
 from tgpflow.models.estimator_base import Estimator, entry
 from tgpflow.models.params import FullKEFParams
+from tgpflow.solve.full_sample import full_sample_iteration
 from tgpflow.solve.kef import check_memory
 from tgpflow.solve.linalg import safe_blas_threads
+from tgpflow.solve.matfree import GRAM_BUDGET_BYTES, CurlFreeGram, conjugate_gradient
 
 __all__ = ["FullKEF", "DIRECT_MATRICES"]
 
@@ -49,14 +65,18 @@ DIRECT_MATRICES = 2
 
 class FullKEF(Estimator):
     """Full-rank kernel exponential family (reference for small n); ``solver`` "auto" (direct where its
-    16·(nd)² bytes fit in the available RAM, else CG, logged), "direct" or "cg" (module docstring).
-    ``solver_info_`` says which ran (``solver``), and why for "auto" (``reason``). Parameters:
-    :class:`~tgpflow.models.params.FullKEFParams`."""
+    16·(nd)² bytes fit in the available RAM, else CG, logged), "direct" or "cg" (module docstring);
+    ``regularizer`` "tikhonov" (the KEF), or "landweber" / "nu" (the full-sample iterations, t = ⌊1/λ⌋ /
+    ⌊λ^{−½}⌋ products with G). ``solver_info_`` says which ran (``solver``), and why for "auto" (``reason``).
+    Parameters: :class:`~tgpflow.models.params.FullKEFParams`."""
 
     params_table = FullKEFParams
 
     def __init__(self, *, bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat",
-                 radial: str = "gaussian", solver: str = "auto", cg_tol: float = 1e-10, max_rows: int = 20_000):
+                 radial: str = "gaussian", solver: str = "auto", cg_tol: float = 1e-10, max_rows: int = 20_000,
+                 regularizer: str = "tikhonov", nu: float = 1.0):
+        self.regularizer = regularizer
+        self.nu = nu
         self.bandwidth = bandwidth
         self.lam = lam
         self.base = base
@@ -71,20 +91,28 @@ class FullKEF(Estimator):
         return -(X - self.mean_) @ self.precision_
 
     def _xi_parts(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """ξ̂(x) and ∇ξ̂(x) for rows x (module docstring), in row blocks."""
+        """ξ̂(x) and ∇ξ̂(x) for rows x (module docstring), in row blocks (8 MiB per (rows × n) array).
+
+        With r_a = x − X_a, u_a = ‖r_a‖², every sum over a is a GEMM or a row sum (no (rows, n, d) array):
+        ``Σ_a c_a r_a = (Σ_a c_a)x − cX``, ``r_aᵀg_a = xᵀg_a − X_aᵀg_a``, and
+        ``Σ_a K_cf(x, X_a)g_a = Σ_a α_a g_a + (Σ_a w_a)x − wX``, ``w_a = κ_a r_aᵀg_a`` (kernels module)."""
         k, X, g = self.kernel_, self.X_, self.g_
         n, d = X.shape
+        xg = np.einsum("ad,ad->a", X, g)
+        rows = max(1, 2**23 // (8 * n))
         xi = np.empty(x.shape[0])
         grad = np.empty(x.shape)
-        for s in range(0, x.shape[0], 256):
-            xb = x[s:s + 256]
-            r = xb[:, None, :] - X[None, :, :]
-            u = np.einsum("nmd,nmd->nm", r, r)
+        for s in range(0, x.shape[0], rows):
+            xb = x[s:s + rows]
+            u = sq_dist(xb, X)
             _, d1, d2, d3 = k.profile(u)
-            rg = np.einsum("nmd,md->nm", r, g)
-            xi[s:s + 256] = (np.sum(4 * d2 * u + 2 * d * d1, axis=1) + np.sum(-2 * d1 * rg, axis=1)) / n
-            lap_grad = np.einsum("nm,nmd->nd", 8 * d3 * u + 4 * (d + 2) * d2, r)
-            grad[s:s + 256] = (lap_grad + k.curl_free_matvec(xb, X, g)) / n
+            rg = xb @ g.T
+            rg -= xg
+            xi[s:s + rows] = (np.sum(4 * d2 * u + 2 * d * d1, axis=1) - 2 * np.sum(d1 * rg, axis=1)) / n
+            c = 8 * d3 * u + 4 * (d + 2) * d2  # the Laplacian part's weights
+            w = -4.0 * d2 * rg  # κ rᵀg
+            c += w
+            grad[s:s + rows] = (c.sum(axis=1)[:, None] * xb - c @ X - 2.0 * d1 @ g) / n
         return xi, grad
 
     @entry
@@ -101,6 +129,15 @@ class FullKEF(Estimator):
         self.g_ = self._grad_log_q0(X)
         lam = float(self.lam)
         _, grad_xi = self._xi_parts(X)
+        if self.regularizer != "tikhonov":
+            if self.regularizer not in REGULARIZERS or self.regularizer == "cutoff":
+                raise ValueError(f"FullKEF's regularizer is 'tikhonov', 'landweber' or 'nu'; got {self.regularizer!r}")
+            gram = self._gram(X)
+            self.xi_coef_, self.beta_, info = full_sample_iteration(gram, grad_xi, lam, self.regularizer,
+                                                                    nu=float(self.nu))
+            self.solver_info_ = {"solver": "iterative", **info, "size": n * d, **self._gram_info(gram)}
+            return self
+        self.xi_coef_ = -1.0 / lam
         rhs = grad_xi.ravel() / lam
         solver, reason = self._pick_solver(n * d)
         if solver == "direct":
@@ -110,20 +147,26 @@ class FullKEF(Estimator):
                 self.beta_ = scipy.linalg.solve(A.T, rhs, assume_a="pos", overwrite_a=True).reshape(n, d)
             self.solver_info_ = {"solver": "direct", "size": n * d}
         else:
-            op = scipy.sparse.linalg.LinearOperator(
-                (n * d, n * d), dtype=np.float64,
-                matvec=lambda v: (self.kernel_.curl_free_matvec(X, X, v.reshape(n, d)) + n * lam * v.reshape(n, d)).ravel())
-            iterations = [0]
-
-            def count(_: np.ndarray) -> None:
-                iterations[0] += 1
-
-            sol, code = scipy.sparse.linalg.cg(op, rhs, rtol=float(self.cg_tol), maxiter=10 * n * d, callback=count)
+            gram = self._gram(X)
+            shift = n * lam
+            sol, info = conjugate_gradient(lambda v: gram.matvec(v) + shift * v, rhs, rtol=float(self.cg_tol),
+                                           max_iter=10 * n * d)
             self.beta_ = sol.reshape(n, d)
-            self.solver_info_ = {"solver": "cg", "cg_exit": int(code), "iterations": iterations[0], "size": n * d}
+            self.solver_info_ = {"solver": "cg", "cg_exit": 0 if info["converged"] else int(info["iterations"]),
+                                 **info, "rtol": float(self.cg_tol), "preconditioner": "none (constant diagonal)",
+                                 "size": n * d, **self._gram_info(gram)}
         if reason:
             self.solver_info_["reason"] = reason
         return self
+
+    def _gram(self, X: np.ndarray) -> CurlFreeGram:
+        """G as an operator; α, κ kept when 16·n² bytes fit in min(GRAM_BUDGET_BYTES, half the available RAM)."""
+        budget = min(GRAM_BUDGET_BYTES, int(psutil.virtual_memory().available) // 2)
+        return CurlFreeGram(self.kernel_, X, budget_bytes=budget)
+
+    @staticmethod
+    def _gram_info(gram: CurlFreeGram) -> dict[str, object]:
+        return {"gram": "kept" if gram.kept else "streamed", "gram_bytes": gram.bytes}
 
     def _pick_solver(self, size: int) -> tuple[str, str | None]:
         """"direct" or "cg" for an nd = ``size`` system, and why when ``solver="auto"`` chose CG."""
@@ -139,20 +182,21 @@ class FullKEF(Estimator):
         return "direct", None
 
     def log_density(self, X: Any) -> np.ndarray:
-        """f(x) + log q0(x) = −ξ̂(x)/λ + Σ β_(a,i) ∂_{y_i}k(X_a, x) + log q0 (unnormalised)."""
+        """f(x) + log q0(x) = aξ̂(x) + Σ β_(a,i) ∂_{y_i}k(X_a, x) + log q0 (unnormalised; a = ``xi_coef_``,
+        −1/λ for the KEF)."""
         check_is_fitted(self, "beta_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         xi, _ = self._xi_parts(X)
         r, alpha, _, _ = self.kernel_.curl_free_parts(X, self.X_)
-        f = -xi / float(self.lam) + np.einsum("nm,nmd,md->n", alpha, r, self.beta_)
+        f = self.xi_coef_ * xi + np.einsum("nm,nmd,md->n", alpha, r, self.beta_)
         if self.base == "gaussian":
             rr = X - self.mean_
             f -= 0.5 * np.einsum("nd,de,ne->n", rr, self.precision_, rr)
         return f
 
     def grad_log_density(self, X: Any) -> np.ndarray:
-        """−∇ξ̂(x)/λ + Σ_a K_cf(x, X_a) β_a + ∇log q0(x)."""
+        """a∇ξ̂(x) + Σ_a K_cf(x, X_a) β_a + ∇log q0(x) (a = ``xi_coef_``, −1/λ for the KEF)."""
         check_is_fitted(self, "beta_")
         X = validate_data(self, X, reset=False, dtype=np.float64)
         _, grad_xi = self._xi_parts(X)
-        return -grad_xi / float(self.lam) + self.kernel_.curl_free_matvec(X, self.X_, self.beta_) + self._grad_log_q0(X)
+        return self.xi_coef_ * grad_xi + self.kernel_.curl_free_matvec(X, self.X_, self.beta_) + self._grad_log_q0(X)

@@ -140,6 +140,12 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
           ν is ``nu``; the paper's ρ ≥ ‖T‖ is 1.05 × ‖T‖ by power iteration.
         * ``"landweber"`` — Landweber iteration (seed 000 §3.2 eq 13, Theorem 3.4 with the sign of MATH.md §11
           C1), curl-free kernel: t iterations are ``lam = 1/t`` (t = ⌊1/λ⌋); the step η = 1/(1.05‖T‖).
+
+          Both iterations apply T by mat-vecs with the stored C and the Cholesky factor of G (no
+          eigendecomposition where G is numerically definite: :func:`~tgpflow.solve.kef.spectral_solve`).
+          With ``basis=X`` the pass still builds the (nd)² matrix C and G is usually numerically singular;
+          seed 000's full-sample estimator by kernel mat-vecs alone (no pass, no nd × nd matrix, O(n²d) a
+          step) is :class:`FullKEF` with ``regularizer="nu"`` or ``"landweber"``.
         * ``"kef"`` / ``"kef_cg"`` — the full (non-Nyström, in-memory, small n) kernel exponential family
           (Sriperumbudur et al. 2017; seed 000 Example 3.5, §3.5 KEF-CG), as :class:`FullKEF` with
           ``solver="auto"`` (direct where it fits in memory, else CG, logged) or ``"cg"``; its λ is ``lam``.

@@ -470,6 +470,9 @@ class FullKEFParams(ParamTable):
                 "it fits in the available RAM, else CG.")
     cg_tol: PositiveNumber = param(1e-10, "Relative tolerance of CG.")
     max_rows: PositiveInt = param(20_000, "Refuse more rows than this (the system is nd × nd).")
+    regularizer: Literal["tikhonov", "landweber", "nu"] = param(
+        "tikhonov", "The KEF (Tikhonov), or the full-sample Landweber / ν-method iterations by mat-vecs with G.")
+    nu: PositiveNumber = param(1.0, "ν of the ν-method.")
 
 
 class ExactKDEParams(ParamTable):

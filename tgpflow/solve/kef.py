@@ -18,7 +18,12 @@
 * ``spectral_solve``: any filter g_λ on the projected operator: ``G = VκVᵀ`` (κ > ``rank_tol``·κ_max
   kept), ``R⁻¹ = V_r κ_r^{−1/2}``, ``T = R⁻ᵀ(C/N)R⁻¹``, ``z = R⁻ᵀ(h/N)``, ``c = −R⁻¹ g_λ(T) z`` —
   Tikhonov ``1/(σ+λ)``, cut-off ``1{σ ≥ λ}/σ`` (by eigh of T), Landweber (``landweber``) and the
-  ν-method (``nu_method``), the last two by mat-vecs with T only.
+  ν-method (``nu_method``), the last two by mat-vecs with T only — and T itself applied by mat-vecs:
+  with the Cholesky factor ``G = R_cᵀR_c`` as the square root, ``Tv = R_c⁻ᵀ(C(R_c⁻¹v))/N`` (two triangular
+  solves and one product with the stored C; :class:`~tgpflow.solve.matfree.WhitenedOperator`, which
+  shows it gives the same c), so neither G nor T is eigendecomposed unless G is not numerically definite
+  (``method="eigh"`` keeps the eigendecomposition path). Full-sample (basis = all rows) iterations
+  never form C or G: :mod:`tgpflow.solve.full_sample` and :class:`~tgpflow.models.full_kef.FullKEF`.
 * The iterations' scale (MATH.md §7): λ sets the number of steps — t = ⌊1/λ⌋ for Landweber,
   t = ⌊λ^{−1/2}⌋ for the ν-method — and the step comes from ‖T‖ alone, estimated by
   :func:`operator_norm` (power iteration from a seeded start, at most :data:`POWER_ITERATIONS`
@@ -30,6 +35,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Union
 
 import numpy as np
 import scipy.linalg
@@ -39,11 +46,12 @@ from tgpflow.core.gaussian_base import Base
 from tgpflow.core.memory import check_fits
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.solve.linalg import safe_blas_threads
+from tgpflow.solve.matfree import WhitenedOperator
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 
 __all__ = ["REGULARIZERS", "kernel_heldout_loss", "kef_h", "diag_h", "lite_r", "tikhonov_direct", "spectral_solve",
            "check_memory", "nu_method_coeffs", "operator_norm", "landweber", "nu_method", "DEFAULT_RANK_TOL",
-           "NORM_SAFETY", "POWER_ITERATIONS", "SINGULAR_RCOND"]
+           "NORM_SAFETY", "POWER_ITERATIONS", "SINGULAR_RCOND", "ITERATIVE_METHODS"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -54,6 +62,16 @@ POWER_ITERATIONS = 100
 #: A Cholesky factor whose reciprocal condition number (LAPACK ``dpocon``) is below this is treated as
 #: numerically singular: the direct Tikhonov solve then takes the pseudo-inverse limit.
 SINGULAR_RCOND = 1e-13
+#: How Landweber and the ν-method apply T: "auto" (Cholesky-whitened mat-vecs, eigh only where G is not
+#: numerically definite) or "eigh" (T formed from G's eigendecomposition: the path before issue 18 defect 3).
+ITERATIVE_METHODS = ("auto", "eigh")
+
+#: An operator: a matrix, or a function applying it to a vector (or to columns).
+Operator = Union[np.ndarray, Callable[[np.ndarray], np.ndarray]]
+
+
+def _applier(T: Operator) -> Callable[[np.ndarray], np.ndarray]:
+    return T if callable(T) else T.__matmul__
 
 
 def check_memory(n_matrices: int, size: int, what: str) -> None:
@@ -134,64 +152,116 @@ def nu_method_coeffs(k: int, nu: float) -> tuple[float, float]:
     return u, w
 
 
-def operator_norm(T: np.ndarray, iterations: int = POWER_ITERATIONS, seed: int = 0) -> tuple[float, int]:
-    """‖T‖₂ of a symmetric PSD T by power iteration: the Rayleigh quotient of T^k v₀ (v₀ a seeded Gaussian
-    vector, so the estimate is deterministic), stopped when it changes by less than 1e-12 (relative) or after
-    ``iterations`` mat-vecs. For PSD T the estimate rises monotonically to ‖T‖ from below. Returns the estimate
-    and the mat-vecs used."""
-    v = np.random.default_rng(seed).standard_normal(T.shape[0])
+def operator_norm(T: Operator, iterations: int = POWER_ITERATIONS, seed: int = 0,
+                  size: int | None = None) -> tuple[float, int]:
+    """‖T‖₂ of a symmetric PSD T (a matrix, or a mat-vec function of vectors of length ``size``) by power
+    iteration: the Rayleigh quotient of T^k v₀ (v₀ a seeded Gaussian vector, so the estimate is deterministic),
+    stopped when it changes by less than 1e-12 (relative) or after ``iterations`` mat-vecs. For PSD T the
+    estimate rises monotonically to ‖T‖ from below. Returns the estimate and the mat-vecs used."""
+    apply = _applier(T)
+    v = np.random.default_rng(seed).standard_normal(T.shape[0] if size is None else size)
     v /= np.linalg.norm(v)
     est, k = 0.0, 0
     for k in range(1, int(iterations) + 1):
-        w = T @ v
+        w = apply(v)
         new = float(v @ w)  # the Rayleigh quotient of v (unit)
-        size = float(np.linalg.norm(w))
-        if size == 0.0:  # v ⟂ range(T): T = 0 on everything the iteration can reach
+        length = float(np.linalg.norm(w))
+        if length == 0.0:  # v ⟂ range(T): T = 0 on everything the iteration can reach
             return max(new, 0.0), k
-        v = w / size
+        v = w / length
         if abs(new - est) <= 1e-12 * abs(new):
             return new, k
         est = new
     return est, k
 
 
-def landweber(T: np.ndarray, z: np.ndarray, steps: int, step: float) -> np.ndarray:
+def landweber(T: Operator, z: np.ndarray, steps: int, step: float) -> np.ndarray:
     """w_t of t = ``steps`` Landweber steps w ← w − η(Tw + z) from w_0 = 0, i.e. w_t = −Σ_{k<t} η(I − ηT)^k z
-    = −g(T) z with g(σ) = (1 − (1 − ησ)^t)/σ (MATH.md §7; the corrected recursion of §11 C1)."""
+    = −g(T) z with g(σ) = (1 − (1 − ησ)^t)/σ (MATH.md §7; the corrected recursion of §11 C1).
+    T: a matrix or a mat-vec function; one product a step."""
+    apply = _applier(T)
     w = np.zeros_like(z)
     for _ in range(int(steps)):
-        w = w - step * (T @ w + z)
+        w = w - step * (apply(w) + z)
     return w
 
 
-def nu_method(T: np.ndarray, z: np.ndarray, steps: int, rho: float, nu: float) -> np.ndarray:
+def nu_method(T: Operator, z: np.ndarray, steps: int, rho: float, nu: float) -> np.ndarray:
     """w_t of t = ``steps`` ν-method steps (MATH.md §7): w_0 = 0, w_1 = −ω_1 z/ρ,
-    w_k = w_{k−1} + u_k(w_{k−1} − w_{k−2}) − ω_k(z + Tw_{k−1})/ρ; ρ ≥ ‖T‖."""
+    w_k = w_{k−1} + u_k(w_{k−1} − w_{k−2}) − ω_k(z + Tw_{k−1})/ρ; ρ ≥ ‖T‖. T: a matrix or a mat-vec
+    function; t − 1 products."""
+    apply = _applier(T)
     if steps < 1:
         return np.zeros_like(z)
     w_prev = np.zeros_like(z)
     w = -nu_method_coeffs(1, nu)[1] * z / rho
     for k in range(2, int(steps) + 1):
         u, om = nu_method_coeffs(k, nu)
-        w, w_prev = w + u * (w - w_prev) - om * (z + T @ w) / rho, w
+        w, w_prev = w + u * (w - w_prev) - om * (z + apply(w)) / rho, w
     return w
 
 
 def spectral_solve(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, regularizer: str, *,
-                   rank_tol: float = DEFAULT_RANK_TOL, nu: float = 1.0,
-                   step: float | None = None) -> tuple[np.ndarray, dict[str, object]]:
+                   rank_tol: float = DEFAULT_RANK_TOL, nu: float = 1.0, step: float | None = None,
+                   method: str = "auto") -> tuple[np.ndarray, dict[str, object]]:
     """c = −R⁻¹ g_λ(T) z on the projected operator (module docstring); h may have several columns.
 
     ``rank_tol``: eigenvalues of G below rank_tol·κ_max are cut. ``step`` (Landweber and ν-method only)
-    replaces the step read off ‖T‖: Landweber's η, or 1/ρ of the ν-method. The info says the rank, and for
+    replaces the step read off ‖T‖: Landweber's η, or 1/ρ of the ν-method. ``method`` (Landweber and ν-method
+    only): "auto" applies T by mat-vecs with the Cholesky factor of G and the stored C
+    (:class:`~tgpflow.solve.matfree.WhitenedOperator`: no eigendecomposition, T never formed; the same c when G is
+    definite), falling back to "eigh" (G = VκVᵀ, T formed, the path before issue 18 defect 3) where G is not
+    numerically definite. The info says the rank, ``method`` (and ``rcond`` or ``fallback``), and for
     the iterations ``norm_estimate`` (‖T‖ by power iteration), ``norm_matvecs``, ``step`` (η, or 1/ρ) and
     ``iterations`` (t); ``rho`` and ``nu`` for the ν-method; ``kept`` for the cut-off.
+    Working set: C, G and one (md)² factor ("auto"), or C, G and two more (md)² matrices ("eigh").
     """
     if regularizer not in REGULARIZERS:
         raise ValueError(f"regularizer must be one of {REGULARIZERS}; got {regularizer!r}")
-    check_memory(4, C.shape[0], f"{regularizer} solve")
+    if method not in ITERATIVE_METHODS:
+        raise ValueError(f"method must be one of {ITERATIVE_METHODS}; got {method!r}")
+    iterative = regularizer in ("landweber", "nu")
+    reason = None
     with safe_blas_threads(C.shape[0]):
-        return _spectral(C, h, G, n, lam, regularizer, rank_tol, nu, step)
+        if iterative and method == "auto":
+            check_memory(3, C.shape[0], f"{regularizer} solve")
+            op = WhitenedOperator(C, G, n, rank_tol)
+            if op.factor is not None:
+                info: dict[str, object] = {"regularizer": regularizer, "method": "cholesky", "rcond": op.rcond,
+                                           "rank": int(C.shape[0]), "rank_tol": float(rank_tol)}
+                w = _iterate(op.matvec, op.whiten(h), lam, regularizer, nu, step, info)
+                return op.coef(w), info
+            why = "failed" if op.rcond == 0.0 else f"reciprocal condition {op.rcond:.2g} < rank_tol {rank_tol:g}"
+            reason = f"G is not numerically definite (Cholesky {why})"
+            del op
+        check_memory(4, C.shape[0], f"{regularizer} solve")
+        c, info = _spectral(C, h, G, n, lam, regularizer, rank_tol, nu, step)
+    if iterative:
+        info["method"] = "eigh"
+        if reason:
+            info["fallback"] = reason
+    return c, info
+
+
+def _iterate(apply: Callable[[np.ndarray], np.ndarray], z: np.ndarray, lam: float, regularizer: str, nu: float,
+             step: float | None, info: dict[str, object]) -> np.ndarray:
+    """w = −g_λ(T)z by Landweber or the ν-method with mat-vecs ``apply``; the step from ‖T‖ (power iteration)
+    unless given. Records what was done in ``info``."""
+    if step is None:
+        norm, matvecs = operator_norm(apply, size=z.shape[0])
+        info.update(norm_estimate=norm, norm_matvecs=matvecs, norm_safety=NORM_SAFETY)
+        scale = NORM_SAFETY * norm
+        if scale <= 0.0:
+            raise FloatingPointError("the projected operator T is zero (no rows, or a degenerate basis): "
+                                     "nothing to fit")
+        step = 1.0 / scale
+    if regularizer == "landweber":
+        t = int(np.floor(1.0 / lam))
+        info.update(iterations=t, step=step)
+        return landweber(apply, z, t, step)
+    t = int(np.floor(lam**-0.5))
+    info.update(iterations=t, step=step, rho=1.0 / step, nu=nu)
+    return nu_method(apply, z, t, 1.0 / step, nu)
 
 
 def _spectral(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, regularizer: str, rank_tol: float,
@@ -212,22 +282,7 @@ def _spectral(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, r
             info["kept"] = int((sigma >= lam).sum())
         w = -(U * g) @ (U.T @ z)
         return Rinv @ w, info
-    if step is None:
-        norm, matvecs = operator_norm(T)
-        info.update(norm_estimate=norm, norm_matvecs=matvecs, norm_safety=NORM_SAFETY)
-        scale = NORM_SAFETY * norm
-        if scale <= 0.0:
-            raise FloatingPointError("the projected operator T is zero (no rows, or a degenerate basis): nothing to fit")
-        step = 1.0 / scale
-    if regularizer == "landweber":
-        t = int(np.floor(1.0 / lam))
-        w = landweber(T, z, t, step)
-        info.update(iterations=t, step=step)
-    else:
-        t = int(np.floor(lam**-0.5))
-        w = nu_method(T, z, t, 1.0 / step, nu)
-        info.update(iterations=t, step=step, rho=1.0 / step, nu=nu)
-    return Rinv @ w, info
+    return Rinv @ _iterate(T.__matmul__, z, lam, regularizer, nu, step, info), info
 
 
 def kernel_heldout_loss(kind: str, val: KEFStats | DiagStats | LiteStats, basis: NystromBasis, base: Base | None,
