@@ -263,7 +263,7 @@ def notes(row: dict[str, Any], before: dict[str, Any]) -> list[str]:
     if "after_iterations_only_seconds" in row:
         same, info = row["after_iterations_only_seconds"], row["after_info"]
         out.append(f"the same work as the reference (kernel + iterations, step given, no ‖G/n‖ estimate): after "
-                   f"{same:.2f} s, ratio {same / row['reference_seconds']:.2f}; the fit's power iteration is "
+                   f"{same:.2f} s, ratio {same / row['reference_seconds']:.2f}; the fit's ‖G/n‖ estimate (Lanczos) is "
                    f"{info['norm_matvecs']} of its {info['matvecs']} products")
     if "nystrom_auto" in row:
         na = row["nystrom_auto"]

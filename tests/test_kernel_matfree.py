@@ -197,7 +197,7 @@ def test_full_sample_equals_the_nystrom_estimator_with_every_row_at_the_rows(reg
     X = rng.uniform(-3, 3, size=(50, 2))
     full = FullKEF(bandwidth=0.3, lam=lam, regularizer=reg).fit(X)
     nys = ScoreEstimator(kernel="curl_free", regularizer=reg, lam=lam, bandwidth=0.3)
-    stats = nys.accumulate(X, basis=X)  # the same step for both (power iteration differs in its coordinates)
+    stats = nys.accumulate(X, basis=X)  # the same step for both (each path estimates ‖T‖ in its own coordinates)
     G = _dense_gram(X, 0.3)
     c, info = spectral_solve(stats.C, kef_h(stats, nys.basis_, None).reshape(-1), G, 50, lam, reg,
                              step=full.solver_info_["step"])

@@ -27,22 +27,40 @@ def _psd(n, rng, rank=None, decay=None):
     return (Q * eig) @ Q.T
 
 
-# -- ‖T‖ by power iteration ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("case", ["wishart", "clustered_top", "low_rank"])
-def test_power_iteration_norm_is_the_largest_eigenvalue(case, rng):
+# -- ‖T‖ by Lanczos ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["wishart", "clustered_top", "low_rank", "tiny", "zero"])
+def test_lanczos_norm_is_the_largest_eigenvalue(case, rng):
     if case == "wishart":
         B = rng.normal(size=(80, 60))
         T = B.T @ B / 80
     elif case == "clustered_top":  # the two largest eigenvalues 0.1% apart: slow convergence of the vector
         Q, _ = np.linalg.qr(rng.normal(size=(50, 50)))
         T = (Q * np.r_[2.0, 1.998, rng.uniform(0, 1.5, 48)]) @ Q.T
-    else:
+    elif case == "low_rank":
         T = 7.0 * _psd(40, rng, rank=5)
-    top = np.linalg.eigvalsh(T).max()
+    elif case == "tiny":  # read whole
+        T = _psd(3, rng)
+    else:
+        T = np.zeros((30, 30))
+    top = max(np.linalg.eigvalsh(T).max(), 0.0)
     est, matvecs = operator_norm(T)
-    assert est == pytest.approx(top, rel=1e-3)
-    assert est <= top * (1 + 1e-12) and 1 <= matvecs <= 100  # from below (PSD), within the mat-vec budget
+    assert est == pytest.approx(top, rel=1e-9, abs=1e-14)  # Lanczos to 1e-10, also where power iteration is slow
+    assert est <= top * (1 + 1e-12) + 1e-14 and 1 <= matvecs <= 100  # from below (PSD), within the budget
     assert operator_norm(T) == (est, matvecs)  # a seeded start: deterministic
+    # the same through a mat-vec function
+    assert operator_norm(lambda v: T @ v, size=T.shape[0])[0] == pytest.approx(est, rel=1e-12, abs=1e-14)
+
+
+def test_lanczos_needs_fewer_products_than_power_iteration_on_a_clustered_top(rng):
+    from tgpflow.solve import kef
+
+    Q, _ = np.linalg.qr(rng.normal(size=(300, 300)))
+    T = (Q * np.r_[2.0, 1.998, 1.996, rng.uniform(0, 1.9, 297)]) @ Q.T
+    est, used = operator_norm(T)
+    power, steps = kef._power_norm(T.__matmul__, np.random.default_rng(0).standard_normal(300), 100)
+    top = np.linalg.eigvalsh(T).max()
+    assert abs(est - top) < 1e-9 * top and used < 100
+    assert abs(power - top) > 10 * abs(est - top) and steps == 100
 
 
 # -- the iterations against their filters ----------------------------------------------------------------------

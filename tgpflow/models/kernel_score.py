@@ -66,7 +66,7 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         median heuristic; a list: a grid selected on held-out rows, every σ_k accumulated in the
         same pass (G× its cost).
     lam : float or "auto" — λ of the filter (Tikhonov ridge; cut-off threshold; t = ⌊1/λ⌋ Landweber
-        steps; t = ⌊λ^{−1/2}⌋ ν-method steps, each with the step 1/(1.05‖T‖), ‖T‖ by power iteration:
+        steps; t = ⌊λ^{−1/2}⌋ ν-method steps, each with the step 1/(1.05‖T‖), ‖T‖ by Lanczos:
         :mod:`tgpflow.solve.kef`). "auto": selected from ``lam_grid`` by the held-out Hyvärinen loss,
         computed from validation statistics (no extra pass; one solve per value).
     lam_grid : list of floats, optional — default 10⁻⁶ … 1 (13 values; Landweber: 10⁻⁴ … 1, 9 values,
@@ -137,7 +137,7 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
           unchanged (MATH.md §7); its ε = 1e-5 ridge is ``ridge=1e-5`` (off by default); m = ``n_basis``.
         * ``"nu_method"`` — the iterative curl-free estimator with the ν-method (seed 000 §3.2, §3.5 Example 3.8,
           appendix C.4.3; Engl, Hanke & Neubauer Alg 6.13): t iterations are ``lam = 1/t²`` (t = ⌊λ^{−1/2}⌋),
-          ν is ``nu``; the paper's ρ ≥ ‖T‖ is 1.05 × ‖T‖ by power iteration.
+          ν is ``nu``; the paper's ρ ≥ ‖T‖ is 1.05 × ‖T‖ by Lanczos.
         * ``"landweber"`` — Landweber iteration (seed 000 §3.2 eq 13, Theorem 3.4 with the sign of MATH.md §11
           C1), curl-free kernel: t iterations are ``lam = 1/t`` (t = ⌊1/λ⌋); the step η = 1/(1.05‖T‖).
 

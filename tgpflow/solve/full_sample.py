@@ -10,7 +10,7 @@ with the nd × nd Gram G a step, by :class:`~tgpflow.solve.matfree.CurlFreeGram`
 giving seed 000's forms: Landweber ``a_t = −tη``, ``β_{k+1} = β_k − (η/n)(a_kζ̂(X) + Gβ_k)``; the ν-method
 ``a_k = a_{k−1} + u_k(a_{k−1} − a_{k−2}) − ω_k/ρ`` and the same recursion on β with ``(a_{k−1}ζ̂(X) + Gβ_{k−1})/n``.
 
-Scale: the nonzero spectrum of L̂ is that of G/n, so ‖L̂‖ = ‖G/n‖ is estimated by the power iteration of
+Scale: the nonzero spectrum of L̂ is that of G/n, so ‖L̂‖ = ‖G/n‖ is estimated by the Lanczos iteration of
 :func:`~tgpflow.solve.kef.operator_norm` with the same products; the step is 1/(1.05‖G/n‖) as in the Nyström
 solves. λ means the same: t = ⌊1/λ⌋ Landweber steps, t = ⌊λ^{−½}⌋ ν-method steps.
 
