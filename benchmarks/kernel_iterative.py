@@ -20,7 +20,7 @@ For n ∈ {2000, 5000} and d ∈ {2, 5} (rows from an equal mixture of N(v, 0.7�
   computed once and every product uses it (as seed 000's code does). Seed 000's code takes the step as a
   parameter and estimates no norm; the reference takes the library's fitted step (η = 1/(1.05‖G/n‖)), so
   both fit the same estimator. Its time is the kernel matrix and the iterations; the library's is shown
-  twice: the whole fit (which also estimates ‖G/n‖ by power iteration, ≤ 100 products: MATH.md §7, issue 18
+  twice: the whole fit (which also estimates ‖G/n‖ by Lanczos, ~21 products at n = 5000: MATH.md §7, issue 18
   defect 2) and without it (ζ̂(X), α and ``full_sample_iteration`` with the step given) — the same work
   as the reference.
 
