@@ -407,10 +407,7 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
                        verify: bool = False) -> ScoreEstimator:
         """The model of a verified artifact, read from its stored solution (no solve; ``verify``: re-solve
         the stored statistics and compare)."""
-        params = dict(meta["params"])
-        if "eps" in params:  # files before issue 18: ε was the direct solve's ridge (the spectral cut was fixed)
-            params["ridge"] = params.pop("eps")
-        est = cls(**params)
+        est = cls(**cls.params_table.current_names(meta["params"]))  # e.g. eps (before issue 18) as ridge
         kind = est._stats_type()
         stats = stored_stats(arrays, meta, {kind.__name__: kind})
         solution = fitted_arrays(arrays, cls._FILE_NAMES)

@@ -173,12 +173,17 @@ class ParamTable(BaseModel):
         return {k: plain(v) for k, v in data.items()} if isinstance(data, Mapping) else data
 
     @classmethod
+    def current_names(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` (of a file or store written by an earlier release) with legacy names read as today's
+        (:attr:`legacy_names`)."""
+        return {cls.legacy_names.get(k, k): v for k, v in params.items()}
+
+    @classmethod
     def statistics_params(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        """``params`` as the statistics see them: legacy names read as today's (:attr:`legacy_names`), the
+        """``params`` as the statistics see them: legacy names read as today's (:meth:`current_names`), the
         solve-only parameters (:attr:`solve_only`) left out. Two sets of params with equal statistics params
         give equal statistics from the same rows and draw."""
-        named = {cls.legacy_names.get(k, k): v for k, v in params.items()}
-        return {k: v for k, v in named.items() if k not in cls.solve_only}
+        return {k: v for k, v in cls.current_names(params).items() if k not in cls.solve_only}
 
     @classmethod
     def check(cls, params: Mapping[str, Any]) -> ParamTable:
