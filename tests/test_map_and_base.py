@@ -141,3 +141,28 @@ def test_base_learn_estimator_uses_the_learnt_base(gaussian_mix):
     assert est.objective_ <= fd_loss(emp.stats_, emp.features_, emp.fitted().base, emp.theta_, 0.1) + 1e-9
     with pytest.raises(ValueError, match="base='learn'"):
         GPTiltedDensity(method="ncfd", base="learn").fit(gaussian_mix)
+
+
+def test_map_selection_solves_the_lams_below_its_path_choice_again_on_all_draws(monkeypatch):
+    """The λ path runs on MAP_SELECTION_DRAWS draws; λ from a decade above its choice down REFINE_DECADES
+    decades are solved again on all map_draws. The path alone is an estimator whose map_draws equal the path's."""
+    import tgpflow.models.tgp_methods.map as map_method
+
+    rng = np.random.default_rng(11)  # N ≫ the path's draws, so that small λ overfit the draws
+    X = np.concatenate([rng.multivariate_normal([0, 0], [[1, 0.6], [0.6, 1]], 20_000),
+                        rng.multivariate_normal([2.5, -1], [[0.3, 0], [0, 0.5]], 10_000)])
+    monkeypatch.setattr(map_method, "MAP_SELECTION_DRAWS", 1000)
+    kw = dict(method="map", n_features=32, bandwidth=0.5, random_state=3)
+    path = GPTiltedDensity(map_draws=1000, **kw).fit(X).selection_
+    both = GPTiltedDensity(map_draws=8000, **kw).fit(X).selection_
+    lam_path = path["chosen"]["lam"]
+    refined = {r["lam"] for r in both["curve"] if r["map_draws"] == 8000}
+    grid = [r["lam"] for r in path["curve"]]
+    assert refined == {lam for lam in grid if lam_path / 100 * (1 - 1e-12) <= lam <= 10 * lam_path * (1 + 1e-12)}
+    assert len(refined) >= 2
+    for p, b in zip(path["curve"], both["curve"], strict=True):
+        if b["lam"] not in refined:  # the path's own rows are kept as they were
+            assert b == p
+        else:  # a different point set gives a different θ, so different held-out scores
+            assert b["loglik"] != p["loglik"]
+    assert both["chosen"]["lam"] in refined or both["chosen"]["lam"] > 10 * lam_path
