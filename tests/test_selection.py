@@ -157,3 +157,43 @@ def test_choose_keeps_the_support_constraint_and_relaxes_it_only_when_no_row_mee
     # no trustworthy normaliser anywhere: the largest ESS
     rows = [_row(-3.0, 0.01, 0.002, 0.0), _row(-3.5, 0.09, 0.008, 0.0), _row(-2.0, 0.005, 0.001, 0.0)]
     assert choose(rows, criterion) == 1
+
+
+def test_default_grid_is_extended_upwards_while_its_largest_lam_wins(monkeypatch):
+    # Gaussian rows: the base is the truth, so the held-out log-likelihood keeps rising with λ (θ → 0) and the
+    # best candidate is always the largest λ offered. The extension must equal a fit given the extended grid
+    # from the start (same rows, same choice), and a grid the user gives is never extended.
+    import tgpflow.models.gp_tilted as gp_tilted
+    from tgpflow.solve.select import GRID_EXTENSION_DECADES
+
+    X = np.random.default_rng(3).normal(size=(1500, 2))
+    short = (1e-3, 1e-2)
+    monkeypatch.setattr(gp_tilted, "DEFAULT_LOGLIK_LAM_GRID", short)
+    kw = dict(method="fd", n_features=30, bandwidth=0.5, criterion="loglik", random_state=0)
+    est = GPTiltedDensity(**kw).fit(X)
+    extended = [*short, *(short[-1] * 10 ** (k / 3) for k in range(1, 3 * GRID_EXTENSION_DECADES + 1))]
+    tried = [r["lam"] for r in est.selection_["curve"]]
+    np.testing.assert_allclose(tried, extended, rtol=1e-12)
+    assert est.lam_ == pytest.approx(extended[-1])  # the truth is θ = 0: the largest λ, after every extension
+    given = GPTiltedDensity(**kw, lam_grid=extended).fit(X)
+    assert given.lam_ == est.lam_
+    np.testing.assert_allclose([r["loglik"] for r in given.selection_["curve"]],
+                               [r["loglik"] for r in est.selection_["curve"]], rtol=1e-9)
+    kept = GPTiltedDensity(**kw, lam_grid=list(short)).fit(X)
+    assert [r["lam"] for r in kept.selection_["curve"]] == list(short) and kept.lam_ == short[-1]
+
+
+def test_grid_extension_stops_once_the_best_lam_is_inside(gaussian_mix, monkeypatch):
+    # 600 rows of a mixture, S = 100, γ = 0.3: the held-out log-likelihood has an interior optimum (λ ≈ 1–2 on
+    # the default grid). From a grid that stops a decade below it, the extension climbs and stops within a
+    # decade of its choice, which is the choice of a fit given all the λ it tried from the start.
+    import tgpflow.models.gp_tilted as gp_tilted
+    from tgpflow.solve.select import GRID_EXTENSION_DECADES
+
+    kw = dict(method="fd", n_features=100, bandwidth=0.3, criterion="loglik", random_state=0)
+    monkeypatch.setattr(gp_tilted, "DEFAULT_LOGLIK_LAM_GRID", (0.01, 0.1))
+    est = GPTiltedDensity(**kw).fit(gaussian_mix)
+    tried = [r["lam"] for r in est.selection_["curve"]]
+    assert 2 < len(tried) < 2 + 3 * GRID_EXTENSION_DECADES and 1.0 < tried[-1] / est.lam_ <= 10.0 * (1 + 1e-9)
+    given = GPTiltedDensity(**kw, lam_grid=tried).fit(gaussian_mix)
+    assert given.lam_ == est.lam_

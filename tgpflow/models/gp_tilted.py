@@ -41,8 +41,8 @@ from tgpflow.models.tgp_method import GridContext, Hyper, TGPMethod
 from tgpflow.models.tgp_methods import get_method
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
 from tgpflow.solve.select import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS, DEFAULT_LAM_GRID,
-                                  DEFAULT_LOGLIK_LAM_GRID, MIN_SELECT_ESS_FRACTION, TooFewRowsError, choose, healthy,
-                                  pilot_bandwidth)
+                                  DEFAULT_LOGLIK_LAM_GRID, GRID_EXTENSION_DECADES, MIN_SELECT_ESS_FRACTION,
+                                  TooFewRowsError, choose, healthy, pilot_bandwidth)
 from tgpflow.stats.ncfd import NCFDStats
 from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.split import SPLIT_SALT, HeldOut, StatsBundle, fold_index, split_chunk_stats
@@ -93,6 +93,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         coordinate descent from the statistics (eqs 12–16; FD and FVPD only, no extra pass).
     lam_grid : sequence of floats, optional — the λ values of ``lam="auto"`` (default: 22 values,
         10⁻³ … 10⁴, for the "sliced" and "loglik" criteria; 19 values, 10⁻⁴ … 10², for "hyvarinen").
+        The default grid is extended upwards, up to three decades, while its largest λ wins (FVPD's λ
+        acts as λ/γ², so on wide γ its optimum can sit above 10⁴); a grid given here is used as given.
     criterion : {"sliced", "loglik", "hyvarinen"} — what a selection optimises on the held-out
         rows: "sliced" (the default) the median sliced KS between the held-out rows and the
         candidate's importance-weighted proposal draws, candidates within its noise of the best tied
@@ -513,7 +515,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         low_ess = self.normalizer_.ess_fraction < MIN_SELECT_ESS_FRACTION
         if not low_ess and not too_much_outside:
             return None
-        larger = [v for v in self._lam_grid() if v > self.lam_]
+        tried = {float(r["lam"]) for r in self.selection_.get("curve", [])}  # the grid and any extension
+        larger = sorted(v for v in tried | set(self._lam_grid()) if v > self.lam_)
         if not larger:
             return None
         self._resolve_at(min(larger))
@@ -588,7 +591,22 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     def _score_candidates(self, bandwidth: float, train: Any, val: Any,
                           feats: RandomFourierFeatures) -> list[dict[str, Any]]:
-        return self._score_grid(train, val, feats, base_from_moments(train.moments))
+        """The λ (and η) grid at one γ; the default grid is extended upwards, a decade at a time and up to
+        :data:`~tgpflow.solve.select.GRID_EXTENSION_DECADES` decades, while the best of these rows is the
+        largest λ (a choice on the grid's edge says the criterion wanted a smoother fit than offered)."""
+        base = base_from_moments(train.moments)
+        lams = self._lam_values()
+        rows = self._score_grid(train, val, feats, base, lams)
+        if self.lam != "auto" or self.lam_grid is not None:  # a grid the user gave is the grid
+            return rows
+        for _ in range(GRID_EXTENSION_DECADES):
+            if rows[choose(rows, self.criterion)]["lam"] < lams[-1]:
+                break
+            more = [lams[-1] * 10 ** (k / 3) for k in (1, 2, 3)]
+            logger.info("λ grid extended to %g at γ = %g: the best candidate was its largest λ", more[-1], bandwidth)
+            rows += self._score_grid(train, val, feats, base, more)
+            lams += more
+        return rows
 
     def _best(self, rows: list[dict[str, Any]]) -> int:
         """The best row by ``criterion`` (:func:`~tgpflow.solve.select.choose`), with a warning when no
@@ -635,8 +653,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """Base draws of the held-out normalisers: a quarter of ``normalizer_draws``, the same for every candidate."""
         return max(int(self.normalizer_draws) // 4, 1000), self._seeds()[3]
 
-    def _score_grid(self, train: Any, heldout: Any, feats: RandomFourierFeatures, base: Any) -> list[dict[str, float]]:
-        """Every λ (and η) at one γ, scored on the held-out part by the method (:meth:`TGPMethod.score_grid`):
+    def _score_grid(self, train: Any, heldout: Any, feats: RandomFourierFeatures, base: Any,
+                    lams: list[float]) -> list[dict[str, float]]:
+        """Every λ of ``lams`` (and η) at one γ, scored on the held-out part by the method (:meth:`TGPMethod.score_grid`):
         the Hyvärinen loss (``loss``), the normalised log-likelihood (``loglik``) with its normaliser's ESS,
         and the sliced KS between the held-out rows and the model (``sliced_ks``), whatever the criterion
         (all are cheap)."""
@@ -648,7 +667,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             grid = projections.draw
         extra = dict(n_draws=n_draws, random_state=seed, grid=grid, projections=projections,
                      box=getattr(self, "support_", None), data_units=self._to_data)
-        ctx = GridContext(self._lam_values(), self._eta_values, extra, self.get_params(), self._seeds()[2])
+        ctx = GridContext(lams, self._eta_values, extra, self.get_params(), self._seeds()[2])
         return self._method.score_grid(train, val, feats, base, ctx)
 
     # -- solutions ----------------------------------------------------------------------

@@ -35,7 +35,7 @@ from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, ks_by_di
 from tgpflow.stats.support import SupportBox, mass_outside_limit
 from tgpflow.stats.tgp import TGPStats
 
-__all__ = ["DEFAULT_LAM_GRID", "DEFAULT_LOGLIK_LAM_GRID", "heldout_loss", "GridScorer", "MIN_SELECT_ESS_FRACTION", "KS_MEDIAN_SE",
+__all__ = ["DEFAULT_LAM_GRID", "DEFAULT_LOGLIK_LAM_GRID", "GRID_EXTENSION_DECADES", "heldout_loss", "GridScorer", "MIN_SELECT_ESS_FRACTION", "KS_MEDIAN_SE",
            "heldout_base_term", "score_tilts", "score_fvpd", "healthy", "choose", "AUTO_BANDWIDTH_FACTORS", "AUTO_BANDWIDTH_ROWS", "AUTO_BANDWIDTH_FOLDS", "pilot_bandwidth",
            "TooFewRowsError"]
 
@@ -46,6 +46,11 @@ DEFAULT_LAM_GRID = tuple(float(v) for v in np.logspace(-4, 2, 19))
 #: penalty beside a SUM over rows, so the right λ grows with N: measured on the demo mixture, the
 #: held-out optimum was λ ≈ 2–5 at 200k rows and 10 at 2M (γ = 0.45), and up to 100 at Scott's γ.
 DEFAULT_LOGLIK_LAM_GRID = tuple(float(v) for v in np.logspace(-3, 4, 22))
+#: Decades (three values each, the default grid's spacing) by which ``lam="auto"`` extends its default grid
+#: upwards while a bandwidth's best candidate is the grid's largest λ. Measured on MAGIC with bounds (seed 0,
+#: grid to 10⁷): FD chose λ = 2154 (interior); FVPD, whose λ acts as λ/γ² on the FD-equivalent scale
+#: (MATH.md §4, η = 1/γ²; γ = 2.1 in the log/logit space), needs ≈ 10⁴ and sat on the default grid's top.
+GRID_EXTENSION_DECADES = 3
 
 
 def heldout_loss(val: TGPStats, features: RandomFourierFeatures, base: Base, theta: np.ndarray) -> float:
