@@ -245,6 +245,51 @@ def test_statistics_are_chunking_invariant_values(gaussian_mix, tmp_path):
         whole + kef_chunk_stats(gaussian_mix, other)
 
 
+@pytest.mark.parametrize("kernel", ["gaussian", "imq"])
+def test_curl_free_columns_are_the_gram_columns_on_the_index_set(kernel, rng):
+    """Dimension subsampling's columns against the full block matrix (checked by finite differences above)."""
+    from tgpflow.features.kernels import curl_free_columns, sq_dist
+
+    k = RadialKernel(kernel, 1.3)
+    x, Y = rng.normal(size=(7, 3)), rng.normal(size=(5, 3))
+    index = np.array([2, 5, 9, 0, 3, 12, 13, 1, 4, 14])  # grouped by component: index % 3 = 0 0 0 0 … 2 2
+    index = index[np.argsort(index % 3, kind="stable")]
+    alpha, kappa, _ = k.curl_free_weights(sq_dist(x, Y), 3)
+    cols = curl_free_columns(x, Y, alpha, kappa, index)
+    np.testing.assert_allclose(cols.reshape(7 * 3, -1), k.curl_free_gram(x, Y)[:, index], rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="sorted by component"):
+        curl_free_columns(x, Y, alpha, kappa, np.array([1, 0]))
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "imq"])
+def test_subsampled_statistics_are_the_full_ones_restricted_to_the_index_set(gaussian_mix, kernel):
+    """Issue 18: the subsampled pass forms only the |I| columns; its C, h_lap and the rows of E0, F on I
+    equal the full pass's (all m·d columns) restricted to I to 1e-12, E0, F are zero off I, and so h
+    (with a Gaussian base) is the same on I. Data far from 0 (the pass works about the basis shift)."""
+    from tgpflow.core.gaussian_base import base_from_moments
+    from tgpflow.solve.kef import kef_h
+
+    rng = np.random.default_rng(7)
+    X = np.column_stack([gaussian_mix, rng.normal(size=(len(gaussian_mix), 2))]) + 50.0  # d = 4
+    Y = X[rng.choice(len(X), 15, replace=False)]
+    full = NystromBasis(Y, 1.7, kernel, X[:50].mean(0))
+    mask = rng.random(Y.shape) < 0.4  # unsorted, uneven, some basis points unused
+    sub = NystromBasis(Y, 1.7, kernel, full.shift, mask)
+    I, off = sub.index, ~mask.ravel()
+    a = kef_chunk_stats(X, sub, block_bytes=60_000)  # many blocks
+    b = kef_chunk_stats(X, full)
+    assert a.C.shape == (I.size, I.size) and a.n == b.n
+    np.testing.assert_allclose(a.C, b.C[np.ix_(I, I)], rtol=0, atol=1e-12 * np.abs(b.C).max())
+    np.testing.assert_allclose(a.h_lap, b.h_lap, rtol=0, atol=1e-12 * np.abs(b.h_lap).max())
+    for name, width in (("E0", 4), ("F", 16)):
+        got, want = getattr(a, name).reshape(-1, width), getattr(b, name).reshape(-1, width)
+        np.testing.assert_allclose(got[I], want[I], rtol=0, atol=1e-12 * np.abs(want).max())
+        assert np.all(got[off] == 0)
+    base = base_from_moments(b.moments)
+    h_sub, h_full = kef_h(a, sub, base).ravel()[I], kef_h(b, full, base).ravel()[I]
+    np.testing.assert_allclose(h_sub, h_full, rtol=0, atol=1e-12 * np.abs(h_full).max())
+
+
 @pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")  # λ = 1e-3 on 600 rows spills a little
 def test_partial_fit_save_load_and_bad_input(gaussian_mix, tmp_path):
     est = NystromKEF(n_basis=30, base="gaussian").fit(gaussian_mix[:400])

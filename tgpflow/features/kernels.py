@@ -28,7 +28,7 @@ import numpy as np
 
 from tgpflow.core.choices import KERNELS
 
-__all__ = ["RadialKernel", "KERNELS", "median_heuristic", "curl_free_blocks", "sq_dist"]
+__all__ = ["RadialKernel", "KERNELS", "median_heuristic", "curl_free_blocks", "curl_free_columns", "sq_dist"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,10 +62,12 @@ class RadialKernel:
         """r (n, m, d), α = −2ψ', κ = −4ψ'' (n, m) and the Laplacian weights ω = −(8ψ'''u + 4(d+2)ψ'')
         so that ``K_cf(x, Y_a) = α I + κ r rᵀ`` and ``ℓ_a = ω r``."""
         r = X[:, None, :] - Y[None, :, :]
-        u = np.einsum("nmd,nmd->nm", r, r)
+        return (r, *self.curl_free_weights(np.einsum("nmd,nmd->nm", r, r), X.shape[1]))
+
+    def curl_free_weights(self, u: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """α, κ, ω of :meth:`curl_free_parts` from the squared distances u alone (n, m), in dimension d."""
         _, d1, d2, d3 = self.profile(u)
-        d = X.shape[1]
-        return r, -2.0 * d1, -4.0 * d2, -(8.0 * d3 * u + 4.0 * (d + 2) * d2)
+        return -2.0 * d1, -4.0 * d2, -(8.0 * d3 * u + 4.0 * (d + 2) * d2)
 
     def curl_free_matvec(self, X: np.ndarray, Y: np.ndarray, V: np.ndarray, block_rows: int | None = None) -> np.ndarray:
         """Σ_a K_cf(X_i, Y_a) V_a for every row i, (n, d), in O(n m d) (seed 000 Ex. 3.8).
@@ -100,6 +102,31 @@ def curl_free_blocks(r: np.ndarray, alpha: np.ndarray, kappa: np.ndarray) -> np.
     np.multiply(kappa[:, None, :, None] * r.transpose(0, 2, 1)[:, :, :, None], r[:, None, :, :], out=out)
     idx = np.arange(d)
     out[:, idx, :, idx] += alpha[None, :, :]
+    return out
+
+
+def curl_free_columns(x: np.ndarray, Y: np.ndarray, alpha: np.ndarray, kappa: np.ndarray,
+                      index: np.ndarray) -> np.ndarray:
+    """The columns ``index`` (flat a·d + j) of the stacked blocks: ``out[n, i, c] = K_cf(x_n, Y_a)_{ij}`` for
+    c ↔ (a, j), shape (n, d, |I|) — :func:`curl_free_blocks` restricted to the index set I of dimension
+    subsampling (MATH.md §6), without forming the other m·d − |I| columns (they cost more than the SYRK
+    once |I| is small) or the differences r for all m·d. ``index`` must be grouped by component,
+    ``index % d`` non-decreasing, so that the α δ_ij term is d slice additions (a scattered
+    addition costs as much as the rest). α, κ: (n, m) from :meth:`RadialKernel.curl_free_weights`.
+    """
+    d = x.shape[1]
+    a, j = np.divmod(index, d)
+    if np.any(np.diff(j) < 0):
+        raise ValueError("index must be sorted by component (index % d non-decreasing)")
+    w = np.take(kappa, a, axis=1)
+    w *= np.take(x, j, axis=1) - Y[a, j]  # κ_a r_{a,j}
+    # C order given, not inferred from the operands (NumPy would not): the callers' reshape to (n·d, |I|) is a view
+    out = np.subtract(x[:, :, None], Y[a].T[None, :, :], out=np.empty((x.shape[0], d, index.size)))  # r_{a,i}
+    out *= w[:, None, :]
+    al = np.take(alpha, a, axis=1)
+    bounds = np.searchsorted(j, np.arange(d + 1))
+    for i in range(d):  # + α_a δ_ij: the columns of component i are the slice bounds[i]:bounds[i + 1]
+        out[:, i, bounds[i]:bounds[i + 1]] += al[:, bounds[i]:bounds[i + 1]]
     return out
 
 

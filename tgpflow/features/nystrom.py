@@ -85,6 +85,16 @@ class NystromBasis:
     def with_bandwidth(self, bandwidth: float) -> NystromBasis:
         return NystromBasis(self.Y, bandwidth, self.kernel_name, self.shift, self.components)
 
+    def with_components(self, n_components: int, rng: np.random.Generator) -> NystromBasis:
+        """This basis with seed 001's dimension subsampling (MATH.md §6): exactly ``n_components`` of the d
+        components of each basis point, uniformly without replacement, drawn from ``rng`` point by point."""
+        if not 1 <= int(n_components) <= self.n_dims:
+            raise ValueError(f"n_components must be in 1..{self.n_dims} (d); got {n_components}")
+        mask = np.zeros(self.Y.shape, dtype=bool)
+        for a in range(self.n_basis):
+            mask[a, rng.choice(self.n_dims, int(n_components), replace=False)] = True
+        return NystromBasis(self.Y, self.bandwidth, self.kernel_name, self.shift, mask)
+
     def __repr__(self) -> str:
         return (f"NystromBasis(m={self.n_basis}, d={self.n_dims}, kernel={self.kernel_name!r}, "
                 f"bandwidth={self.bandwidth:.6g}, fingerprint={self.fingerprint[:12]})")

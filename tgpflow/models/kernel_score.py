@@ -475,11 +475,8 @@ class NystromKEF(ScoreEstimator):
         if self.n_components is None or isinstance(given, NystromBasis) or self.n_components >= basis.n_dims:
             return basis
         # seed 001 §3: exactly ℓ of the d components of each basis point, uniformly, seeded
-        rng = np.random.default_rng(np.random.SeedSequence(self.random_state).spawn(2)[1])
-        mask = np.zeros(basis.Y.shape, dtype=bool)
-        for a in range(basis.n_basis):
-            mask[a, rng.choice(basis.n_dims, int(self.n_components), replace=False)] = True
-        return NystromBasis(basis.Y, basis.bandwidth, basis.kernel_name, basis.shift, mask)
+        return basis.with_components(self.n_components,
+                                     np.random.default_rng(np.random.SeedSequence(self.random_state).spawn(2)[1]))
 
     def log_density(self, X: Any, *, normalized: bool = False) -> Any:
         """Log density f(x) + log q0(x), shape (n,): unnormalised, or (``normalized=True``, Gaussian

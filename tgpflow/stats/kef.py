@@ -27,7 +27,7 @@ import numpy as np
 
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
-from tgpflow.features.kernels import curl_free_blocks
+from tgpflow.features.kernels import curl_free_blocks, curl_free_columns, sq_dist
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.stats.stored import StoredStats
 
@@ -67,7 +67,11 @@ class _ArrayStats(StoredStats):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class KEFStats(_ArrayStats):
-    """Curl-free statistics on a Nyström basis (see module docstring)."""
+    """Curl-free statistics on a Nyström basis (see module docstring).
+
+    With dimension subsampling (``draw.components``) ``C`` is |I| × |I| and ``E0[a, i]``, ``F[a, i]`` are
+    accumulated only for (a, i) ∈ I — zero elsewhere: h enters the solve and the held-out loss only on I.
+    """
 
     draw: NystromBasis | None
     moments: Moments
@@ -128,15 +132,22 @@ def kef_memory(basis: NystromBasis) -> MemoryCost:
     """The bytes of one :func:`kef_chunk_stats` task (see :mod:`tgpflow.core.memory`).
 
     Fixed: the accumulator ``C`` and the SYRK product buffer (2·(md)², or 2·|I|² with dimension
-    subsampling), ``h_lap``, ``E0``, ``F`` (m·d·(1 + d + d²)) and their per-block sums. Per block row:
-    the curl-free blocks (m·d² floats), their copy in the contraction for ``F`` (m·d²), the two
-    m·d products that form them, the differences r (m·d), the kernel profile and its derivatives
-    (about 10·m) and, with subsampling, the gathered columns (d·|I|). Per chunk row: the moments (d).
+    subsampling), ``h_lap``, ``E0``, ``F`` (m·d·(1 + d + d²)) and their per-block sums (with subsampling
+    the sums on I, |I|·d·(1 + d), twice). Per chunk row: the moments (d). Per block row, all m·d
+    components: the curl-free blocks (m·d² floats), their copy in the contraction for ``F`` (m·d²), the
+    two m·d products that form them, the differences r (m·d), the kernel profile and its derivatives
+    (about 10·m); with subsampling only the |I| columns (d·|I|), four |I| gathers and the squared
+    distances with the profile and weights (about 14·m) — neither r (m·d) nor anything of size m·d².
     """
     m, d = basis.n_basis, basis.n_dims
-    size = m * d if basis.index is None else basis.index.size
-    fixed = F64 * (2 * size * size + 2 * m * d * (1 + d + d * d) + m * d)
-    per_row = F64 * (2 * m * d * d + 3 * m * d + 10 * m + 2 * d + (d * size if basis.index is not None else 0))
+    if basis.index is None:
+        size = m * d
+        fixed = F64 * (2 * size * size + 2 * m * d * (1 + d + d * d) + m * d)
+        per_row = F64 * (2 * m * d * d + 3 * m * d + 10 * m + 2 * d)
+    else:
+        size = basis.index.size
+        fixed = F64 * (2 * size * size + m * d * (2 + d + d * d) + 2 * size * d * (1 + d))
+        per_row = F64 * (d * size + 4 * size + 14 * m + 2 * d)
     return MemoryCost(f"curl-free KEF statistics (m={m}, d={d}, |C|={size}²)", fixed, per_row, F64 * d,
                       "use a smaller basis (n_basis) or dimension subsampling",
                       F64 * (size * size + m * d * (1 + d + d * d) + d * d + d))
@@ -177,28 +188,62 @@ def _check(x: Any, basis: NystromBasis) -> np.ndarray:
 def kef_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> KEFStats:
     """Curl-free statistics of one chunk of rows (MATH.md §6), in row blocks; float64.
 
+    With dimension subsampling only the |I| columns of the index set are formed (not all m·d, then
+    sliced) and ``E0``, ``F`` only on the rows (a, i) ∈ I that h is used on (:class:`KEFStats`).
     ``block_bytes`` caps the per-row part of the task's memory; the whole task is planned by
     :func:`kef_memory` (:mod:`tgpflow.core.memory`)."""
     x = _check(x, basis)
     out = KEFStats.zero(basis)
-    moments = Moments.from_rows(x)
-    m, d = basis.n_basis, basis.n_dims
-    C, h, E0, F = out.C, out.h_lap, out.E0, out.F
-    prod = np.empty_like(C)
     rows = plan_blocks(kef_memory(basis), block_bytes, chunk_rows=x.shape[0], budget=task_budget()[0]).rows
+    if basis.index is None:
+        prod = np.empty_like(out.C)
+        for start in range(0, x.shape[0], rows):
+            _add_full_block(x[start:start + rows], basis, out, prod)
+    else:
+        _add_subsampled(x, basis, rows, out)
+    return dataclasses.replace(out, moments=Moments.from_rows(x))
+
+
+def _add_subsampled(x: np.ndarray, basis: NystromBasis, rows: int, out: KEFStats) -> None:
+    """Fill ``out`` (zero) with the chunk's statistics on the index set I (MATH.md §6, dimension subsampling).
+
+    The columns are built grouped by component (:func:`curl_free_columns`), so C, E0 and F are summed in
+    that order and put back in the flat order a·d + i once per chunk (an |I|² gather, not per block)."""
+    d, index = basis.n_dims, basis.index
+    order = np.argsort(index % d, kind="stable")
+    grouped = index[order]
+    Ys = basis.Y - basis.shift  # rows and basis about x₀: the expanded squared distances stay accurate
+    prod = np.empty_like(out.C)
+    E0, F = np.zeros((index.size, d)), np.zeros((index.size, d, d))
     for start in range(0, x.shape[0], rows):
-        xb = x[start:start + rows]
-        r, alpha, kappa, omega = basis.kernel.curl_free_parts(xb, basis.Y)
-        blocks = curl_free_blocks(r, alpha, kappa)  # (nb, d, m, d)
-        stacked = blocks.reshape(xb.shape[0] * d, m * d)
-        if basis.index is not None:  # dimension subsampling: the SYRK shrinks with |I|²
-            stacked = np.ascontiguousarray(stacked[:, basis.index])
-        np.matmul(stacked.T, stacked, out=prod)  # SYRK inside NumPy's matmul (GIL released)
-        C += prod
-        h += np.einsum("nm,nmd->md", omega, r)
-        E0 += blocks.sum(axis=0).transpose(1, 0, 2)
-        F += np.einsum("niaj,nl->aijl", blocks, xb - basis.shift, optimize=True)
-    return dataclasses.replace(out, moments=moments)
+        xs = x[start:start + rows] - basis.shift
+        alpha, kappa, omega = basis.kernel.curl_free_weights(sq_dist(xs, Ys), d)
+        cols = curl_free_columns(xs, Ys, alpha, kappa, grouped)  # (nb, d, |I|)
+        stacked = cols.reshape(-1, index.size)
+        np.matmul(stacked.T, stacked, out=prod)  # the SYRK shrinks with |I|²
+        out.C[...] += prod  # in the grouped order until the end of the chunk
+        out.h_lap[...] += omega.T @ xs - omega.sum(axis=0)[:, None] * Ys  # Σ_x ω_a r_a
+        # K_cf is symmetric, so column (a, i) summed over the rows j is E0[a, i, :] (and F[a, i] likewise)
+        E0 += cols.sum(axis=0).T
+        F += np.einsum("njc,nl->cjl", cols, xs, optimize=True)
+    del prod
+    back = np.argsort(order)
+    out.C[...] = out.C[np.ix_(back, back)]
+    out.E0.reshape(-1, d)[grouped] = E0  # zero-filled (m, d, d) and (m, d, d, d): the reshapes are views
+    out.F.reshape(-1, d, d)[grouped] = F
+
+
+def _add_full_block(xb: np.ndarray, basis: NystromBasis, out: KEFStats, prod: np.ndarray) -> None:
+    """Add one block's C, h_lap, E0, F on all m·d components to ``out`` (MATH.md §6)."""
+    m, d = basis.n_basis, basis.n_dims
+    r, alpha, kappa, omega = basis.kernel.curl_free_parts(xb, basis.Y)
+    blocks = curl_free_blocks(r, alpha, kappa)  # (nb, d, m, d)
+    stacked = blocks.reshape(xb.shape[0] * d, m * d)
+    np.matmul(stacked.T, stacked, out=prod)  # SYRK inside NumPy's matmul (GIL released)
+    out.C[...] += prod
+    out.h_lap[...] += np.einsum("nm,nmd->md", omega, r)
+    out.E0[...] += blocks.sum(axis=0).transpose(1, 0, 2)
+    out.F[...] += np.einsum("niaj,nl->aijl", blocks, xb - basis.shift, optimize=True)
 
 
 def diag_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> DiagStats:
