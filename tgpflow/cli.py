@@ -14,15 +14,12 @@ import math
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 import numpy as np
 
-from tgpflow.cluster import DEFAULT_CONNECT_TIMEOUT
-
-if TYPE_CHECKING:
-    from tgpflow.core.engine import Progress
+from tgpflow.cluster import DEFAULT_CONNECT_TIMEOUT, progress_display
 
 logger = logging.getLogger("tgpflow")
 
@@ -78,68 +75,6 @@ def _debug() -> bool:
     """Whether ``tgpflow --debug`` asked for tracebacks instead of one-line errors."""
     ctx = click.get_current_context(silent=True)
     return bool(ctx and ctx.find_root().params.get("debug"))
-
-
-@contextlib.contextmanager
-def _progress(mode: str, client: Any) -> Iterator[Progress | None]:
-    """Progress for the computes inside: a bar or periodic log lines; none for tiny jobs.
-
-    With a distributed client, yields the callback to pass as ``progress=`` to the call that runs the
-    passes (it is given each compute's futures); on the local schedulers, yields None and shows the
-    progress of every compute inside through a dask callback."""
-    if mode == "auto":
-        mode = "bar" if sys.stderr.isatty() else "log"
-    if mode == "none":
-        yield None
-        return
-    if client is not None:
-        yield _distributed_bar if mode == "bar" else _distributed_log
-        return
-    from dask.diagnostics import ProgressBar
-
-    cb = ProgressBar(minimum=2.0, out=sys.stderr) if mode == "bar" else _LogProgress()
-    with cb:
-        yield None
-
-
-def _distributed_bar(futures: Sequence[Any]) -> None:
-    from distributed import progress
-
-    progress(futures, notebook=False)
-
-
-def _distributed_log(futures: Sequence[Any], interval: float = 10.0) -> None:
-    from distributed import wait
-
-    start = time.perf_counter()
-    while True:
-        try:
-            wait(futures, timeout=interval)
-            return
-        except TimeoutError:
-            logger.info("still computing after %.0f s", time.perf_counter() - start)
-
-
-class _LogProgress:
-    """A dask local-scheduler callback that logs done/total tasks every ``interval`` s."""
-
-    def __new__(cls, interval: float = 10.0):  # built lazily so that importing the CLI stays cheap
-        from dask.callbacks import Callback
-
-        class LogProgress(Callback):
-            def _start_state(self, dsk, state):
-                self._total = sum(len(state[k]) for k in ("ready", "waiting", "running")) + len(state["finished"])
-                self._done = 0
-                self._t0 = self._last = time.perf_counter()
-
-            def _posttask(self, key, result, dsk, state, worker_id):
-                self._done += 1
-                now = time.perf_counter()
-                if now - self._last >= interval:
-                    self._last = now
-                    logger.info("progress: %d/%d tasks, %.0f s", self._done, self._total, now - self._t0)
-
-        return LogProgress()
 
 
 def _load(path: str) -> Any:
@@ -381,8 +316,8 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
         est = model_kinds()[kind].estimator_class()(**params)
         src = as_source(source, columns=_split(columns), on_bad_rows=est.on_bad_rows)
         t0 = time.perf_counter()
-        with dask_client(scheduler, work=_fit_work(kind, est, src), local=local) as client, \
-                _progress(progress_mode, client) as progress:
+        with dask_client(scheduler, work=_fit_work(kind, est, src), local=local, dashboard=True) as client, \
+                progress_display(progress_mode, client) as progress:
             est.fit(src, progress=progress)
         est.save(out, overwrite=overwrite)
     seconds = round(time.perf_counter() - t0, 2)
@@ -455,7 +390,7 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
         cols = _split(columns) or ([str(c) for c in names] if names is not None else None)
         src = as_source(source, columns=cols, on_bad_rows=on_bad_rows)
         work = float(src.n_rows or 0) * getattr(est, "n_features", 0) ** 2 if src.n_rows is not None else None
-        with dask_client(scheduler, work=work) as client, _progress(progress_mode, client) as progress, \
+        with dask_client(scheduler, work=work) as client, progress_display(progress_mode, client) as progress, \
                 atomic_path(out, "scores", overwrite=overwrite, marker=True, directory=True) as tmp:
             # one frame per chunk: its length is known only once read when bad rows may be dropped
             threshold = getattr(est, "anomaly_threshold_", None)
@@ -659,7 +594,7 @@ def run(spec_path: str, date: str | None, overrides: tuple[str, ...], dry_run: b
             click.echo(json.dumps(dict(run_pipeline(spec, date=date, dry_run=True), spec=spec_path), indent=1))
             return
         t0 = time.perf_counter()
-        with spec_client(spec.cluster) as client, _progress(progress_mode, client) as progress:
+        with spec_client(spec.cluster) as client, progress_display(progress_mode, client) as progress:
             result = run_pipeline(spec, date=date, progress=progress)
         click.echo(json.dumps(dict(result, spec=spec_path, seconds=round(time.perf_counter() - t0, 2)), default=str))
 

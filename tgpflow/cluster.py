@@ -28,13 +28,19 @@ import contextvars
 import json
 import logging
 import os
-from collections.abc import Iterator
-from typing import Any
+import socket
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tgpflow.errors import SchedulerAddressError, SchedulerError, cause
 
+if TYPE_CHECKING:
+    from tgpflow.core.engine import Progress
+
 __all__ = ["dask_client", "spec_client", "load_cluster_file", "cluster_from_file", "scheduler_address", "connect",
-           "connect_timeout", "DEFAULT_CONNECT_TIMEOUT"]
+           "connect_timeout", "DEFAULT_CONNECT_TIMEOUT", "progress_display", "dashboard_link"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -89,11 +95,13 @@ def connect(address: str, *, source: str | None = None, timeout: float | None = 
 
 @contextlib.contextmanager
 def dask_client(scheduler: str | None = None, *, work: float | None = None, n_workers: int | None = None,
-                local: str = "auto") -> Iterator[Any]:
+                local: str = "auto", dashboard: bool = False) -> Iterator[Any]:
     """Yield a ``distributed.Client`` (or None for the threaded scheduler) for a job.
 
     ``local`` chooses when no scheduler is given: "cluster", or "threads"/"auto" (threads).
-    ``work`` (N·S² flops, when known) is logged.
+    ``work`` (N·S² flops, when known) is logged. ``dashboard``: the embedded cluster serves distributed's
+    dashboard (needs Bokeh; port 8787, or any free port when 8787 is taken) — off by default, since a
+    second dashboard on a busy port is a warning and the CLI's jobs do not need it.
     """
     from distributed import Client, LocalCluster
 
@@ -111,10 +119,37 @@ def dask_client(scheduler: str | None = None, *, work: float | None = None, n_wo
         yield None
         return
     workers = n_workers or os.cpu_count() or 1
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    address = _dashboard_address() if dashboard else None
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=address) as cluster, \
             Client(cluster) as client:
-        logger.info("embedded LocalCluster: %d worker processes × 1 thread", workers)
+        link = dashboard_link(client) if dashboard else None
+        logger.info("embedded LocalCluster: %d worker processes × 1 thread%s", workers,
+                    f"; dashboard {link}" if link else "")
         yield client
+
+
+def dashboard_link(client: Any) -> str | None:
+    """The link to the scheduler's dashboard, or None when it has none: distributed's HTTP server (and its
+    "dashboard" service) runs whatever the arguments, but its pages need Bokeh."""
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is None or "dashboard" not in client.scheduler_info().get("services", {}):
+        return None
+    return str(client.dashboard_link)
+
+
+def _dashboard_address() -> str | None:
+    """":8787" when free, else ":0" (any free port); None without Bokeh (there would be no pages to serve)."""
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is None:
+        return None
+    with socket.socket() as s:
+        try:
+            s.bind(("", 8787))
+        except OSError:
+            return ":0"
+    return ":8787"
 
 
 def load_cluster_file(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
@@ -174,3 +209,68 @@ def spec_client(cluster: Any) -> Iterator[Any]:
     else:
         with dask_client(local="cluster" if cluster.kind == "embedded" else "threads") as client:
             yield client
+
+
+# -- progress of a job's computes (the CLI's --progress, the demo's bars) --------------------------
+
+@contextlib.contextmanager
+def progress_display(mode: str, client: Any) -> Iterator[Progress | None]:
+    """Progress for the computes inside: a bar or periodic log lines; none for tiny jobs.
+
+    With a distributed client, yields the callback to pass as ``progress=`` to the call that runs the
+    passes (it is given each compute's futures); on the local schedulers, yields None and shows the
+    progress of every compute inside through a dask callback."""
+    if mode == "auto":
+        mode = "bar" if sys.stderr.isatty() else "log"
+    if mode == "none":
+        yield None
+        return
+    if client is not None:
+        yield _distributed_bar if mode == "bar" else _distributed_log
+        return
+    from dask.diagnostics import ProgressBar
+
+    cb = ProgressBar(minimum=2.0, out=sys.stderr) if mode == "bar" else _LogProgress()
+    with cb:
+        yield None
+
+
+def _distributed_bar(futures: Sequence[Any]) -> None:
+    from distributed import progress
+
+    with contextlib.redirect_stdout(sys.stderr):  # distributed's text bar writes to stdout, where results go
+        progress(futures, notebook=False)
+
+
+def _distributed_log(futures: Sequence[Any], interval: float = 10.0) -> None:
+    from distributed import wait
+
+    start = time.perf_counter()
+    while True:
+        try:
+            wait(futures, timeout=interval)
+            return
+        except TimeoutError:
+            logger.info("still computing after %.0f s", time.perf_counter() - start)
+
+
+class _LogProgress:
+    """A dask local-scheduler callback that logs done/total tasks every ``interval`` s."""
+
+    def __new__(cls, interval: float = 10.0):  # built lazily so that importing the CLI stays cheap
+        from dask.callbacks import Callback
+
+        class LogProgress(Callback):
+            def _start_state(self, dsk, state):
+                self._total = sum(len(state[k]) for k in ("ready", "waiting", "running")) + len(state["finished"])
+                self._done = 0
+                self._t0 = self._last = time.perf_counter()
+
+            def _posttask(self, key, result, dsk, state, worker_id):
+                self._done += 1
+                now = time.perf_counter()
+                if now - self._last >= interval:
+                    self._last = now
+                    logger.info("progress: %d/%d tasks, %.0f s", self._done, self._total, now - self._t0)
+
+        return LogProgress()
