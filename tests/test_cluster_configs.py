@@ -133,6 +133,56 @@ def test_kubernetes_manifests_have_the_operator_kinds_and_run_tgpflow():
     assert job["kind"] == "DaskJob" and job["spec"]["job"]["spec"]["containers"][0]["args"][:2] == ["tgpflow", "run"]
 
 
+def _schema_errors(value, schema, where=""):
+    """Where ``value`` breaks a CRD's structural openAPIV3Schema: unknown keys (Kubernetes rejects or prunes
+    them), wrong types, missing required keys. The subset of OpenAPI that CRDs use; enough to refuse a typo."""
+    if "anyOf" in schema or schema.get("x-kubernetes-int-or-string"):
+        ok = isinstance(value, (int, str)) if schema.get("x-kubernetes-int-or-string") else any(
+            not _schema_errors(value, s, where) for s in schema["anyOf"])
+        return [] if ok else [f"{where}: {value!r} fits none of {schema.get('anyOf')}"]
+    kind = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "integer": int, "boolean": bool, "number": (int, float)}
+    if kind in types and (not isinstance(value, types[kind]) or (kind == "integer" and isinstance(value, bool))):
+        return [f"{where}: {value!r} is not a {kind}"]
+    errors = []
+    if kind == "object" and isinstance(value, dict):
+        props, extra = schema.get("properties", {}), schema.get("additionalProperties")
+        errors += [f"{where}.{k}: required" for k in schema.get("required", []) if k not in value]
+        for k, v in value.items():
+            if k in props:
+                errors += _schema_errors(v, props[k], f"{where}.{k}")
+            elif isinstance(extra, dict):
+                errors += _schema_errors(v, extra, f"{where}.{k}")
+            elif not schema.get("x-kubernetes-preserve-unknown-fields") and (props or extra is False):
+                errors.append(f"{where}.{k}: unknown field")
+    if kind == "array" and "items" in schema:
+        for i, v in enumerate(value):
+            errors += _schema_errors(v, schema["items"], f"{where}[{i}]")
+    return errors
+
+
+@pytest.mark.parametrize("name", ["daskcluster.yaml", "daskjob.yaml"])
+def test_kubernetes_manifests_fit_the_operators_resource_schemas(name):
+    """The DaskCluster/DaskJob manifests against the CRDs dask-kubernetes ships (what its operator, and
+    ``KubeCluster(custom_cluster_spec=...)``, accept): every key a field of the resource, of its type."""
+    pytest.importorskip("dask_kubernetes", reason="dask-kubernetes is the cluster extra: pip install 'tgpflow[cluster]'")
+    from importlib.resources import files
+
+    from dask_kubernetes.operator import KubeCluster
+
+    doc = yaml.safe_load((ROOT / "k8s" / name).read_text())
+    crds = files("dask_kubernetes.operator") / "deployment" / "helm" / "dask-kubernetes-operator" / "crds"
+    crd = yaml.safe_load((crds / name).read_text())
+    assert crd["spec"]["names"]["kind"] == doc["kind"] and doc["apiVersion"] == f"{crd['spec']['group']}/v1"
+    schema = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")["schema"]["openAPIV3Schema"]
+    assert _schema_errors({"spec": doc["spec"]}, schema) == []
+    misspelt = yaml.safe_load((ROOT / "k8s" / name).read_text())
+    (misspelt["spec"].get("cluster", misspelt)["spec"]["worker"]).update(replica=2)
+    assert _schema_errors({"spec": misspelt["spec"]}, schema)  # the check can refuse a key
+    if name == "daskcluster.yaml":
+        inspect.signature(KubeCluster).bind(custom_cluster_spec=doc, namespace=doc["metadata"]["namespace"])
+
+
 def test_a_bad_cluster_file_is_refused(tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text("type: mesos\n")

@@ -118,3 +118,26 @@ def test_a_pipelines_unreachable_scheduler_is_one_sentence(tmp_path):
         assert r.exit_code == 1, r.output
         _one_sentence(r, address, "within 1 s")
         assert tree_hash(tmp_path) == before
+
+
+def test_a_tls_scheduler_without_certificates_is_one_sentence_saying_where_they_go(workspace):
+    """A bare tls:// address (or a TLS scheduler's file) carries no certificates; was distributed's TypeError
+    "TLS expects a `ssl_context` argument". tests/test_real_cluster.py fits over TLS with a cluster file."""
+    before = tree_hash(workspace)
+    r = _fit(workspace, "tls://127.0.0.1:1")
+    assert r.exit_code == 1, r.output
+    _one_sentence(r, "tls://127.0.0.1:1: a TLS scheduler, and no certificates", "cluster/scheduler-tls.yaml")
+    assert tree_hash(workspace) == before
+
+
+def test_scheduler_takes_only_a_scheduler_cluster_file(workspace):
+    local, bad = workspace / "local.yaml", workspace / "bad.yaml"
+    local.write_text("type: local\nn_workers: 1\n")
+    bad.write_text("type: scheduler\nadress: tcp://127.0.0.1:1\n")
+    before = tree_hash(workspace)
+    r = _fit(workspace, str(local))
+    assert r.exit_code == 2, r.output
+    _one_sentence(r, f"{local}: a local cluster file; --scheduler takes", "type: scheduler")
+    r = _fit(workspace, str(bad))
+    assert r.exit_code == 1 and str(bad) in r.output and "adress: Extra inputs are not permitted" in r.output, r.output
+    assert tree_hash(workspace) == before

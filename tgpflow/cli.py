@@ -106,7 +106,8 @@ _scheduler_timeout = click.option(
     metavar="SECONDS", expose_value=False, callback=_set_connect_timeout, envvar="TGPFLOW_SCHEDULER_TIMEOUT",
     help="How long to wait for the Dask scheduler (--scheduler, or a pipeline's cluster) before giving up.")
 _scheduler_address = click.option("--scheduler", default=None, metavar="ADDR",
-                                  help="Dask scheduler address or scheduler file; default: this machine (see --local).")
+                                  help="Dask scheduler address, scheduler file, or cluster file of type: scheduler (with TLS "
+                                       "security: cluster/scheduler-tls.yaml); default: this machine (see --local).")
 
 
 def _scheduler(fn: Any) -> Any:

@@ -4,7 +4,9 @@ The library itself never creates a cluster — it computes on whatever Dask sche
 active (a ``distributed.Client`` in scope, else the threaded scheduler). The CLI, and
 users who want the same choice, call :func:`dask_client`:
 
-* ``scheduler="tcp://host:8786"`` (or a scheduler file path): connect to it;
+* ``scheduler="tcp://host:8786"`` (or a scheduler file path): connect to it; a cluster file of
+  ``type: scheduler`` (YAML, :mod:`tgpflow.cluster_files`) connects with its ``security`` too — the
+  way to reach a ``tls://`` scheduler, whose certificates a bare address cannot carry;
 * no scheduler (``local="auto"``): the threaded scheduler. Every hot kernel releases the
   GIL (NumPy matmul, the ``nogil`` sincos), and on one machine threads measured faster
   than worker processes: 0.98 vs 0.80 of the SYRK-bound rate for a 2M-row Parquet fit
@@ -77,13 +79,23 @@ def scheduler_address(scheduler: str) -> tuple[str, str | None]:
     return scheduler, None
 
 
+def _is_cluster_file(scheduler: str) -> bool:
+    return scheduler.endswith((".yaml", ".yml")) and os.path.isfile(scheduler)
+
+
 def connect(address: str, *, source: str | None = None, timeout: float | None = None, **kwargs: Any) -> Any:
     """A ``distributed.Client`` of the scheduler at ``address`` (named after ``source``, the file it came
     from, in errors), waiting at most ``timeout`` seconds (default: :data:`connect_timeout`)."""
     from distributed import Client
+    from distributed.security import Security
 
     timeout = connect_timeout.get() if timeout is None else timeout
     where = f"{address} (from {source})" if source else address
+    security = kwargs.get("security") or Security()  # Security() is the Dask configuration's distributed.comm.tls
+    if address.startswith("tls://") and security.get_connection_args("client").get("ssl_context") is None:
+        raise SchedulerError(f"{where}: a TLS scheduler, and no certificates to connect with; pass --scheduler a "
+                             f"cluster file with its security (cluster/scheduler-tls.yaml), or set "
+                             f"distributed.comm.tls (ca-file, client.cert, client.key) in the Dask configuration")
     try:
         return Client(address=address, timeout=timeout, **kwargs)
     except (OSError, TimeoutError):
@@ -106,6 +118,15 @@ def dask_client(scheduler: str | None = None, *, work: float | None = None, n_wo
     from distributed import Client, LocalCluster
 
     if scheduler:
+        if _is_cluster_file(scheduler):
+            kind, _ = load_cluster_file(scheduler)
+            if kind != "scheduler":
+                raise SchedulerAddressError(f"{scheduler}: a {kind} cluster file; --scheduler takes an address, a "
+                                            f"scheduler file or a cluster file of type: scheduler (a pipeline "
+                                            f"spec's cluster: {{file: ...}} takes the others)")
+            with cluster_from_file(scheduler) as client:
+                yield client
+            return
         address, source = scheduler_address(scheduler)
         with connect(address, source=source) as client:
             logger.info("connected to scheduler %s (%d workers)", client.scheduler.address,
