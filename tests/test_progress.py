@@ -106,9 +106,10 @@ def test_partial_fit_reports_its_pass(client, counted, rng):
 
 def test_the_cli_gives_its_progress_to_the_fit(client, tmp_path, rng, monkeypatch):
     import tgpflow.cli as cli
+    import tgpflow.cluster as cluster
 
     seen = Recorder()
-    monkeypatch.setattr(cli, "_distributed_log", seen)  # what --progress log shows with a scheduler
+    monkeypatch.setattr(cluster, "_distributed_log", seen)  # what --progress log shows with a scheduler
     src = write_parquet(tmp_path / "x.parquet", rng.normal(size=(800, 2)), ["u", "v"], row_group_size=200)
     r = CliRunner().invoke(cli.main, ["fit", str(src), "--out", str(tmp_path / "m.zarr"), "--n-features", "8",
                                       "--scheduler", client.scheduler.address, "--progress", "log"])
