@@ -149,21 +149,23 @@ def dask_client(scheduler: str | None = None, *, work: float | None = None, n_wo
         yield client
 
 
+def _has_bokeh() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("bokeh") is not None
+
+
 def dashboard_link(client: Any) -> str | None:
     """The link to the scheduler's dashboard, or None when it has none: distributed's HTTP server (and its
     "dashboard" service) runs whatever the arguments, but its pages need Bokeh."""
-    import importlib.util
-
-    if importlib.util.find_spec("bokeh") is None or "dashboard" not in client.scheduler_info().get("services", {}):
+    if not _has_bokeh() or "dashboard" not in client.scheduler_info().get("services", {}):
         return None
     return str(client.dashboard_link)
 
 
 def _dashboard_address() -> str | None:
     """":8787" when free, else ":0" (any free port); None without Bokeh (there would be no pages to serve)."""
-    import importlib.util
-
-    if importlib.util.find_spec("bokeh") is None:
+    if not _has_bokeh():
         return None
     with socket.socket() as s:
         try:
