@@ -69,7 +69,7 @@ def _fit(path: str) -> tuple[Any, float]:
     from tgpflow import GPTiltedDensity
     from tgpflow.cluster import dashboard_link, dask_client, progress_display
 
-    with dask_client(local="cluster", dashboard=True) as client, progress_display("bar", client) as progress:
+    with dask_client(local="cluster", dashboard=True) as client, progress_display("auto", client) as progress:
         link = dashboard_link(client)
         say(f"LocalCluster: {len(client.scheduler_info()['workers'])} worker processes × 1 thread; "
             + (f"dashboard {link}" if link else "no dashboard (pip install bokeh for one)"))
