@@ -4,7 +4,7 @@
 through the same code path as ``tgpflow fit`` on an embedded LocalCluster (λ and γ selected on
 held-out rows), saves the model to ``./demo-model.zarr`` and ends with the check that its samples
 match held-out rows (:func:`tgpflow.metrics.sample_check`). It prints a short account on stderr —
-the data written, the cluster and its dashboard, a progress bar per pass, the fit's time and rate,
+the data written, the cluster and its dashboard, a progress bar per pass (on a terminal), the fit's time and rate,
 the model's path and diagnostics, the sample check with the model's mean and spread beside the
 data's — and the summary as JSON on stdout (for scripts). Nothing outside the package is needed.
 """
