@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Any
 
@@ -22,7 +25,34 @@ import numpy as np
 from tgpflow.core.backend import is_numpy, namespace
 from tgpflow.features.digest import array_hash
 
-__all__ = ["RandomFourierFeatures", "scott_bandwidth", "paper_kernel_cov"]
+__all__ = ["RandomFourierFeatures", "scott_bandwidth", "paper_kernel_cov", "evaluation_threads"]
+
+#: Rows per task of the fused evaluation kernels (:meth:`RandomFourierFeatures.cos_sin_sums`): large enough that a
+#: task's dispatch is noise (~4 ms of trigonometry at S = 1000), small enough to balance the cores.
+TASK_ROWS = 4096
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def evaluation_threads() -> int:
+    """Threads for evaluating rows in this call: the cores this process may use when called from the main
+    thread, else 1 — inside a Dask task (threaded scheduler or a distributed worker) the scheduler already
+    runs one task per core, and a pool per task would oversubscribe them."""
+    if threading.current_thread() is not threading.main_thread():
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL._max_workers < threads:
+            _POOL = ThreadPoolExecutor(threads, thread_name_prefix="tgpflow-eval")
+        return _POOL
 
 
 def _frozen(a: Any, shape: tuple[int, ...] | None, name: str) -> np.ndarray:
@@ -198,6 +228,76 @@ class RandomFourierFeatures:
         angle = W @ xp.matrix_transpose(x_shifted) + xp.asarray(self.phase)[:, None]
         return xp.sin(angle), xp.cos(angle)
 
+    def cos_sin_sums(self, X: Any, cos_weights: np.ndarray, sin_weights: np.ndarray, *, block_rows: int = 4096,
+                     threads: int | None = None) -> tuple[Any, Any]:
+        """``cos(A)ᵀ C`` (n, kc) and ``sin(A)ᵀ B`` (n, ks) for the angles ``A = W (x − x₀)ᵀ + c'`` of the rows of X,
+        without forming the (S, n) blocks: FD's θᵀφ(x) is ``√(2/S) cos(A)ᵀθ``, its score ``−√(2/S)/γ sin(A)ᵀ(θ ⊙ Z)``.
+
+        NumPy rows take the fused compiled kernel (``sincos``: the same float64 polynomials as the pass), in tasks
+        of :data:`TASK_ROWS` rows on ``threads`` threads (default :func:`evaluation_threads`); memory is
+        O(n (d + kc + ks)). Other namespaces, and NumPy tasks whose angles could exceed the kernel's exact range,
+        form :meth:`sincos` blocks of ``block_rows`` rows and multiply them.
+        """
+        xp = namespace(X)
+        C = np.ascontiguousarray(cos_weights, dtype=np.float64).reshape(self.n_features, -1)
+        B = np.ascontiguousarray(sin_weights, dtype=np.float64).reshape(self.n_features, -1)
+        n = int(X.shape[0])
+        if not is_numpy(xp):
+            Cx, Bx = xp.asarray(C), xp.asarray(B)
+            parts_c, parts_s = [], []
+            for start in range(0, n, block_rows):
+                sin, cos = self.sincos(X[start:start + block_rows, ...] - xp.asarray(self.shift))
+                parts_c.append(xp.matrix_transpose(cos) @ Cx)
+                parts_s.append(xp.matrix_transpose(sin) @ Bx)
+            if not parts_c:
+                return xp.zeros((0, C.shape[1]), dtype=xp.float64), xp.zeros((0, B.shape[1]), dtype=xp.float64)
+            return xp.concat(parts_c, axis=0), xp.concat(parts_s, axis=0)
+        from tgpflow.features.sincos import cos_sin_sums_rows  # Numba: imported when first used
+
+        X = np.asarray(X, dtype=np.float64)
+        out_c = np.zeros((C.shape[1], n))
+        out_s = np.zeros((B.shape[1], n))
+
+        def task(start: int) -> None:
+            stop = min(start + TASK_ROWS, n)
+            xt = np.ascontiguousarray((X[start:stop] - self.shift).T)
+            if self._angle_bound(xt.T) < _max_angle():
+                cos_sin_sums_rows(xt, self.frequencies, self.phase, C, B, out_c[:, start:stop], out_s[:, start:stop])
+                return
+            for lo in range(0, stop - start, block_rows):  # beyond the kernel's exact range: NumPy's libm
+                sin, cos = self.sincos(xt.T[lo:lo + block_rows])
+                out_c[:, start + lo:start + lo + sin.shape[1]] = C.T @ cos
+                out_s[:, start + lo:start + lo + sin.shape[1]] = B.T @ sin
+
+        starts = range(0, n, TASK_ROWS)
+        threads = evaluation_threads() if threads is None else max(1, int(threads))
+        if threads == 1 or len(starts) == 1:
+            for start in starts:
+                task(start)
+        else:
+            list(_pool(threads).map(task, starts))
+        return out_c.T, out_s.T
+
+    def cos_features(self, X: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """φ(X)ᵀ = √(2/S) cos(A) as an (S, n) C-contiguous array (an (n, S) Fortran-ordered φ(X) once transposed),
+        for NumPy rows: the fused kernel within its exact range, else :meth:`sincos`. ``out``: a buffer to fill."""
+        from tgpflow.features.sincos import cos_rows  # Numba: imported when first used
+
+        X = np.asarray(X, dtype=np.float64)
+        out = np.empty((self.n_features, X.shape[0])) if out is None else out
+        xt = np.ascontiguousarray((X - self.shift).T)
+        scale = math.sqrt(2.0 / self.n_features)
+        if self._angle_bound(xt.T) < _max_angle():
+            cos_rows(xt, self.frequencies, self.phase, scale, out)
+        else:
+            out[...] = self.sincos(xt.T)[1]
+            out *= scale
+        return out
+
+    def _angle_bound(self, xs: np.ndarray) -> float:
+        """An upper bound of |angle| over the shifted rows ``xs`` (n, d)."""
+        return float((self._abs_frequencies @ np.abs(xs).max(axis=0, initial=0.0)).max()) + 2 * np.pi
+
     def transform(self, X: Any) -> tuple[Any, Any]:
         """φ(X) and φ'(X) as (n, S) arrays (MATH.md §0)."""
         xp = namespace(X)
@@ -212,6 +312,12 @@ class RandomFourierFeatures:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], seed: int | None = None) -> RandomFourierFeatures:
         return cls(Z=arrays["Z"], c=arrays["c"], gamma=float(arrays["gamma"]), shift=arrays["shift"], seed=seed)
+
+
+def _max_angle() -> float:
+    from tgpflow.features.sincos import MAX_ANGLE  # Numba: imported when first used
+
+    return MAX_ANGLE
 
 
 def scott_bandwidth(n_rows: int, cov: np.ndarray) -> float:

@@ -19,11 +19,13 @@ Both are :class:`~tgpflow.models.fitted.Fitted` values (``to_arrays``/``from_arr
 from __future__ import annotations
 
 import dataclasses
+import math
 from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
+from scipy.linalg.blas import dtrsm
 
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
@@ -148,20 +150,85 @@ class TGPFitted(BlockedScore, Fitted):
         return 0.5 * np.einsum("nd,nd->n", r, Pr), Pr
 
     def log_density(self, x: np.ndarray) -> np.ndarray:
-        """Unnormalised log density: T(x) − ½(x−μ)ᵀP(x−μ), or log(φᵀψ/N) for KDE-RFF."""
-        out = np.empty(x.shape[0])
-        for start, xb in self._blocks(x):
-            phi, _ = self.features.transform(xb)
+        """Unnormalised log density: T(x) − ½(x−μ)ᵀP(x−μ), or log(φᵀψ/N) for KDE-RFF.
+
+        θ and KDE-RFF tilts: ``√(2/S) cos(A)ᵀw`` by the fused kernel (:meth:`RandomFourierFeatures.cos_sin_sums`),
+        no (S, n) block formed. FVPD: per block, φ into a reused buffer and ‖L⁻¹φ‖² by one right-sided
+        triangular solve on the block (BLAS ``dtrsm``, no copy of φ or L).
+        """
+        x = np.asarray(x, dtype=np.float64)
+        if self.M_chol is None:
+            f = self._fused_sums(x, [self._weights], [])[0][:, 0]
             if self.kde_weights is not None:
-                f = phi @ self.kde_weights
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    out[start:start + xb.shape[0]] = np.where(f > 0, np.log(np.where(f > 0, f, 1.0)), -np.inf)
-                continue
-            out[start:start + xb.shape[0]] = self._tilt_value(phi) - self._quad(xb)[0]
+                    return np.where(f > 0, np.log(np.where(f > 0, f, 1.0)), -np.inf)
+            return f - self._quad(x)[0]
+        out = np.empty(x.shape[0])
+        S = self.features.n_features
+        buf = np.empty(S * min(x.shape[0], self._block_rows))
+        for start, xb in self._blocks(x):
+            nb = xb.shape[0]
+            phi_t = self.features.cos_features(xb, out=buf[:S * nb].reshape(S, nb))  # φᵀ (S, nb)
+            lin = self.v @ phi_t
+            half = dtrsm(1.0, self._chol_upper, phi_t.T, side=1, lower=0, overwrite_b=1)  # φ L⁻ᵀ, rows (L⁻¹φ)ᵀ
+            out[start:start + nb] = 0.5 * np.einsum("ns,ns->n", half, half) - lin - self._quad(xb)[0]
         return out
+
+    @property
+    def _weights(self) -> np.ndarray:
+        return self.theta if self.theta is not None else self.kde_weights
+
+    @cached_property
+    def _chol_upper(self) -> np.ndarray:
+        """Lᵀ as a Fortran-ordered array (a view of the C-ordered L: what ``dtrsm`` takes without a copy)."""
+        return np.asfortranarray(np.asarray(self.M_chol, dtype=np.float64).T)
+
+    @property
+    def _block_rows(self) -> int:
+        return block_rows_for(self.features.n_features, self.features.n_dims, self.block_bytes)
+
+    def _fused_sums(self, x: np.ndarray, cos_cols: list[np.ndarray], sin_cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """``φ(x)ᵀ[cos_cols]`` (n, kc) and ``φ'(x)ᵀ[sin_cols]`` (n, ks) — the columns are (S,) or (S, k) weights —
+        by the fused kernel (no (S, n) block)."""
+        S = self.features.n_features
+        scale = math.sqrt(2.0 / S)
+        C = np.column_stack(cos_cols) * scale if cos_cols else np.zeros((S, 0))
+        B = np.column_stack(sin_cols) * -scale if sin_cols else np.zeros((S, 0))
+        return self.features.cos_sin_sums(x, C, B, block_rows=self._block_rows)
+
+    def _fused_score(self, x: np.ndarray, with_div: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """(score, divergence or None) of a θ or KDE-RFF tilt on all rows of x, by the fused kernel (MATH.md §2, §5)."""
+        Z, g, w = self.features.Z, self.features.gamma, self._weights
+        wZ = w[:, None] * Z / g
+        if self.kde_weights is not None:
+            c, grad_f = self._fused_sums(x, [w, -w * self._sq_norms / g**2], [wZ])
+            f, lap_f = c[:, 0], c[:, 1]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                score = grad_f / f[:, None]
+                div = lap_f / f - np.einsum("nd,nd->n", score, score) if with_div else None
+            return score, div
+        c, score = self._fused_sums(x, [-w * self._sq_norms / g**2] if with_div else [], [wZ])
+        _, Pr = self._quad(x)
+        score -= Pr
+        return score, (c[:, 0] - np.trace(self.base.precision)) if with_div else None
+
+    def grad_log_density(self, x: np.ndarray) -> np.ndarray:
+        """The score ∇ log q(x), (n, d) (θ and KDE-RFF tilts: the fused kernel on all rows at once)."""
+        if self.M_chol is not None:
+            return super().grad_log_density(x)
+        return self._fused_score(np.asarray(x, dtype=np.float64), with_div=False)[0]
+
+    def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
+        """½‖s(x)‖² + div s(x) per row (MATH.md §10)."""
+        if self.M_chol is not None:
+            return super().hyvarinen_terms(x)
+        score, div = self._fused_score(np.asarray(x, dtype=np.float64), with_div=True)
+        return 0.5 * np.einsum("nd,nd->n", score, score) + div
 
     def _score_block(self, xb: np.ndarray, with_div: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """(score, divergence of the score or None) for one block: ∇ log q (MATH.md §2, §4; KDE-RFF: ∇f/f)."""
+        if self.M_chol is None:
+            return self._fused_score(xb, with_div)
         Z, g = self.features.Z, self.features.gamma
         phi, dphi = self.features.transform(xb)
         if self.kde_weights is not None:
