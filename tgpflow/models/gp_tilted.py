@@ -245,7 +245,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
         The grid is :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FACTORS` × Scott's γ for those rows;
         they go to :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FOLDS` folds by a hash of their position,
-        every γ shares the draw (Z, c) and the normaliser's proposal draws, and λ runs over the λ grid; only healthy candidates compete (ESS and
+        every γ shares the draw (Z, c) (the normalisers' proposal draws: see
+        :func:`~tgpflow.solve.select.pilot_bandwidth`), and λ runs over the λ grid; only healthy candidates compete (ESS and
         mass outside the support box, :func:`~tgpflow.solve.select.healthy`). The log-likelihood, a
         proper scoring rule, is smooth in γ where the sliced KS on a few thousand pilot rows is noisy
         (measured on the demo mixture: the KS curve over γ jumped by ±1 KS point between neighbours,
