@@ -68,3 +68,62 @@ def test_a_pilot_too_small_for_the_folds_is_refused():
     with pytest.raises(TooFewRowsError, match="fold"):
         pilot_bandwidth(rows, np.array([0, 0, 0, 1]), feats, [1.0], [1.0], criterion="loglik", n_draws=100,
                         random_state=0, grid=ProjectionGrid.from_rows(rows), block_bytes=1 << 20)
+
+
+def _serial_curve(rows, folds, feats, gammas, lams, n_draws, random_state, grid, box_units=None):
+    """pilot_bandwidth's curve computed one (γ, fold) after another in this process, BLAS on one thread: the
+    loop it ran on the client before each γ became a task (the reference its tasks must equal bit for bit)."""
+    from threadpoolctl import threadpool_limits
+
+    from tgpflow.core.gaussian_base import base_from_moments
+    from tgpflow.solve.select import GridScorer, _fold_average, choose, score_tilts
+    from tgpflow.solve.tgp import fd_system
+    from tgpflow.stats.projections import projection_counts
+    from tgpflow.stats.support import SupportBox
+
+    parts_rows = [rows[folds == k] for k in range(3)]
+    best = []
+    with threadpool_limits(1, "blas"):
+        for g in gammas:
+            f = feats.with_bandwidth(g)
+            stats = [tgp_chunk_stats(p, f, 1 << 24) for p in parts_rows]
+            per_fold = []
+            for k in range(3):
+                train = sum(stats[j] for j in range(3) if j != k)
+                base = base_from_moments(train.moments)
+                A0, b = fd_system(train, f, base, 0.0)
+                scorer = GridScorer(A0, b, stats[k], f, base)
+                thetas = np.array([scorer.theta(lam * g * g) for lam in lams])
+                box = SupportBox.from_rows(np.concatenate([parts_rows[j] for j in range(3) if j != k]))
+                per_fold.append(score_tilts(stats[k], f, base, thetas, n_draws=n_draws, random_state=random_state,
+                                            projections=projection_counts(parts_rows[k], grid), grid=grid, box=box))
+            rows_g = [dict(bandwidth=g, lam=lam, **_fold_average([pf[j] for pf in per_fold]))
+                      for j, lam in enumerate(lams)]
+            best.append(rows_g[choose(rows_g, "loglik")])
+    return best
+
+
+@pytest.mark.parametrize("seed", [np.random.SeedSequence(5).spawn(2)[1], 7])
+def test_the_per_gamma_tasks_equal_the_serial_loop_bit_for_bit(seed):
+    """Each γ is a task (on the workers, in parallel); the curve is the serial loop's, bit for bit, on the threaded
+    scheduler and on a distributed cluster — the normalisers' draws included (a SeedSequence's spawn is stateful:
+    the serial loop's (γ, fold) calls drew successive children, and each task is given its place in that order)."""
+    from distributed import Client, LocalCluster
+
+    rng = np.random.default_rng(4)
+    rows = rng.normal(size=(1200, 2)) * [1.0, 0.5]
+    folds = fold_index(np.arange(rows.shape[0]), 3, SPLIT_SALT)
+    feats = RandomFourierFeatures.draw(32, bandwidth=1.0, n_dims=2, shift=rows.mean(axis=0), random_state=0)
+    gammas, lams, grid = [0.4, 0.8, 1.6], [0.01, 1.0, 100.0], ProjectionGrid.from_rows(rows, random_state=0)
+
+    def copy(s):
+        return s if not isinstance(s, np.random.SeedSequence) else np.random.SeedSequence(
+            s.entropy, spawn_key=s.spawn_key, n_children_spawned=s.n_children_spawned)
+
+    want = _serial_curve(rows, folds, feats, gammas, lams, 3000, copy(seed), grid)
+    kwargs = dict(criterion="loglik", n_draws=3000, grid=grid, block_bytes=1 << 24)
+    _, threads = pilot_bandwidth(rows, folds, feats, gammas, lams, random_state=copy(seed), **kwargs)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster):
+        _, dist = pilot_bandwidth(rows, folds, feats, gammas, lams, random_state=copy(seed), **kwargs)
+    assert threads == want and dist == want

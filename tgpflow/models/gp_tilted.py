@@ -245,7 +245,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
         The grid is :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FACTORS` × Scott's γ for those rows;
         they go to :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FOLDS` folds by a hash of their position,
-        every γ shares the draw (Z, c) and the normaliser's proposal draws, and λ runs over the λ grid; only healthy candidates compete (ESS and
+        every γ shares the draw (Z, c) (the normalisers' proposal draws: see
+        :func:`~tgpflow.solve.select.pilot_bandwidth`), and λ runs over the λ grid; only healthy candidates compete (ESS and
         mass outside the support box, :func:`~tgpflow.solve.select.healthy`). The log-likelihood, a
         proper scoring rule, is smooth in γ where the sliced KS on a few thousand pilot rows is noisy
         (measured on the demo mixture: the KS curve over γ jumped by ±1 KS point between neighbours,
@@ -269,12 +270,16 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         gammas = [base_gamma * f for f in AUTO_BANDWIDTH_FACTORS]
         n_draws, seed = self._selection_draws()
         folds = fold_index(np.arange(rows.shape[0], dtype=np.int64), AUTO_BANDWIDTH_FOLDS, SPLIT_SALT)
-        grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4], units=getattr(self, "bounds_", None))
+        bounds = getattr(self, "bounds_", None)
+        grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4], units=bounds)
+        # the map to the data's units as a value of its own (it goes to the workers; self._to_data would take the
+        # whole estimator there)
+        to_data = None if bounds is None else bounds.inverse
         with phase("bandwidth", rows=rows.shape[0], candidates=len(gammas)) as info:
             try:
                 gamma, curve = pilot_bandwidth(rows, folds, features, gammas, self._lam_grid(),
                                                criterion="loglik", n_draws=n_draws, random_state=seed,
-                                               grid=grid, block_bytes=int(self.block_bytes), data_units=self._to_data,
+                                               grid=grid, block_bytes=int(self.block_bytes), data_units=to_data,
                                                progress=progress)
             except TooFewRowsError as exc:
                 warnings.warn(f"{exc}; bandwidth='auto' fell back to Scott's rule", DiagnosticWarning, stacklevel=4)

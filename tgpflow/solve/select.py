@@ -27,6 +27,7 @@ import scipy.linalg
 from tgpflow.core.engine import Progress
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.moments import Moments
+from tgpflow.core.proposal import DRAW_BLOCK
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.base_learning import fd_loss
 from tgpflow.solve.normalizer import WeightSums, base_proposal_blocks
@@ -272,8 +273,9 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
                     progress: Progress | None = None) -> tuple[float, list[dict[str, float]]]:
     """The γ of ``gammas`` whose best FD fit (over ``lams``) scores best by ``criterion`` ("loglik" or
     "sliced"; "hyvarinen" uses the log-likelihood here), cross-validated over the pilot rows' ``folds``
-    (an integer fold per row, :func:`~tgpflow.stats.split.fold_index`). Every γ shares the draw (Z, c)
-    and the normaliser's proposal draws. Returns γ and, per γ, its best row (scores averaged over folds).
+    (an integer fold per row, :func:`~tgpflow.stats.split.fold_index`). Every γ shares the draw (Z, c);
+    the normalisers' proposal draws come from ``random_state`` in the order (γ, fold) — a SeedSequence
+    spawns new children for each (:func:`_serial_seeds`). Returns γ and, per γ, its best row (scores averaged over folds).
     ``progress`` is called with the futures of its one distributed compute
     (:data:`tgpflow.core.engine.Progress`).
 
@@ -283,13 +285,14 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
     draws). Each fold's statistics are computed once per γ; a fold's training statistics are the
     sum of the others' (the statistics are additive), so K folds cost one pass over the pilot rows
     per γ and K solves.
+
+    Each γ is one task (:func:`_bandwidth_rows`: its folds' statistics, solves and scores), so the
+    candidates run in parallel on the workers, their S×S statistics stay there, and BLAS runs with one
+    thread as in every task: the curve does not depend on the client's core count.
     """
     import dask
 
     from tgpflow.core.engine import compute
-    from tgpflow.core.gaussian_base import base_from_moments
-    from tgpflow.stats.projections import projection_counts
-    from tgpflow.stats.tgp import tgp_chunk_stats
 
     n_folds = int(folds.max()) + 1 if folds.size else 0
     sizes = np.bincount(folds, minlength=n_folds) if folds.size else np.zeros(0, dtype=np.int64)
@@ -298,31 +301,71 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
                               f"sample; got fold sizes {sizes.tolist()}: give a bandwidth")
     criterion = "loglik" if criterion == "hyvarinen" else criterion
     parts_rows = [rows[folds == k] for k in range(n_folds)]
-    task = dask.delayed(tgp_chunk_stats, pure=True)
-    parts = compute(*[task(part, features.with_bandwidth(g), block_bytes) for g in gammas for part in parts_rows],
-                    progress=progress)
-    counts = [projection_counts(part, grid) for part in parts_rows]
     boxes = []
     for k in range(n_folds):
         train_rows = np.concatenate([parts_rows[j] for j in range(n_folds) if j != k])
         boxes.append(SupportBox.from_rows(data_units(train_rows) if data_units is not None else train_rows))
-    best_rows = []
-    for i, g in enumerate(gammas):
-        feats, fold_stats = features.with_bandwidth(g), parts[i * n_folds:(i + 1) * n_folds]
-        per_fold = []
-        for k in range(n_folds):
-            train = sum(fold_stats[j] for j in range(n_folds) if j != k)
-            base = base_from_moments(train.moments)
-            A0, b = fd_system(train, feats, base, 0.0)
-            scorer = GridScorer(A0, b, fold_stats[k], feats, base)
-            thetas = np.array([scorer.theta(lam * g * g) for lam in lams])
-            per_fold.append(score_tilts(fold_stats[k], feats, base, thetas, n_draws=n_draws, random_state=random_state,
-                                        projections=counts[k], grid=grid, box=boxes[k], data_units=data_units))
-        rows_g = [dict(bandwidth=g, lam=lam, **_fold_average([pf[j] for pf in per_fold]))
-                  for j, lam in enumerate(lams)]
-        best_rows.append(rows_g[choose(rows_g, criterion)])
+    # one task per γ: its folds' statistics and their scores stay on the worker (only the curve comes back)
+    task = dask.delayed(_bandwidth_rows, pure=True)
+    shared = [dask.delayed(a, pure=True) for a in (parts_rows, boxes, features, lams, grid)]
+    seeds = _serial_seeds(random_state, len(gammas) * n_folds, n_draws)
+    curves = compute(*[task(*shared, g, n_draws=n_draws, random_states=seeds[i * n_folds:(i + 1) * n_folds],
+                            block_bytes=block_bytes, data_units=data_units) for i, g in enumerate(gammas)],
+                     progress=progress)
+    best_rows = [rows_g[choose(rows_g, criterion)] for rows_g in curves]
     chosen = best_rows[choose(best_rows, criterion)]
     return float(chosen["bandwidth"]), best_rows
+
+
+def _serial_seeds(random_state: Any, n_calls: int, n_draws: int) -> list[Any]:
+    """The ``random_state`` that each of ``n_calls`` successive normaliser estimates of ``n_draws`` draws would
+    see, as values: a SeedSequence's ``spawn`` and a Generator's draws are stateful, so calls made one after
+    another on the client drew from successive children; a task gets a copy of its argument, so each gets
+    the state at its place in that order (a copy advanced here; the caller's is left as it was)."""
+    if isinstance(random_state, np.random.SeedSequence):
+        seq = _copy_seed(random_state)
+        out = []
+        for _ in range(n_calls):
+            out.append(_copy_seed(seq))
+            seq.spawn(-(-int(n_draws) // DRAW_BLOCK))  # what proposal_blocks spawns per estimate
+        return out
+    if isinstance(random_state, np.random.Generator):
+        return [np.random.SeedSequence(int(random_state.integers(2**63))) for _ in range(n_calls)]
+    return [random_state] * n_calls
+
+
+def _copy_seed(seq: np.random.SeedSequence) -> np.random.SeedSequence:
+    return np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key, pool_size=seq.pool_size,
+                                  n_children_spawned=seq.n_children_spawned)
+
+
+def _bandwidth_rows(parts_rows: list[np.ndarray], boxes: list[SupportBox], features: RandomFourierFeatures,
+                    lams: list[float], grid: ProjectionGrid, gamma: float, *, n_draws: int, random_states: list[Any],
+                    block_bytes: int,
+                    data_units: Callable[[np.ndarray], np.ndarray] | None) -> list[dict[str, float]]:
+    """The fold-averaged scores of every λ at one γ of :func:`pilot_bandwidth` (a task: the folds' S×S
+    statistics never leave it). Each fold's statistics are computed once; a fold's training statistics
+    are the sum of the others'."""
+    from tgpflow.core.gaussian_base import base_from_moments
+    from tgpflow.stats.projections import projection_counts
+    from tgpflow.stats.tgp import tgp_chunk_stats
+
+    n_folds = len(parts_rows)
+    feats = features.with_bandwidth(gamma)
+    fold_stats = [tgp_chunk_stats(part, feats, block_bytes) for part in parts_rows]
+    per_fold = []
+    for k in range(n_folds):
+        train = sum(fold_stats[j] for j in range(n_folds) if j != k)
+        base = base_from_moments(train.moments)
+        A0, b = fd_system(train, feats, base, 0.0)
+        # θ(r) = (rI + A₀)⁻¹b for every λ from one eigendecomposition (GridScorer's, without its held-out loss terms)
+        lam_eig, V = scipy.linalg.eigh(0.5 * (A0 + A0.T), driver="evd", check_finite=False)
+        beta = V.T @ b
+        thetas = np.array([V @ (beta / (lam_eig + lam * gamma * gamma)) for lam in lams])
+        per_fold.append(score_tilts(fold_stats[k], feats, base, thetas, n_draws=n_draws, random_state=random_states[k],
+                                    projections=projection_counts(parts_rows[k], grid), grid=grid, box=boxes[k],
+                                    data_units=data_units))
+    return [dict(bandwidth=gamma, lam=lam, **_fold_average([pf[j] for pf in per_fold])) for j, lam in enumerate(lams)]
 
 
 def _fold_average(scores: list[dict[str, float]]) -> dict[str, float]:
