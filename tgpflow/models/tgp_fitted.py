@@ -127,8 +127,7 @@ class TGPFitted(BlockedScore, Fitted):
     @cached_property
     def _minv_zz(self) -> np.ndarray:
         """M⁻¹ ⊙ ZZᵀ (FVPD divergence)."""
-        minv = scipy.linalg.cho_solve((self.M_chol, True), np.eye(self.M_chol.shape[0]))
-        return minv * (self.features.Z @ self.features.Z.T)
+        return self._minv * (self.features.Z @ self.features.Z.T)
 
     def _tilt(self, phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The tilt T per row and its weight vector w (∇T = (1/γ)Zᵀ(φ' ⊙ w))."""
@@ -136,13 +135,6 @@ class TGPFitted(BlockedScore, Fitted):
             return phi @ self.theta, np.broadcast_to(self.theta, phi.shape)
         w = scipy.linalg.cho_solve((self.M_chol, True), phi.T, check_finite=False).T  # M⁻¹φ
         return 0.5 * np.einsum("ns,ns->n", phi, w) - phi @ self.v, w - self.v
-
-    def _tilt_value(self, phi: np.ndarray) -> np.ndarray:
-        """T per row without its gradient weights: FVPD's φᵀM⁻¹φ as ‖L⁻¹φ‖² (one triangular solve, not two)."""
-        if self.theta is not None:
-            return phi @ self.theta
-        half = scipy.linalg.solve_triangular(self.M_chol, phi.T, lower=True, check_finite=False)
-        return 0.5 * np.einsum("sn,sn->n", half, half) - phi @ self.v
 
     def _quad(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r = xb - self.base.mean
@@ -227,26 +219,17 @@ class TGPFitted(BlockedScore, Fitted):
 
     def _score_block(self, xb: np.ndarray, with_div: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         """(score, divergence of the score or None) for one block: ∇ log q (MATH.md §2, §4; KDE-RFF: ∇f/f)."""
-        if self.M_chol is None:
+        if self.M_chol is None:  # θ and KDE-RFF tilts
             return self._fused_score(xb, with_div)
-        Z, g = self.features.Z, self.features.gamma
+        Z, g = self.features.Z, self.features.gamma  # FVPD
         phi, dphi = self.features.transform(xb)
-        if self.kde_weights is not None:
-            f = phi @ self.kde_weights
-            grad_f = (dphi * self.kde_weights) @ Z / g
-            lap_f = -(phi * self.kde_weights) @ self._sq_norms / g**2
-            with np.errstate(divide="ignore", invalid="ignore"):
-                score = grad_f / f[:, None]
-                div = lap_f / f - np.einsum("nd,nd->n", score, score) if with_div else None
-            return score, div
         _, w = self._tilt(phi)
         _, Pr = self._quad(xb)
         score = (dphi * w) @ Z / g - Pr
         if not with_div:
             return score, None
         div = -np.einsum("ns,ns,s->n", phi, w, self._sq_norms) / g**2 - np.trace(self.base.precision)
-        if self.theta is None:  # FVPD: w depends on x through M⁻¹φ
-            div += np.einsum("ns,ns->n", dphi @ self._minv_zz, dphi) / g**2
+        div += np.einsum("ns,ns->n", dphi @ self._minv_zz, dphi) / g**2  # w depends on x through M⁻¹φ
         return score, div
 
     @cached_property
