@@ -36,7 +36,7 @@ from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, ks_by_di
 from tgpflow.stats.support import SupportBox, mass_outside_limit
 from tgpflow.stats.tgp import TGPStats
 
-__all__ = ["DEFAULT_LAM_GRID", "DEFAULT_LOGLIK_LAM_GRID", "GRID_EXTENSION_DECADES", "heldout_loss", "GridScorer", "MIN_SELECT_ESS_FRACTION", "KS_MEDIAN_SE",
+__all__ = ["DEFAULT_LAM_GRID", "DEFAULT_LOGLIK_LAM_GRID", "GRID_EXTENSION_DECADES", "heldout_loss", "RidgePath", "GridScorer", "MIN_SELECT_ESS_FRACTION", "KS_MEDIAN_SE",
            "heldout_base_term", "score_tilts", "score_fvpd", "healthy", "choose", "AUTO_BANDWIDTH_FACTORS", "AUTO_BANDWIDTH_ROWS", "AUTO_BANDWIDTH_FOLDS", "pilot_bandwidth",
            "TooFewRowsError"]
 
@@ -61,15 +61,25 @@ def heldout_loss(val: TGPStats, features: RandomFourierFeatures, base: Base, the
     return fd_loss(val, features, base, theta, 0.0) / val.n
 
 
-class GridScorer:
+class RidgePath:
+    """θ(r) = (rI + A₀)⁻¹ b for every ridge value r from one eigendecomposition of A₀, O(S²) per r."""
+
+    def __init__(self, A0: np.ndarray, b: np.ndarray):
+        # LAPACK's divide-and-conquer driver: 4× NumPy's default here at S = 1000
+        self.lam_eig, self.V = scipy.linalg.eigh(0.5 * (A0 + A0.T), driver="evd", check_finite=False)
+        self.beta = self.V.T @ b
+
+    def theta(self, r: float) -> np.ndarray:
+        return self.V @ (self.beta / (self.lam_eig + r))
+
+
+class GridScorer(RidgePath):
     """Scores θ(r) = (rI + A₀)⁻¹ b on validation statistics in O(S²) per ridge value r."""
 
     def __init__(self, A0: np.ndarray, b: np.ndarray, val: TGPStats, features: RandomFourierFeatures, base: Base):
         if val.n == 0:
             raise ValueError("the validation part has no rows; raise validation_fraction or add rows")
-        # LAPACK's divide-and-conquer driver: 4× NumPy's default here at S = 1000
-        self.lam_eig, self.V = scipy.linalg.eigh(0.5 * (A0 + A0.T), driver="evd", check_finite=False)
-        self.beta = self.V.T @ b
+        super().__init__(A0, b)
         A_val, b_val = fd_system(val, features, base, 0.0)
         self.B = self.V.T @ A_val @ self.V
         self.c = self.V.T @ b_val
@@ -79,9 +89,6 @@ class GridScorer:
         self.const = (0.5 * float(np.sum((P @ P) * (m.m2 + m.n * np.outer(dm, dm)))) - m.n * float(np.trace(P))) / m.n
         self.scale = 1.0 / (g2 * m.n)
         self.n_val = m.n
-
-    def theta(self, r: float) -> np.ndarray:
-        return self.V @ (self.beta / (self.lam_eig + r))
 
     def loss(self, r: float) -> float:
         """J_val(θ(r))."""
@@ -358,10 +365,8 @@ def _bandwidth_rows(parts_rows: list[np.ndarray], boxes: list[SupportBox], featu
         train = sum(fold_stats[j] for j in range(n_folds) if j != k)
         base = base_from_moments(train.moments)
         A0, b = fd_system(train, feats, base, 0.0)
-        # θ(r) = (rI + A₀)⁻¹b for every λ from one eigendecomposition (GridScorer's, without its held-out loss terms)
-        lam_eig, V = scipy.linalg.eigh(0.5 * (A0 + A0.T), driver="evd", check_finite=False)
-        beta = V.T @ b
-        thetas = np.array([V @ (beta / (lam_eig + lam * gamma * gamma)) for lam in lams])
+        path = RidgePath(A0, b)  # GridScorer's θ(r) without its held-out loss terms, which are not used here
+        thetas = np.array([path.theta(lam * gamma * gamma) for lam in lams])
         per_fold.append(score_tilts(fold_stats[k], feats, base, thetas, n_draws=n_draws, random_state=random_states[k],
                                     projections=projection_counts(parts_rows[k], grid), grid=grid, box=boxes[k],
                                     data_units=data_units))
