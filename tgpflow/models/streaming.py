@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,12 +48,8 @@ def is_lazy(X: Any) -> bool:
     """Whether X is read chunk by chunk (dask, Parquet/Zarr path, Source) rather than in memory."""
     if isinstance(X, (da.Array, Source, str, Path)):
         return True
-    try:
-        import dask.dataframe as dd
-
-        return isinstance(X, dd.DataFrame)
-    except ImportError:  # pragma: no cover
-        return False
+    dd = sys.modules.get("dask.dataframe")  # not imported (≈ 2 s) to look: none exists unless it was
+    return dd is not None and isinstance(X, dd.DataFrame)
 
 
 class StreamingMixin:

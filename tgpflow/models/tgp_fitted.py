@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
-from scipy.linalg.blas import dtrsm
 
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
@@ -145,8 +144,9 @@ class TGPFitted(BlockedScore, Fitted):
         """Unnormalised log density: T(x) − ½(x−μ)ᵀP(x−μ), or log(φᵀψ/N) for KDE-RFF.
 
         θ and KDE-RFF tilts: ``√(2/S) cos(A)ᵀw`` by the fused kernel (:meth:`RandomFourierFeatures.cos_sin_sums`),
-        no (S, n) block formed. FVPD: per block, φ into a reused buffer and ‖L⁻¹φ‖² by one right-sided
-        triangular solve on the block (BLAS ``dtrsm``, no copy of φ or L).
+        no (S, n) block formed. FVPD: per block, φ into a reused buffer and φᵀM⁻¹φ by one GEMM with the cached
+        M⁻¹ into another: twice the flops of one triangular solve (‖L⁻¹φ‖²), but 15 % faster measured at S = 1000
+        (``dtrsm`` ran at well under half the DGEMM rate).
         """
         x = np.asarray(x, dtype=np.float64)
         if self.M_chol is None:
@@ -157,23 +157,18 @@ class TGPFitted(BlockedScore, Fitted):
             return f - self._quad(x)[0]
         out = np.empty(x.shape[0])
         S = self.features.n_features
-        buf = np.empty(S * min(x.shape[0], self._block_rows))
+        rows = min(x.shape[0], self._block_rows)
+        buf, prod = np.empty(S * rows), np.empty(S * rows)
         for start, xb in self._blocks(x):
             nb = xb.shape[0]
             phi_t = self.features.cos_features(xb, out=buf[:S * nb].reshape(S, nb))  # φᵀ (S, nb)
-            lin = self.v @ phi_t
-            half = dtrsm(1.0, self._chol_upper, phi_t.T, side=1, lower=0, overwrite_b=1)  # φ L⁻ᵀ, rows (L⁻¹φ)ᵀ
-            out[start:start + nb] = 0.5 * np.einsum("ns,ns->n", half, half) - lin - self._quad(xb)[0]
+            w = np.matmul(self._minv, phi_t, out=prod[:S * nb].reshape(S, nb))  # M⁻¹φ
+            out[start:start + nb] = 0.5 * np.einsum("sn,sn->n", w, phi_t) - self.v @ phi_t - self._quad(xb)[0]
         return out
 
     @property
     def _weights(self) -> np.ndarray:
         return self.theta if self.theta is not None else self.kde_weights
-
-    @cached_property
-    def _chol_upper(self) -> np.ndarray:
-        """Lᵀ as a Fortran-ordered array (a view of the C-ordered L: what ``dtrsm`` takes without a copy)."""
-        return np.asfortranarray(np.asarray(self.M_chol, dtype=np.float64).T)
 
     @property
     def _block_rows(self) -> int:
@@ -205,10 +200,29 @@ class TGPFitted(BlockedScore, Fitted):
         return score, (c[:, 0] - np.trace(self.base.precision)) if with_div else None
 
     def grad_log_density(self, x: np.ndarray) -> np.ndarray:
-        """The score ∇ log q(x), (n, d) (θ and KDE-RFF tilts: the fused kernel on all rows at once)."""
+        """The score ∇ log q(x), (n, d) (θ and KDE-RFF tilts: the fused kernel on all rows at once; FVPD:
+        :meth:`_fvpd_score`)."""
+        x = np.asarray(x, dtype=np.float64)
         if self.M_chol is not None:
-            return super().grad_log_density(x)
-        return self._fused_score(np.asarray(x, dtype=np.float64), with_div=False)[0]
+            return self._fvpd_score(x)
+        return self._fused_score(x, with_div=False)[0]
+
+    def _fvpd_score(self, x: np.ndarray) -> np.ndarray:
+        """FVPD's score ``(1/γ) Zᵀ(φ' ⊙ (M⁻¹φ − v)) − P(x − μ)`` (MATH.md §4), per block from the (S, n) sin and
+        cos blocks: M⁻¹φ is one GEMM with the cached M⁻¹ (2S² flops a row at the DGEMM rate, where the two
+        triangular solves of a Cholesky solve ran at about half of it) and no (n, S) copy of φ or φ' is formed."""
+        S, g = self.features.n_features, self.features.gamma
+        scale = math.sqrt(2.0 / S)
+        minv, v = self._minv, self.v[:, None]
+        out = np.empty(x.shape)
+        for start, xb in self._blocks(x):
+            sin, cos = self.features.sincos(xb - self.features.shift)  # (S, nb) each
+            w = minv @ cos
+            w *= scale
+            w -= v  # (M⁻¹φ − v)ᵀ, (S, nb)
+            w *= sin  # φ' ⊙ w up to −scale
+            out[start:start + xb.shape[0]] = (w.T @ self.features.Z) * (-scale / g) - self._quad(xb)[1]
+        return out
 
     def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
         """½‖s(x)‖² + div s(x) per row (MATH.md §10)."""

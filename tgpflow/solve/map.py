@@ -67,7 +67,7 @@ class _Phi:
         self.cache = [self._compute(s) for s in range(0, points.shape[0], self.rows)] if nbytes <= cache_bytes else None
 
     def _compute(self, start: int) -> np.ndarray:
-        return self.features.transform(self.points[start:start + self.rows])[0]
+        return self.features.cos_features(self.points[start:start + self.rows]).T  # φ (rows, S), Fortran-ordered
 
     def blocks(self):
         for k, start in enumerate(range(0, self.points.shape[0], self.rows)):

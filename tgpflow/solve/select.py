@@ -170,11 +170,12 @@ def score_tilts(val: TGPStats, features: RandomFourierFeatures, base: Base, thet
     thetas = np.atleast_2d(thetas)
     hist = grid.n_directions * grid.n_bins if (grid is not None and projections is not None) else 0
     sums = WeightSums(thetas.shape[0], features.n_dims, hist)
+    phi_t = None
     for points, log_prop in base_proposal_blocks(base, n_draws, random_state):
-        phi, _ = features.transform(points)
+        phi_t = _cos_features(features, points, phi_t)
         r = points - base.mean
         quad = 0.5 * np.einsum("nd,nd->n", r @ base.precision, r)
-        sums.add(phi @ thetas.T - (quad + log_prop)[:, None], points, _box_mask(box, data_units, points),
+        sums.add((thetas @ phi_t).T - (quad + log_prop)[:, None], points, _box_mask(box, data_units, points),
                  bins=grid.bins(points) if hist else None)
     data = thetas @ val.psi / val.n - heldout_base_term(val.moments, base)
     return _candidate_rows(sums, data, projections, grid, box)
@@ -206,9 +207,10 @@ def score_fvpd(val: TGPStats, features: RandomFourierFeatures, base: Base, A0: n
     v_u = m_u * inv  # Uᵀv_λ per λ
     hist = grid.n_directions * grid.n_bins if (grid is not None and projections is not None) else 0
     sums = WeightSums(len(lams), features.n_dims, hist)
+    phi_t = None
     for points, log_prop in base_proposal_blocks(base, n_draws, random_state):
-        phi, _ = features.transform(points)
-        pu = phi @ U
+        phi_t = _cos_features(features, points, phi_t)
+        pu = phi_t.T @ U
         r = points - base.mean
         quad = 0.5 * np.einsum("nd,nd->n", r @ base.precision, r)
         log_q = 0.5 * (pu * pu) @ inv.T - pu @ v_u.T - quad[:, None]
@@ -217,6 +219,14 @@ def score_fvpd(val: TGPStats, features: RandomFourierFeatures, base: Base, A0: n
     c_u = np.einsum("sk,sk->k", U, val.phi_gram @ U)  # diag(Uᵀ Σ_val φφᵀ U), one GEMM
     data = (0.5 * inv @ c_u - (U @ v_u.T).T @ val.psi) / val.n - heldout_base_term(val.moments, base)
     return _candidate_rows(sums, data, projections, grid, box)
+
+
+def _cos_features(features: RandomFourierFeatures, points: np.ndarray, buf: np.ndarray | None) -> np.ndarray:
+    """φ(points)ᵀ (S, n) by the fused cosine kernel, into ``buf`` (the previous block's) when it has the room:
+    the draws need φ only, not φ' (``transform`` forms both, and the angles, as separate (S, n) arrays)."""
+    S, n = features.n_features, points.shape[0]
+    out = buf.reshape(-1)[:S * n].reshape(S, n) if buf is not None and buf.size >= S * n else None
+    return features.cos_features(points, out=out)
 
 
 def healthy(row: dict[str, float]) -> bool:

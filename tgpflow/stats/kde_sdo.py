@@ -61,7 +61,7 @@ def kde_sdo_chunk_stats(x: np.ndarray, features: RandomFourierFeatures,
     rows = plan_blocks(kde_sdo_memory(features), block_bytes, chunk_rows=x.shape[0], budget=task_budget()[0]).rows
     g = np.zeros(features.n_features)
     for start in range(0, x.shape[0], max(rows, 1)):
-        g += features.transform(x[start:start + rows])[0].sum(axis=0)
+        g += features.cos_features(x[start:start + rows]).sum(axis=1)  # φᵀ (S, rows) by the fused cosine kernel
     return KDESDOStats(features, g, int(x.shape[0]))
 
 
