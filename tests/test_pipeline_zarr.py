@@ -220,3 +220,137 @@ def test_dry_run_names_the_new_partition_and_writes_nothing(tmp_path):
     assert plan["partitions"] == {"new": [], "changed": ["date=2026-11-01.zarr"], "removed": ["date=2026-11-02.zarr"],
                                   "unchanged": 0}
     assert plan["refit"]["fd"]["refit"].endswith("+ 1 partition(s) − 2")  # the rewritten one's old statistics too
+
+
+# -- one Zarr store with a date dimension (source.partition_by) ------------------------------------------------
+
+DATES = ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"]
+
+
+def _dated(path: Path, parts: dict[str, np.ndarray], layout: str = "array") -> None:
+    """Append each date's rows to one Zarr group: a 2-D array ``x`` (or 1-D column arrays) and a 1-D
+    coordinate ``date`` (datetime64[D]) aligned with the rows — created by the first call, appended to after."""
+    rows = np.concatenate(list(parts.values()))
+    dates = np.concatenate([np.full(len(X), d, dtype="datetime64[D]") for d, X in parts.items()])
+    if not (path / "zarr.json").exists():
+        group = zarr.open_group(str(path), mode="w")
+        if layout == "array":
+            x = group.create_array("x", shape=(0, 3), chunks=(500, 3), dtype="f8")
+            x.attrs["columns"] = ["a", "b", "c"]
+        else:
+            for name in "abc":
+                group.create_array(name, shape=(0,), chunks=(500,), dtype="f8")
+        group.create_array("date", shape=(0,), chunks=(500,), dtype="datetime64[D]")
+    group = zarr.open_group(str(path), mode="r+")
+    if layout == "array":
+        group["x"].append(rows)
+    else:
+        for j, name in enumerate("abc"):
+            group[name].append(rows[:, j])
+    group["date"].append(dates)
+
+
+@pytest.mark.parametrize("layout", ["array", "columns"])
+def test_a_date_dimension_incremental_refit_equals_a_full_refit(tmp_path, layout):
+    """Three dates in one store, then a fourth appended: the second run reads the new date only (and the one
+    whose last chunk the append rewrote), and both models equal a fit of every row with the store's draw."""
+    store = tmp_path / "data.zarr"
+    data = {d: _rows(i, 1000) for i, d in enumerate(DATES[:3])}  # chunks of 500: dates end on chunk boundaries
+    _dated(store, data, layout)
+    source = {"path": str(store), "partition_by": "date", **({"array": "x"} if layout == "array" else {})}
+    spec = load_spec(_spec(tmp_path, source))
+    first = run_pipeline(spec)
+    assert first["added"] == [f"data.zarr#date={d}" for d in DATES[:3]]
+    fps = StatsStore(tmp_path / "store.zarr").read_manifest()["partitions"]
+    data[DATES[3]] = _rows(3, 1200)
+    _dated(store, {DATES[3]: data[DATES[3]]}, layout)
+    second = run_pipeline(spec)
+    assert second["added"] == [f"data.zarr#date={DATES[3]}"] and second["removed"] == []
+    after = StatsStore(tmp_path / "store.zarr").read_manifest()["partitions"]
+    assert all(after[k]["fingerprint"] == fps[k]["fingerprint"] and after[k]["run"] == 1 for k in fps)
+    assert second["rows"]["fd"] == 3 * 1000 + 1200
+    for model in ("fd", "kef"):
+        got, ref = _oracle(tmp_path, [data[d] for d in DATES], model)
+        assert _rel(got, ref) <= 1e-10
+        np.testing.assert_allclose(got, ref, rtol=1e-9, atol=1e-10 * np.abs(ref).max())
+    assert sorted(p.name for p in (tmp_path / "scores").iterdir()) == [f"data#date={d}.parquet" for d in DATES]
+    assert not run_pipeline(spec)["changed"]
+
+
+def test_appending_into_a_shared_chunk_reads_that_date_again_only(tmp_path):
+    """A date that ends inside a chunk shares it with the appended date: the append rewrites the chunk, and that
+    date (its rows unchanged) is read again; the dates before it are not. The models still equal a full refit."""
+    store = tmp_path / "data.zarr"
+    data = {d: _rows(i, 900) for i, d in enumerate(DATES[:3])}  # rows 1800–2699: chunk 5 (2500–2999) is shared
+    _dated(store, data)
+    spec = load_spec(_spec(tmp_path, {"path": str(store), "array": "x", "partition_by": "date"}))
+    run_pipeline(spec)
+    data[DATES[3]] = _rows(3, 700)
+    _dated(store, {DATES[3]: data[DATES[3]]})
+    dry = run_pipeline(spec, dry_run=True)
+    assert dry["partitions"] == {"new": [f"data.zarr#date={DATES[3]}"], "changed": [f"data.zarr#date={DATES[2]}"],
+                                 "removed": [], "unchanged": 2}
+    result = run_pipeline(spec)
+    assert sorted(result["added"]) == [f"data.zarr#date={d}" for d in DATES[2:]]
+    assert result["removed"] == [f"data.zarr#date={DATES[2]}"] and result["rows"]["fd"] == 3 * 900 + 700
+    got, ref = _oracle(tmp_path, [data[d] for d in DATES])
+    assert _rel(got, ref) <= 1e-10
+
+
+def test_a_date_whose_rows_changed_is_read_again_and_bad_rows_are_named_by_date(tmp_path):
+    store = tmp_path / "data.zarr"
+    data = {d: _rows(i, 1000) for i, d in enumerate(DATES[:3])}
+    _dated(store, data)
+    spec = load_spec(_spec(tmp_path, {"path": str(store), "array": "x", "partition_by": "date",
+                                      "fingerprint": "content"}))
+    run_pipeline(spec)
+    x = zarr.open_array(str(store / "x"), mode="r+")
+    x[1200] = np.nan
+    with pytest.raises(SourceError, match=r"data\.zarr#date=2026-11-02 chunk 0 \(rows 1000–1499\): 1 of 500 rows"):
+        run_pipeline(spec)
+    x[1200] = 0.5
+    result = run_pipeline(spec)
+    assert result["added"] == ["data.zarr#date=2026-11-02"] == result["removed"]
+
+
+def _snapshot_of(tmp: Path) -> str:
+    return tree_hash(tmp)
+
+
+@pytest.mark.parametrize("dates, message", [
+    (["2026-11-01", "2026-11-02", "2026-11-01"], r"the rows of date=2026-11-01 are not one contiguous run "
+                                                  r"\(rows 0–499 and 1000–1499\)"),
+    (["2026-11-02", "2026-11-01", "2026-11-03"], r"the coordinate array 'date' is not sorted: date=2026-11-01 "
+                                                  r"\(rows 500–999\) follows 2026-11-02"),
+])
+def test_a_coordinate_out_of_order_is_refused_naming_the_store_and_the_date(tmp_path, dates, message):
+    store = tmp_path / "data.zarr"
+    group = zarr.open_group(str(store), mode="w")
+    group.create_array("x", data=_rows(0, 1500), chunks=(500, 3))
+    group.create_array("date", data=np.repeat(np.array(dates, dtype="datetime64[D]"), 500), chunks=(500,))
+    spec = load_spec(_spec(tmp_path, {"path": str(store), "array": "x", "partition_by": "date"}))
+    before = _snapshot_of(store)
+    with pytest.raises(SourceError, match=rf"data\.zarr: {message}"):
+        run_pipeline(spec)
+    with pytest.raises(SourceError, match=message):
+        run_pipeline(spec, dry_run=True)
+    assert _snapshot_of(store) == before
+    assert not (tmp_path / "models").exists() and not (tmp_path / "scores").exists()
+    assert StatsStore(tmp_path / "store.zarr").read_manifest() is None
+
+
+def test_partition_by_without_its_array_or_on_parquet_is_refused_in_one_sentence(tmp_path):
+    store = tmp_path / "data.zarr"
+    group = zarr.open_group(str(store), mode="w")
+    group.create_array("x", data=_rows(0, 600), chunks=(300, 3))
+    spec = load_spec(_spec(tmp_path, {"path": str(store), "array": "x", "partition_by": "day"}))
+    with pytest.raises(SourceError) as err:
+        run_pipeline(spec)
+    assert str(err.value) == (f"{store}: partition_by names the coordinate array 'day', but the Zarr store has no "
+                              f"such array (it has ['x']); name the 1-D array that labels the rows")
+    assert StatsStore(tmp_path / "store.zarr").read_manifest() is None and not (tmp_path / "models").exists()
+    _project(tmp_path, [0])
+    parquet = load_spec(_spec(tmp_path, {"path": str(tmp_path / "data" / "*.parquet"), "partition_by": "date"}))
+    with pytest.raises(SourceError, match=r"p000\.parquet: is a Parquet file, and source\.partition_by \('date'\) "
+                                          r"splits a Zarr store by its coordinate array"):
+        run_pipeline(parquet)

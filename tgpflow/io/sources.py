@@ -2,7 +2,8 @@
 
 ``as_source`` accepts a Parquet file, directory or glob (one chunk per row group), a Zarr
 array (its row chunks; a 2-D array, or a group's 2-D array named by ``array=``, or a group of
-1-D arrays read as columns), a dask array (its row chunks; one column block), a dask or pandas
+1-D arrays read as columns; with ``rows=(start, stop)``, only those rows of it: one partition of a store
+with a date dimension, :func:`zarr_row_runs`), a dask array (its row chunks; one column block), a dask or pandas
 DataFrame (its partitions), or a NumPy array (row chunks of ≤ 64 MiB, at least 16 of them once
 they hold 16 384 rows each). A
 :class:`Source` is a set of lazy per-chunk tasks: reader → ``validate_block`` →
@@ -26,7 +27,8 @@ import numpy as np
 from tgpflow.errors import SourceError, cause
 from tgpflow.io.validate import OnBadRows, check_exact_ints, check_numeric, check_on_bad_rows, validate_block
 
-__all__ = ["Source", "as_source", "select_frame", "is_zarr_store", "ZARR_MARKERS", "NUMPY_CHUNK_BYTES"]
+__all__ = ["Source", "as_source", "select_frame", "is_zarr_store", "zarr_row_runs", "zarr_data_arrays",
+           "coordinate_label", "ZARR_MARKERS", "NUMPY_CHUNK_BYTES"]
 
 #: The files that make a directory a Zarr store: ``zarr.json`` (Zarr v3), ``.zgroup`` / ``.zarray`` (Zarr v2).
 ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
@@ -192,12 +194,16 @@ def is_zarr_store(path: str, storage_options: dict[str, Any] | None = None, fs: 
 
 def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str = "raise",
               storage_options: dict[str, Any] | None = None, filters: list[tuple[str, str, Any]] | None = None,
-              array: str | None = None, format: str | None = None) -> Source:
+              array: str | None = None, format: str | None = None, rows: tuple[int, int] | None = None,
+              coordinate: str | None = None) -> Source:
     """Turn ``data`` into a :class:`Source` (see the module docstring for what is accepted).
 
     ``filters`` (Parquet only): rows where every ``(column, op, value)`` holds are kept, per row
     group; the chunk sizes then become unknown (NaN) since the footers count unfiltered rows.
     ``array`` (Zarr groups only): the 2-D array of the group to read.
+    ``coordinate`` (Zarr groups only): a 1-D array that labels the rows (e.g. ``date``), never a column.
+    ``rows`` (Zarr only): read rows ``start`` to ``stop − 1`` only — the rows of one value of ``coordinate``,
+    named ``path#coordinate=value`` in messages (chunk labels give the store's row numbers).
     ``format`` (paths only): ``"zarr"`` or ``"parquet"`` when the caller knows it (a pipeline's partitions);
     by default a path ending in ``.zarr``, or a directory holding a Zarr marker (:func:`is_zarr_store`, on
     any fsspec filesystem), is Zarr and anything else Parquet.
@@ -216,9 +222,10 @@ def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str =
         if format == "zarr":
             if filters:
                 raise SourceError(f"{path}: row filters apply to Parquet sources only")
-            return _zarr_source(path, columns, on_bad_rows, array)
-        if array is not None:
-            raise SourceError(f"{path}: array= names an array inside a Zarr group; this is not a Zarr store")
+            return _zarr_source(path, columns, on_bad_rows, array, rows, coordinate)
+        if array is not None or rows is not None or coordinate is not None:
+            raise SourceError(f"{path}: array=, rows= and coordinate= name arrays and rows of a Zarr group; this is "
+                              f"not a Zarr store")
         return _parquet_source(path, columns, on_bad_rows, storage_options, filters)
     if filters:
         raise SourceError("row filters apply to Parquet sources only")
@@ -257,7 +264,7 @@ def _numpy_source(arr: np.ndarray, description: str, names: list[str] | None, on
 
 
 def _dask_array_source(x: da.Array, description: str, columns: Any, on_bad_rows: OnBadRows,
-                       names: list[str] | None = None) -> Source:
+                       names: list[str] | None = None, first_row: int = 0) -> Source:
     if x.ndim != 2:
         raise SourceError(f"{description}: expected a 2-D array of rows, got {x.ndim} dimensions")
     if len(x.chunks[1]) != 1:
@@ -272,7 +279,7 @@ def _dask_array_source(x: da.Array, description: str, columns: Any, on_bad_rows:
     cols = tuple(all_names[i] for i in idx)
     raws = list(x.to_delayed().ravel())
     sizes = [float(s) for s in x.chunks[0]]
-    labels, start = [], 0.0
+    labels, start = [], float(first_row)
     for i, s in enumerate(sizes):
         if math.isnan(s) or math.isnan(start):
             labels.append(f"{description} chunk {i}")
@@ -314,7 +321,8 @@ def _parquet_source(path: str, columns: Any, on_bad_rows: OnBadRows, storage_opt
     return _make(path, layout.columns, True, raws, layout.labels(), sizes, on_bad_rows)
 
 
-def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows, array: str | None = None) -> Source:
+def _open_zarr(path: str, array: str | None) -> Any:
+    """The Zarr node at ``path``: the group's array ``array`` when named, else the group or array itself."""
     import zarr
 
     try:
@@ -328,20 +336,40 @@ def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows, array: str | N
         if array not in members:
             raise SourceError(f"{path}: the Zarr group has no array {array!r}; it has {members}")
         node = node[array]
+    return node
+
+
+def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows, array: str | None = None,
+                 rows: tuple[int, int] | None = None, coordinate: str | None = None) -> Source:
+    import zarr
+
+    group = _open_zarr(path, None) if coordinate is not None else None
+    node = _open_zarr(path, array)
+    where, first = path, 0
+    if rows is not None:
+        first, stop = int(rows[0]), int(rows[1])
+        where = f"{path} rows {first}–{stop - 1}"
+        if coordinate is not None:
+            where = f"{path}#{coordinate}={coordinate_label(_coordinate(group, path, coordinate)[first])}"
     if not isinstance(node, zarr.Array):
-        return _zarr_group_source(node, path, columns, on_bad_rows)
+        return _zarr_group_source(node, path, columns, on_bad_rows, rows, coordinate, where)
     if node.ndim != 2:
         raise SourceError(f"{path}: expected a 2-D Zarr array of rows, got shape {node.shape}")
     names = node.attrs.get("columns")
     names = [str(c) for c in names] if isinstance(names, list) and len(names) == node.shape[1] else None
     x = da.from_zarr(node, chunks=(node.chunks[0], node.shape[1]))
-    return _dask_array_source(x, path, columns, on_bad_rows, names=names)
+    if rows is not None:
+        x = x[first:stop]
+    return _dask_array_source(x, where, columns, on_bad_rows, names=names, first_row=first)
 
 
-def _zarr_group_source(group: Any, path: str, columns: Any, on_bad_rows: OnBadRows) -> Source:
-    """A Zarr group of 1-D arrays of one length, each a column (the layout ``xarray`` writes): the rows are
-    the selected arrays side by side, chunked along rows as the first of them is stored."""
-    arrays = dict(sorted(group.arrays()))
+def _zarr_group_source(group: Any, path: str, columns: Any, on_bad_rows: OnBadRows,
+                       rows: tuple[int, int] | None = None, coordinate: str | None = None,
+                       where: str | None = None) -> Source:
+    """A Zarr group of 1-D arrays of one length, each a column (the layout ``xarray`` writes) but for the
+    ``coordinate`` that labels the rows: the rows are the selected arrays side by side, chunked along rows as
+    the first of them is stored (only ``rows`` of them, when given)."""
+    arrays = dict(sorted((n, a) for n, a in group.arrays() if n != coordinate))
     if not arrays or any(a.ndim != 1 for a in arrays.values()):
         first = next((n for n, a in arrays.items() if a.ndim == 2), next(iter(arrays), "NAME"))
         raise SourceError(f"{path}: is a Zarr group, not an array; pass the array's path (e.g. "
@@ -354,6 +382,85 @@ def _zarr_group_source(group: Any, path: str, columns: Any, on_bad_rows: OnBadRo
     lengths = {n: arrays[n].shape[0] for n in chosen}
     if len(set(lengths.values())) > 1:
         raise SourceError(f"{path}: the column arrays differ in length ({lengths}); each must hold one value per row")
-    rows = arrays[chosen[0]].chunks[0]
-    x = da.stack([da.from_zarr(arrays[n], chunks=(rows,)) for n in chosen], axis=1).rechunk({1: -1})
-    return _dask_array_source(x, path, None, on_bad_rows, names=chosen)
+    size = arrays[chosen[0]].chunks[0]
+    x = da.stack([da.from_zarr(arrays[n], chunks=(size,)) for n in chosen], axis=1).rechunk({1: -1})
+    first = 0
+    if rows is not None:
+        first = int(rows[0])
+        x = x[first:int(rows[1])]
+    return _dask_array_source(x, where or path, None, on_bad_rows, names=chosen, first_row=first)
+
+
+def coordinate_label(value: Any) -> str:
+    """A coordinate value as text, as partition keys write it: datetime64 in ISO 8601 at its unit
+    (``2026-11-01`` for days), integers in decimal, strings as they are."""
+    if isinstance(value, np.datetime64):
+        return str(np.datetime_as_string(value))
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, (np.integer, int)):
+        return str(int(value))
+    return str(value)
+
+
+def _coordinate(group: Any, path: str, coordinate: str) -> Any:
+    """The group's 1-D array ``coordinate`` (refused, in one sentence, where the group has none)."""
+    import zarr
+
+    members = sorted(name for name, _ in group.arrays()) if isinstance(group, zarr.Group) else []
+    if coordinate not in members:
+        raise SourceError(f"{path}: partition_by names the coordinate array {coordinate!r}, but the Zarr store has no "
+                          f"such array (it has {members}); name the 1-D array that labels the rows")
+    coord = group[coordinate]
+    if coord.ndim != 1:
+        raise SourceError(f"{path}: the coordinate array {coordinate!r} has shape {coord.shape}; it must be 1-D, "
+                          f"one value per row")
+    return coord
+
+
+def zarr_data_arrays(path: str, array: str | None, coordinate: str) -> list[Any]:
+    """The arrays of a Zarr group that hold its rows (``array``, or every 1-D array but ``coordinate``)."""
+    import zarr
+
+    node = _open_zarr(path, array)
+    if isinstance(node, zarr.Array):
+        return [node]
+    return [a for n, a in sorted(node.arrays()) if n != coordinate]
+
+
+def zarr_row_runs(path: str, coordinate: str, array: str | None = None) -> dict[str, tuple[int, int]]:
+    """The rows of each value of a Zarr group's 1-D coordinate array (a date dimension): ``{label: (start,
+    stop)}`` in row order (labels: :func:`coordinate_label`). Refuses a store without that array, one whose
+    coordinate and rows differ in length, a value whose rows are not one contiguous run, and a coordinate that
+    is not sorted (non-decreasing) — each naming the store and the value."""
+    group = _open_zarr(path, None)
+    coord = _coordinate(group, path, coordinate)
+    n = min((a.shape[0] for a in zarr_data_arrays(path, array, coordinate)), default=0)
+    if coord.shape[0] != n:
+        raise SourceError(f"{path}: the coordinate array {coordinate!r} has {coord.shape[0]} values and the store "
+                          f"{n} rows; it must hold one value per row")
+    values = np.asarray(coord[...])
+    if values.dtype.kind not in "iuMUSOT":
+        raise SourceError(f"{path}: the coordinate array {coordinate!r} has dtype {values.dtype}; partition_by needs "
+                          f"strings, integers or datetime64")
+    if values.dtype.kind == "M" and np.isnat(values).any():
+        raise SourceError(f"{path}: the coordinate array {coordinate!r} has a missing value (NaT) at row "
+                          f"{int(np.flatnonzero(np.isnat(values))[0])}")
+    if values.dtype.kind in "OT":
+        values = values.astype(str)
+    starts = np.flatnonzero(np.concatenate([[True], values[1:] != values[:-1]])) if n else np.zeros(0, int)
+    stops = np.append(starts[1:], n)
+    runs: dict[str, tuple[int, int]] = {}
+    for a, b in zip(starts.tolist(), stops.tolist(), strict=True):
+        label = coordinate_label(values[a])
+        if label in runs:
+            r = runs[label]
+            raise SourceError(f"{path}: the rows of {coordinate}={label} are not one contiguous run (rows "
+                              f"{r[0]}–{r[1] - 1} and {a}–{b - 1}); write each {coordinate}'s rows together")
+        runs[label] = (a, b)
+    for before, a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), stops[1:].tolist(), strict=True):
+        if values[a] < values[before]:
+            raise SourceError(f"{path}: the coordinate array {coordinate!r} is not sorted: "
+                              f"{coordinate}={coordinate_label(values[a])} (rows {a}–{b - 1}) follows "
+                              f"{coordinate_label(values[before])}; append the rows in {coordinate} order")
+    return runs

@@ -9,6 +9,15 @@ lists Parquet files (:func:`tgpflow.io.parquet.list_parquet_files`). One pipelin
 matches, or a directory's children, that are both Zarr stores and other files (a Zarr store beside
 Parquet files) are refused, naming one of each — never read as the Zarr stores alone.
 
+**A date dimension.** With ``source.partition_by: date`` a Zarr store is not one partition but one per value
+of its 1-D coordinate array ``date`` (strings, integers or datetime64, one value per row of the group's
+``source.array``, or of its 1-D column arrays — the layout ``xarray.Dataset.to_zarr`` writes, and extends
+with ``append_dim``): partition ``data.zarr#date=2026-11-01`` is the rows of that date
+(:func:`tgpflow.io.sources.zarr_row_runs`; keys in store order, then in row order, which is date order). A
+date's rows must be one contiguous run and the coordinate sorted (non-decreasing): new dates arrive as rows
+appended to the store (zarr ``append``/``resize``), and the keys of the dates already there do not change.
+``partition_by`` applies to Zarr stores only; Parquet files are refused.
+
 **Keys.** The statistics store keys a partition by its POSIX path relative to the source's *root*
 (:func:`data_root`: ``source.path`` up to the directory before its first glob character; the
 directory itself, or a file's directory, without one). A store therefore does not depend on where the
@@ -23,6 +32,14 @@ file in it, by its path inside the store), size and modification time — or the
 statistics. A copy that does not keep modification times (``cp`` without ``-p``) changes every
 ``metadata`` fingerprint, and the next run re-accumulates everything (correctly, at the cost of a
 full pass); ``cp -p``, ``rsync -t``, ``shutil.copytree`` keep them, and ``content`` does not depend on them.
+
+A date's fingerprint (``partition_by``) hashes its key, its row range and, per array holding the rows, the
+size and modification time of each chunk file (shard file, for a sharded array) that the range covers — or
+the rows' values with ``content``; never the arrays' metadata, which an append rewrites. Appending a date
+leaves the fingerprints of the earlier dates unchanged, but for one case: when the last earlier date ends
+inside a chunk, the append rewrites that chunk, and that date (its rows unchanged) is read again — correctly,
+at the cost of one partition. Dates that start on a chunk boundary avoid it (chunks of one day's rows, or
+``fingerprint: content``).
 """
 
 from __future__ import annotations
@@ -33,12 +50,14 @@ import hashlib
 from typing import Any
 
 import fsspec
+import numpy as np
 
 from tgpflow.errors import SourceError
 from tgpflow.io.parquet import list_parquet_files
-from tgpflow.io.sources import is_zarr_store
+from tgpflow.io.sources import is_zarr_store, zarr_data_arrays, zarr_row_runs
 
-__all__ = ["Partitions", "discover", "data_root", "resolve", "fingerprint", "migrate_keys", "KEYS_SCHEMA"]
+__all__ = ["Partitions", "discover", "data_root", "resolve", "split_key", "fingerprint", "migrate_keys",
+           "KEYS_SCHEMA"]
 
 #: The manifest schema from which partition keys are relative to the source's root.
 KEYS_SCHEMA = 2
@@ -69,6 +88,12 @@ def resolve(root: str, key: str) -> str:
     return key if root == "." else f"{root.rstrip('/')}/{key}"
 
 
+def split_key(key: str, coordinate: str) -> tuple[str, str] | None:
+    """A date partition's key ``store#coordinate=value`` as (the store's key, the value); None for another key."""
+    store, sep, label = key.partition(f"#{coordinate}=")
+    return (store, label) if sep else None
+
+
 def _is_zarr(fs: Any, path: str) -> bool:
     return is_zarr_store(path, fs=fs)
 
@@ -83,7 +108,10 @@ class Partitions:
     fs : the fsspec filesystem of the data.
     base : ``root`` as ``fs`` names paths (absolute for local paths, no protocol).
     format : ``"parquet"`` or ``"zarr"``.
-    keys : the partitions' keys, relative to ``root``, sorted.
+    keys : the partitions' keys, relative to ``root``, sorted (date partitions: in store, then row order).
+    partition_by : the coordinate array that splits each Zarr store into dates (None: a store is a partition).
+    array : the group's array holding the rows (``source.array``; None: its 1-D column arrays).
+    ranges : per date partition's key, its rows in its store (start, stop).
     """
 
     root: str
@@ -91,6 +119,9 @@ class Partitions:
     base: str
     format: str
     keys: tuple[str, ...]
+    partition_by: str | None = None
+    array: str | None = None
+    ranges: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
     def path(self, key: str) -> str:
         """The path of partition ``key`` on ``fs``."""
@@ -101,10 +132,38 @@ class Partitions:
         base = self.base.rstrip("/") + "/"
         return path[len(base):] if path.startswith(base) else path
 
+    def fingerprint(self, key: str, mode: str = "metadata") -> str:
+        """Partition ``key``'s fingerprint (module docstring): :func:`fingerprint` of its file or store, or of a
+        date's rows."""
+        if key not in self.ranges:
+            return fingerprint(self.fs, self.path(key), key, mode)
+        store, _ = split_key(key, self.partition_by)
+        start, stop = self.ranges[key]
+        h = hashlib.sha256(f"{key}|rows {start}-{stop}".encode())
+        for arr in zarr_data_arrays(resolve(self.root, store), self.array, self.partition_by):
+            h.update(f"|{arr.path}|{arr.dtype}|{arr.attrs.get('columns')}".encode())
+            if mode == "content":
+                for a in range(start, stop, arr.chunks[0]):
+                    h.update(np.ascontiguousarray(arr[a:min(a + arr.chunks[0], stop)]).tobytes())
+                continue
+            shape = arr.shards or arr.chunks  # the grid of the stored objects
+            across = [()] if arr.ndim == 1 else [(j,) for j in range(-(-arr.shape[1] // shape[1]))]
+            for i in range(start // shape[0], -(-stop // shape[0])):
+                for j in across:
+                    name = f"{arr.path}/{arr.metadata.encode_chunk_key((i, *j))}"
+                    h.update(f"|{name}".encode())
+                    file = f"{self.path(store).rstrip('/')}/{name}"
+                    if self.fs.exists(file):
+                        _update(h, self.fs, file, None, "metadata")
+                    else:  # never written: the fill value
+                        h.update(b"|absent")
+        return h.hexdigest()[:20]
 
-def discover(path: str) -> Partitions:
+
+def discover(path: str, partition_by: str | None = None, array: str | None = None) -> Partitions:
     """List the partitions ``path`` matches (module docstring); refuses a path that matches none, and a mix
-    of Zarr stores and other files."""
+    of Zarr stores and other files. ``partition_by``: each Zarr store's dates are its partitions (``array``:
+    the array holding the rows); refused for Parquet files."""
     root = data_root(path)
     base = fsspec.core.url_to_fs(root)[1]
     fs, pattern = fsspec.core.url_to_fs(path)
@@ -132,9 +191,17 @@ def discover(path: str) -> Partitions:
     else:
         fs, files = list_parquet_files(path)
         fmt = "parquet"
-    found = Partitions(root, fs, base, fmt, ())
+    found = Partitions(root, fs, base, fmt, (), partition_by, array)
     keys = sorted(found.key_of(f.rstrip("/")) for f in files)
-    return dataclasses.replace(found, keys=tuple(keys))
+    if partition_by is None:
+        return dataclasses.replace(found, keys=tuple(keys))
+    if fmt != "zarr":
+        raise SourceError(f"{files[0] if files else path}: is a Parquet file, and source.partition_by "
+                          f"({partition_by!r}) splits a Zarr store by its coordinate array; drop partition_by, or "
+                          f"point source.path at a Zarr store")
+    ranges = {f"{key}#{partition_by}={label}": rows for key in keys
+              for label, rows in zarr_row_runs(resolve(root, key), partition_by, array).items()}
+    return dataclasses.replace(found, keys=tuple(ranges), ranges=ranges)
 
 
 def fingerprint(fs: Any, path: str, key: str, mode: str = "metadata") -> str:

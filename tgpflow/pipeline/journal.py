@@ -35,6 +35,7 @@ from tgpflow.errors import TgpflowError
 from tgpflow.io.atomic import AnyPath, as_path, atomic_path, remove_temporaries
 from tgpflow.io.outputs import output_kind
 from tgpflow.models.anomaly import is_anomalous
+from tgpflow.pipeline.discover import split_key
 from tgpflow.pipeline.partitions import log_jacobian, partition_source, union_source
 from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import StatsStore
@@ -49,19 +50,25 @@ def _versions(spec: PipelineSpec, name: str) -> ModelVersions:
     return ModelVersions(as_path(spec.outputs.models) / name)
 
 
-def score_name(partition: str) -> str:
+def score_name(partition: str, coordinate: str | None = None) -> str:
     """The score file of partition key ``partition``: ``p001.parquet`` for ``p001.parquet`` or ``p001.zarr`` (a
     key in the root itself: the name it always had), ``day=1__part-0.parquet`` for ``day=1/part-0.parquet``
     (a nested key: its directories joined by ``__``, so that ``day=*/part-0.parquet`` gets one file per
-    day). A legacy absolute key, or one outside the root, keeps its stem, as before keys were relative."""
+    day). A legacy absolute key, or one outside the root, keeps its stem, as before keys were relative.
+    A date of a store with a date dimension (``coordinate``: ``source.partition_by``) gets one file per date:
+    ``data#date=2026-11-01.parquet`` for ``data.zarr#date=2026-11-01`` (a ``/`` in the date as ``_``)."""
+    split = split_key(partition, coordinate) if coordinate is not None else None
+    if split is not None:
+        stem = score_name(split[0]).removesuffix(".parquet")
+        return f"{stem}#{coordinate}={split[1].replace('/', '_')}.parquet"
     path = PurePosixPath(partition)
     if partition.startswith("/") or "://" in partition or len(path.parts) == 1:
         return f"{path.stem}.parquet"
     return "__".join((*path.parent.parts, f"{path.stem}.parquet"))
 
 
-def _score_target(directory: AnyPath, partition: str) -> Any:
-    return as_path(directory) / score_name(partition)
+def _score_target(directory: AnyPath, partition: str, coordinate: str | None) -> Any:
+    return as_path(directory) / score_name(partition, coordinate)
 
 
 def steps_after_commit(spec: PipelineSpec, ests: dict[str, Any], versions: dict[str, str],
@@ -117,10 +124,11 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
 
     parts = manifest["partitions"]
     directory = as_path(step["path"])
-    remove_temporaries(directory, [_score_target(directory, f).name for f in step["partitions"]])
+    coord = spec.source.partition_by
+    remove_temporaries(directory, [_score_target(directory, f, coord).name for f in step["partitions"]])
     before = step.get("fingerprints_before") or {}  # a store migrated to relative keys (discover.migrate_keys)
     todo = [f for f in step["partitions"]
-            if not _scored(_score_target(directory, f), parts[f]["fingerprint"], before.get(f))]
+            if not _scored(_score_target(directory, f, coord), parts[f]["fingerprint"], before.get(f))]
     if not todo:
         return []
     vers = _versions(spec, step["model"])
@@ -139,7 +147,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
         table = pa.table({"log_density": logp, "anomaly": _flags(logp, info)})
         table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": parts[f]["fingerprint"],
                                                "tgpflow.model_version": step["version"], "tgpflow.source": f})
-        target = _score_target(directory, f)
+        target = _score_target(directory, f, coord)
         with atomic_path(target, "scores") as tmp, tmp.open("wb") as fh:
             pq.write_table(table, fh)
         written.append(str(target))
@@ -199,8 +207,8 @@ def collect(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | No
     step = ((manifest or {}).get("steps") or {}).get("scores")
     if step:
         directory = as_path(step["path"])
-        removed += remove_temporaries(directory, [_score_target(directory, f).name for f in step["partitions"]],
-                                      dry_run=dry_run)
+        names = [_score_target(directory, f, spec.source.partition_by).name for f in step["partitions"]]
+        removed += remove_temporaries(directory, names, dry_run=dry_run)
     return removed
 
 

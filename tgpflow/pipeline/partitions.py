@@ -1,8 +1,9 @@
 """A pipeline's partitions as sources: one partition, or all of them, with the store's frozen preprocessing.
 
-A partition is named by its key, relative to the source's root (:mod:`tgpflow.pipeline.discover`). Shared by the run (statistics, pilot) and the steps after its commit (scores, reports), which
-read the same rows the same way: the spec's columns, filters and bad-row policy, then
-``(x − center) / scale`` when the store froze a preprocessing.
+A partition is named by its key, relative to the source's root (:mod:`tgpflow.pipeline.discover`); a date of
+a store with a date dimension (``source.partition_by``) is its rows only. Shared by the run (statistics,
+pilot) and the steps after its commit (scores, reports), which read the same rows the same way: the spec's
+columns, filters and bad-row policy, then ``(x − center) / scale`` when the store froze a preprocessing.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.io.sources import Source, as_source
-from tgpflow.pipeline.discover import data_root, resolve
+from tgpflow.errors import SourceError
+from tgpflow.io.sources import Source, as_source, zarr_row_runs
+from tgpflow.pipeline.discover import data_root, resolve, split_key
 from tgpflow.pipeline.spec import PipelineSpec
 
-__all__ = ["preprocessor", "log_jacobian", "partition_source", "union_source"]
+__all__ = ["preprocessor", "log_jacobian", "partition_rows", "partition_source", "union_source"]
 
 
 def preprocessor(pre: dict[str, Any] | None) -> Callable[[Any], Any] | None:
@@ -34,14 +36,40 @@ def log_jacobian(pre: dict[str, Any] | None) -> float:
     return -float(np.log(np.asarray(pre["scale"])).sum()) if pre else 0.0
 
 
+def partition_rows(spec: PipelineSpec, keys: list[str]) -> dict[str, tuple[int, int]]:
+    """The rows (start, stop) of each date partition among ``keys`` (``source.partition_by``; one read of each
+    store's coordinate); refuses a date its store no longer holds."""
+    coordinate, root, out = spec.source.partition_by, data_root(spec.source.path), {}
+    runs: dict[str, dict[str, tuple[int, int]]] = {}
+    for key in keys:
+        split = split_key(key, coordinate) if coordinate is not None else None
+        if split is None:
+            continue
+        store, label = split
+        if store not in runs:
+            runs[store] = zarr_row_runs(resolve(root, store), coordinate, spec.source.array)
+        if label not in runs[store]:
+            raise SourceError(f"{resolve(root, store)}: has no rows of {coordinate}={label} any more; a store with "
+                              f"a date dimension grows by appended dates, and keeps the rows of the earlier ones")
+        out[key] = runs[store][label]
+    return out
+
+
 def partition_source(spec: PipelineSpec, key: str, columns: list[str] | None, pre: dict[str, Any] | None,
-                     format: str | None = None) -> Source:
+                     format: str | None = None, rows: tuple[int, int] | None = None) -> Source:
     """One partition's rows (``key`` relative to the source's root), filtered, validated and preprocessed as
     the spec says; ``format``: the partition's, as discovery found it (``"zarr"``, ``"parquet"``; None: from
-    the path, :func:`~tgpflow.io.sources.as_source`)."""
-    src = as_source(resolve(data_root(spec.source.path), key), columns=columns, on_bad_rows=spec.source.on_bad_rows,
+    the path, :func:`~tgpflow.io.sources.as_source`). A date partition (``source.partition_by``) reads its
+    rows of its store only: ``rows`` when the caller has them (discovery), else :func:`partition_rows`."""
+    path, coordinate = resolve(data_root(spec.source.path), key), spec.source.partition_by
+    split = split_key(key, coordinate) if coordinate is not None else None
+    if split is not None:
+        path, format = resolve(data_root(spec.source.path), split[0]), "zarr"
+        rows = rows or partition_rows(spec, [key])[key]
+    src = as_source(path, columns=columns, on_bad_rows=spec.source.on_bad_rows,
                     filters=[tuple(f) for f in spec.source.filters] if spec.source.filters else None,
-                    array=spec.source.array, format=format)
+                    array=spec.source.array, format=format, rows=rows if split is not None else None,
+                    coordinate=coordinate if split is not None else None)
     fn = preprocessor(pre)
     return src.map_rows(fn) if fn is not None else src
 
@@ -49,7 +77,8 @@ def partition_source(spec: PipelineSpec, key: str, columns: list[str] | None, pr
 def union_source(spec: PipelineSpec, keys: list[str], columns: list[str] | None, pre: dict[str, Any] | None,
                  format: str | None = None) -> Source:
     """All partitions as one source (the pilot that freezes preprocessing and draws; reports)."""
-    parts = [partition_source(spec, k, columns, pre, format) for k in keys]
+    rows = partition_rows(spec, keys)
+    parts = [partition_source(spec, k, columns, pre, format, rows.get(k)) for k in keys]
     first = parts[0]
     return dataclasses.replace(first, description=spec.source.path,
                                labels=tuple(lb for p in parts for lb in p.labels),

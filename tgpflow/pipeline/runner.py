@@ -2,9 +2,9 @@
 
 A run (under the store's lock):
 
-1. lists the source's partitions (Parquet files or Zarr stores, keyed relative to the source's root:
-   :mod:`tgpflow.pipeline.discover`) and fingerprints them (a store written with absolute keys is
-   migrated first, once);
+1. lists the source's partitions (Parquet files, Zarr stores, or the dates of Zarr stores with a date
+   dimension, keyed relative to the source's root: :mod:`tgpflow.pipeline.discover`) and fingerprints them
+   (a store written with absolute keys is migrated first, once);
 2. on the store's first run (or ``refit: full``) freezes the preprocessing (centre/scale from
    a pilot sample) and each model's feature draw / basis, and stores them: every later
    partition's statistics use the same ones, so they stay mergeable;
@@ -58,7 +58,7 @@ from tgpflow.io.atomic import as_path
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.models.anomaly import anomaly_threshold
-from tgpflow.pipeline.discover import Partitions, discover, fingerprint, migrate_keys
+from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import log_jacobian, partition_source, preprocessor, union_source
 from tgpflow.pipeline.spec import PipelineSpec, statistics_params
@@ -136,7 +136,7 @@ def run_pipeline(spec: PipelineSpec, *, date: str | None = None, progress: Progr
     if dry_run:
         return _dry_run(spec, store)
     with store.lock(spec.lock_timeout):
-        parts = discover(spec.source.path)
+        parts = discover(spec.source.path, spec.source.partition_by, spec.source.array)
         manifest, migrated = migrate_keys(store.read_manifest(), parts, spec.source.fingerprint)
         if migrated:  # once: the same commit, its partitions keyed relative to the source's root
             store.write_manifest(manifest)
@@ -172,7 +172,7 @@ def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None
     policy = spec.refit.policy
     if policy == "window":
         files = files[-spec.refit.partitions:]
-    fps = {f: fingerprint(parts.fs, parts.path(f), f, spec.source.fingerprint) for f in files}
+    fps = {f: parts.fingerprint(f, spec.source.fingerprint) for f in files}
     # what the statistics depend on: a solve-only parameter (a kernel model's ridge, rank_tol) may change, and a
     # store written before a rename (eps → ridge) compares under today's names (spec.statistics_params)
     params = {m.name: {"estimator": m.estimator, "params": m.statistics_params()} for m in spec.models}
@@ -196,7 +196,7 @@ def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None
 
 def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
     """The plan of a run, from the committed manifest, without a lock and without writing anything."""
-    parts = discover(spec.source.path)
+    parts = discover(spec.source.path, spec.source.partition_by, spec.source.array)
     manifest, migrated = migrate_keys(store.read_manifest(), parts, spec.source.fingerprint)
     plan = _plan(spec, store, manifest, parts)
     committed = (manifest or {}).get("partitions", {})  # the data's changes since the last commit
@@ -268,7 +268,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     with phase("partitions", added=len(added), removed=len(removed), models=len(summed)) as facts:
         roots, dropped = [], []
         for f in added:
-            src = partition_source(spec, f, columns, pre, fmt)
+            src = partition_source(spec, f, columns, pre, fmt, parts.ranges.get(f))
             for est in summed.values():
                 roots.append(tree_reduce(est.chunk_tasks(src), 8))
             dropped.append(dask.delayed(sum, pure=True)(src.dropped_counts()))

@@ -10,6 +10,7 @@ passed to the estimator's own ``set_params`` and checked against its parameter t
 name: nightly
 source: {path: "data/day=*/part-*.parquet", columns: [a, b], filters: [[a, ">", 0]]}
 # or Zarr stores, one per partition: {path: "data/date=*.zarr", columns: [a, b]}  (array: x for a 2-D array)
+# or one Zarr store with a date dimension, one partition per date: {path: data.zarr, array: x, partition_by: date}
 preprocess: {center: true, scale: true}        # frozen at the store's first run
 models:
   - {name: density, estimator: GPTiltedDensity, params: {method: fvpd, n_features: 1000}}
@@ -53,6 +54,12 @@ class SourceSpec(_Strict):
     columns: list[str] | None = None
     array: str | None = Field(default=None, description="Zarr partitions that are groups: the 2-D array to read in "
                                                         "each (default: the group's 1-D arrays are its columns).")
+    partition_by: str | None = Field(
+        default=None, description="A Zarr store with a date dimension: the group's 1-D coordinate array (e.g. date: "
+                                  "strings, integers or datetime64, one value per row) whose every value is one "
+                                  "partition, keyed 'data.zarr#date=2026-11-01'. A date's rows are one contiguous "
+                                  "run, the coordinate is sorted, and new dates are rows appended to the store. "
+                                  "Zarr stores only.")
     filters: list[tuple[str, Literal["==", "!=", "<", "<=", ">", ">="], float | int | str]] | None = Field(
         default=None, description="Row filters (column, op, value), all must hold (applied per row group).")
     on_bad_rows: Literal["raise", "drop"] = "raise"
