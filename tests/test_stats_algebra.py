@@ -10,8 +10,8 @@ For each statistics class, against oracles that do not use the algebra under tes
 (e) save/load to ``.npz`` and to a Zarr directory is bit-identical;
 
 and artifacts written before the base existed (``tests/data/stats_v1``, made by ``make_stats_v1.py`` with
-commit f98e7ed) load bit for bit — without the draw, which they do not hold — and are written again with the same
-array names, dtypes and metadata.
+commit f98e7ed) load — without the draw, which they do not hold — to today's statistics of the same rows (to 1e-12:
+the kernels' rounding may change), and are written again bit for bit, with the same array names, dtypes and metadata.
 Fields are compared through ``dataclasses.fields``, not through the classes' own ``to_arrays``.
 """
 
@@ -259,13 +259,17 @@ def test_artifacts_written_before_the_base_load_bit_for_bit(name, tmp_path):
 
     want = v1_module().stats_v1()[name]  # the same rows and draws, computed by this tgpflow
     got = load_stats(V1 / name)
+    # today's kernels may round differently from f98e7ed's (the float64 pass's augmented product, 2026-11-24):
+    # the values agree to 1e-12 of each array's largest entry; the file's own bytes are checked below
     if name == "bundle.npz":
         assert set(got) == set(want)
         for key in want:
-            assert_identical(got[key], without_draw(want[key]))
+            assert_close(got[key], without_draw(want[key]), 1e-12)
         again = tmp_path / StatsStore(tmp_path).save(got, name)  # a bundle is saved by the store
     else:
-        assert_identical(got, without_draw(want))
+        assert_close(got, without_draw(want), 1e-12)
         again = got.save(tmp_path / name)
-    # written again: the same array names, dtypes and shapes, kind and metadata
+    # written again: the same array names, dtypes and shapes, kind and metadata, and every array bit for bit
     assert _npz_layout(again) == _npz_layout(V1 / name)
+    with np.load(again, allow_pickle=False) as a, np.load(V1 / name, allow_pickle=False) as b:
+        assert all(a[k].tobytes() == b[k].tobytes() for k in b.files if k != "__tgpflow_meta__")

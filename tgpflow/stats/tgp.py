@@ -49,18 +49,21 @@ def block_rows_for(n_features: int, n_dims: int, block_bytes: int) -> int:
 def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with_phi_gram: bool = False) -> MemoryCost:
     """The bytes of one :func:`tgp_chunk_stats` task (NumPy chunks; see :mod:`tgpflow.core.memory`).
 
-    Fixed: the S×S accumulator ``gram`` (and ``gram_cos`` for Σφφᵀ) and the S×S product buffer
-    (float32 under ``precision="mixed"``); the S×d sums ``U``, its block product and the
-    frequencies ``W``, ``|W|``; a few S-vectors. Per block row: angles, sin and cos (3·S
-    float64; a float32 copy of the block under "mixed") and the shifted row with its absolute
-    value (2·d). Per chunk row: the centred copy of the moments (d).
-    Other array namespaces (CuPy, array_api_strict) form each product as a new S×S array: one more S².
+    Fixed: the S×S accumulator ``gram`` (and ``gram_cos`` for Σφφᵀ) and the product buffers (float32
+    under ``precision="mixed"``; float64: (S + d + 1)², the augmented product of :func:`_products_numpy`);
+    the S×d sums ``U``, its block product and the frequencies ``W``, ``|W|``; a few S-vectors. Per block
+    row: angles, sin and cos (3·S float64, and the d + 1 augmented rows in float64; a float32 copy of the
+    block under "mixed") and the shifted row with its absolute value (2·d). Per chunk row: the centred copy
+    of the moments (d). Other array namespaces (CuPy, array_api_strict) form each product as a new S×S
+    array: one more S².
     """
     S, d = features.n_features, features.n_dims
     mixed = precision == "mixed"
-    squares = F64 * S * S * (2 if with_phi_gram else 1) + (F32 if mixed else F64) * S * S
+    aug = 0 if mixed else d + 1
+    products = (S + aug) ** 2 + (S * S if with_phi_gram else 0)
+    squares = F64 * S * S * (2 if with_phi_gram else 1) + (F32 if mixed else F64) * products
     fixed = squares + F64 * (4 * S * d + 8 * S + 2 * d * d)
-    per_row = F64 * (3 * S + 2 * d) + (F32 * S if mixed else 0)
+    per_row = F64 * (3 * S + 2 * d + aug) + (F32 * S if mixed else 0)
     what = f"FD/FVPD statistics (S={S}, d={d}, {precision}{', with Σφφᵀ' if with_phi_gram else ''})"
     result = F64 * (S * S * (2 if with_phi_gram else 1) + S * d + 2 * S + d * d + d)
     return MemoryCost(what, fixed, per_row, F64 * d, "use fewer features (n_features)", result)
@@ -183,13 +186,19 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
     S, d = features.n_features, features.n_dims
     gram = np.zeros((S, S))
     gram_cos = np.zeros((S, S)) if cos_gram else None
-    prod = np.empty((S, S), dtype=np.float32 if mixed else np.float64)
+    # float64: the sin block is the top of A = [sin; (x − x₀)ᵀ; 1] (S + d + 1 rows), so that one product AAᵀ
+    # also gives Σ sin (x − x₀)ᵀ and Σ sin (1.6 % more flops at S = 1000, d = 7, where the skinny GEMM and the
+    # row sums they replace cost 7 % of the block: both read the 22 MB sin block once more from memory).
+    # mixed: those sums stay float64, from the float64 sin block; only AAᵀ is float32.
+    aug = 0 if mixed else d + 1
+    prod = np.empty((S + aug, S + aug), dtype=np.float32 if mixed else np.float64)
+    prod_cos = np.empty((S, S), dtype=prod.dtype) if cos_gram else None
     low_buf = np.empty(S * rows, dtype=np.float32) if mixed else None
     u = np.zeros(S)
     U = np.zeros((S, d))
     psi = np.zeros(S)
     # Buffers reused across blocks: fresh 30 MB arrays cost more in page faults than the kernel.
-    sin_buf = np.empty(S * rows)
+    sin_buf = np.empty((S + aug) * rows)
     cos_buf = np.empty(S * rows)
     ang_buf = np.empty(S * rows)
     W, phase, absW = features.frequencies, features.phase, np.abs(features.frequencies)
@@ -199,8 +208,12 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
         xs = x[start:start + rows] - features.shift  # per block: no shifted copy of the whole chunk
         nb = xs.shape[0]
         angle = ang_buf[: S * nb].reshape(S, nb)
-        sin = sin_buf[: S * nb].reshape(S, nb)
+        A = sin_buf[: (S + aug) * nb].reshape(S + aug, nb)
+        sin = A[:S]
         cos = cos_buf[: S * nb].reshape(S, nb)
+        if aug:
+            A[S:S + d] = xs.T
+            A[S + d] = 1.0
         np.matmul(W, xs.T, out=angle)
         if float((absW @ np.abs(xs).max(axis=0)).max()) + 2 * np.pi < MAX_ANGLE:
             sincos_rows(angle, phase, sin, cos)
@@ -211,19 +224,27 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
         # NumPy's matmul releases the GIL (SciPy's dsyrk wrapper does not: two Dask threads
         # serialised on it, measured 0.53 of the SYRK bound vs 0.82 with processes) and
         # dispatches ``a @ a.T`` to SYRK itself.
-        for src, acc in ((sin, gram), (cos, gram_cos)):
-            if acc is None:
-                continue
-            if low_buf is not None:  # mixed: a float32 product, accumulated in float64 per block
-                rounded = low_buf[: S * nb].reshape(S, nb)
-                rounded[...] = src
-                src = rounded
-            np.matmul(src, src.T, out=prod)
-            acc += prod
-        u += sin.sum(axis=1)
+        gram += _gram_product(A, prod, low_buf)[:S, :S]
+        if aug:
+            U += prod[:S, S:S + d]
+            u += prod[:S, S + d]
+        else:
+            u += sin.sum(axis=1)
+            U += sin @ xs
+        if gram_cos is not None:
+            gram_cos += _gram_product(cos, prod_cos, low_buf)
         psi += cos.sum(axis=1)
-        U += sin @ xs
     return gram, gram_cos, u, U, psi
+
+
+def _gram_product(src: np.ndarray, out: np.ndarray, low_buf: np.ndarray | None) -> np.ndarray:
+    """``src srcᵀ`` into ``out`` (NumPy's matmul: SYRK, GIL released); mixed (``low_buf``): of ``src`` rounded to
+    float32 in that buffer, to be accumulated in float64 by the caller."""
+    if low_buf is not None:
+        rounded = low_buf[: src.size].reshape(src.shape)
+        rounded[...] = src
+        src = rounded
+    return np.matmul(src, src.T, out=out)
 
 
 def _products_xp(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool, xp: Any,
