@@ -112,42 +112,17 @@ def test_dask_rows_score_like_numpy_rows(gaussian_mix, method):
 
 
 
-def test_one_blas_thread_holds_while_any_task_is_inside_and_restores_the_setting(monkeypatch):
-    """The count logic, on a recording stand-in for threadpoolctl's limiter (OpenBLAS's own answer to a limit
-    set from a non-main thread varies with what the main thread set before: not what is tested here)."""
-    import threading
 
-    import tgpflow.core.engine as engine
+def test_fvpd_gemm_and_triangular_solves_agree(gaussian_mix, monkeypatch):
+    """FVPD's φᵀM⁻¹φ and M⁻¹φ by GEMM with the cached M⁻¹ (main thread, single-threaded BLAS) and by triangular
+    solves (a worker thread of Dask's own compute with a multi-threaded BLAS, :func:`gemm_is_safe`)."""
+    import tgpflow.models.tgp_fitted as tf
 
-    state = {"threads": 2}
-    events = []
-
-    class Limiter:
-        def __init__(self, limits, user_api):
-            self.original = state["threads"]
-            state["threads"] = limits
-            events.append(("limit", limits))
-
-        def restore_original_limits(self):
-            state["threads"] = self.original
-            events.append(("restore", self.original))
-
-    monkeypatch.setattr(engine, "threadpool_limits", Limiter)
-    first_in, first_out, seen = threading.Event(), threading.Event(), []
-
-    def first():
-        with engine.one_blas_thread():
-            first_in.set()
-            first_out.wait(10)
-
-    t = threading.Thread(target=first)
-    t.start()
-    assert first_in.wait(10)
-    with engine.one_blas_thread():  # a second task enters, then the first leaves while it runs
-        first_out.set()
-        t.join(10)
-        seen.append(state["threads"])
-    assert seen == [1]  # the first task's exit did not restore the setting under the second
-    assert state["threads"] == 2 and events == [("limit", 1), ("restore", 2)]  # one limit, one restore
-    assert engine.with_one_blas_thread(lambda a, b: (a, b, state["threads"]), 3, 4) == (3, 4, 1)
-    assert state["threads"] == 2
+    est = GPTiltedDensity(method="fvpd", n_features=64, lam=0.3, bandwidth=0.5, normalizer_draws=1000).fit(gaussian_mix)
+    X, fitted = gaussian_mix[:1500], est.fitted()
+    got = {}
+    for gemm in (True, False):
+        monkeypatch.setattr(tf, "gemm_is_safe", lambda gemm=gemm: gemm)
+        got[gemm] = fitted.log_density(X), fitted.grad_log_density(X)
+    close(got[True][0], got[False][0], 1e-12)
+    close(got[True][1], got[False][1], 1e-12)

@@ -17,9 +17,7 @@ tasks instead, as it does for every ``dask.compute``.
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import dask
@@ -27,7 +25,7 @@ from threadpoolctl import threadpool_limits
 
 from tgpflow.core.memory import plan_pass
 
-__all__ = ["accumulate", "tree_reduce", "compute", "one_blas_thread", "with_one_blas_thread", "Progress", "ChunkSource"]
+__all__ = ["accumulate", "tree_reduce", "compute", "Progress", "ChunkSource"]
 
 #: Called with the futures of a distributed compute, before the engine waits for them (to show progress).
 Progress = Callable[[Sequence[Any]], None]
@@ -73,41 +71,6 @@ def _active_client() -> Any:
         return get_client()
     except (ImportError, ValueError):
         return None
-
-
-_blas_lock = threading.Lock()
-_blas_users = 0
-_blas_limit: Any = None
-
-
-@contextlib.contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """BLAS single-threaded while any task of this process is inside (a count under a lock: OpenBLAS's thread
-    count is one process-wide setting, so a task's exit must not restore it under another task still running,
-    nor the last one leave it at 1). For the lazy results a user computes with Dask's own ``compute`` on the
-    threaded scheduler: two tasks each running a GEMM on every core oversubscribe them (measured: FVPD log
-    density on 400k rows in 17.9 s against 11.4 s with this). Measured with OpenBLAS 0.3.31 (pthreads): a limit
-    set from a worker thread holds unless the main thread set one itself before (then the call is ignored, and
-    this does nothing worse than before)."""
-    global _blas_users, _blas_limit
-    with _blas_lock:
-        if _blas_users == 0:
-            _blas_limit = threadpool_limits(limits=1, user_api="blas")
-        _blas_users += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            _blas_users -= 1
-            if _blas_users == 0:
-                _blas_limit.restore_original_limits()
-                _blas_limit = None
-
-
-def with_one_blas_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` under :func:`one_blas_thread` (a task function: ``dask.delayed(partial(with_one_blas_thread, fn))``)."""
-    with one_blas_thread():
-        return fn(*args)
 
 
 def compute(*objs: Any, progress: Progress | None = None) -> tuple[Any, ...]:

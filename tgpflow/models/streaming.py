@@ -9,7 +9,6 @@ function applied chunk by chunk: eager for in-memory input, a lazy dask array ot
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import sys
@@ -23,7 +22,6 @@ from sklearn.utils.validation import validate_data
 
 from tgpflow.core.engine import Progress
 from tgpflow.core.engine import accumulate as run_pass
-from tgpflow.core.engine import with_one_blas_thread
 from tgpflow.core.logs import phase
 from tgpflow.io.sources import Source, as_source, select_frame
 from tgpflow.io.validate import check_exact_ints
@@ -144,7 +142,7 @@ class StreamingMixin:
         if is_lazy(X):
             source = self._source(X, None, reset=False)
             self._check_width(source)
-            ev = dask.delayed(functools.partial(with_one_blas_thread, fn), pure=True)
+            ev = dask.delayed(fn, pure=True)
             parts = []
             for block, size in zip(source.blocks(), source.sizes, strict=True):
                 rows = size if source.on_bad_rows == "raise" else math.nan

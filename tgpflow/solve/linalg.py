@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import threading
 import warnings
 from typing import Any
 
@@ -20,7 +22,7 @@ import scipy.sparse.linalg
 
 from tgpflow.errors import TgpflowWarning
 
-__all__ = ["SPDFactor", "spd_factor", "spd_solve", "safe_blas_threads", "LARGE_BLAS_SIZE"]
+__all__ = ["SPDFactor", "spd_factor", "spd_solve", "safe_blas_threads", "gemm_is_safe", "LARGE_BLAS_SIZE"]
 
 #: From this matrix size on, dense factorisations run with one BLAS thread. Measured here:
 #: the OpenBLAS 0.3.31 wheel of NumPy/SciPy segfaults in multi-threaded SYRK/POTRF at
@@ -36,6 +38,26 @@ def safe_blas_threads(size: int) -> Any:
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")
+
+
+@functools.cache
+def _blas_libraries() -> list[Any]:
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas").lib_controllers
+
+
+def gemm_is_safe() -> bool:
+    """Whether a large GEMM may take all of BLAS's threads here: on the main thread, or where BLAS runs one
+    thread (inside :func:`tgpflow.core.engine.compute`, a distributed worker). Elsewhere — a task of Dask's
+    own ``compute`` on the threaded scheduler — concurrent tasks' GEMMs each take every core and
+    oversubscribe them; callers with an alternative take it there (measured, FVPD log density on 400k rows,
+    2 cores, 2 Dask threads: 17.9 s by GEMM with M⁻¹, 11.4 s by triangular solves, 11.1 s by GEMM with one
+    BLAS thread). A BLAS thread limit set from a worker thread is not a remedy: OpenBLAS 0.3.31 sometimes
+    ignores it, and it outlives the task (measured: the caller's BLAS left at one thread)."""
+    if threading.current_thread() is threading.main_thread():
+        return True
+    return all(lib.num_threads == 1 for lib in _blas_libraries())
 
 
 @dataclasses.dataclass(frozen=True)
