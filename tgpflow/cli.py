@@ -393,7 +393,7 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
         with dask_client(scheduler, work=work) as client, progress_display(progress_mode, client) as progress, \
                 atomic_path(out, "scores", overwrite=overwrite, marker=True, directory=True) as tmp:
             # one Parquet file per chunk, written by the task that scores it (its length is known only once
-            # read when bad rows may be dropped); pyarrow directly: dask.dataframe's import alone took ≈ 2 s
+            # read when bad rows may be dropped); pyarrow directly (no dask.dataframe import: 0.25 s here)
             threshold = getattr(est, "anomaly_threshold_", None)
             keys = src.row_keys() if on_bad_rows == "drop" else [None] * src.n_chunks
             tmp.mkdir(parents=True, exist_ok=True)

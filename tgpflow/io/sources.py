@@ -248,7 +248,7 @@ def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str =
 
 
 def _is_dask_dataframe(data: Any) -> bool:
-    """Whether ``data`` is a dask DataFrame, without importing dask.dataframe (≈ 2 s): one cannot exist unless
+    """Whether ``data`` is a dask DataFrame, without importing dask.dataframe (1 s cold): one cannot exist unless
     it was imported."""
     dd = sys.modules.get("dask.dataframe")
     return dd is not None and isinstance(data, dd.DataFrame)

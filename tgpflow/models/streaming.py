@@ -48,7 +48,7 @@ def is_lazy(X: Any) -> bool:
     """Whether X is read chunk by chunk (dask, Parquet/Zarr path, Source) rather than in memory."""
     if isinstance(X, (da.Array, Source, str, Path)):
         return True
-    dd = sys.modules.get("dask.dataframe")  # not imported (≈ 2 s) to look: none exists unless it was
+    dd = sys.modules.get("dask.dataframe")  # not imported to look (1 s cold): none exists unless it was
     return dd is not None and isinstance(X, dd.DataFrame)
 
 
