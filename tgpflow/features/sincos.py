@@ -56,6 +56,22 @@ def _angle_row(xt, W, s, abuf):  # pragma: no cover - compiled
             abuf[i] += wj * xt[j, i]
 
 
+#: Taylor coefficients on [−π/4, π/4]: sin r = r + r·r²·P_sin(r²), cos r = 1 + r²·P_cos(r²) (degree 17/16).
+_SIN = (-1.6666666666666666e-01, 8.3333333333333332e-03, -1.9841269841269841e-04, 2.7557319223985893e-06,
+        -2.5052108385441720e-08, 1.6059043836821613e-10, -7.6471637318198164e-13, 2.8114572543455206e-15)
+_COS = (-0.5, 4.1666666666666664e-02, -1.3888888888888889e-03, 2.4801587301587302e-05,
+        -2.7557319223985888e-07, 2.0876756987868099e-09, -1.1470745597729725e-11, 4.7794773323873853e-14)
+
+
+@njit(cache=True, nogil=True, boundscheck=False, error_model="numpy", fastmath={"contract"}, inline="always")
+def _horner(z, c):  # pragma: no cover - compiled
+    """c[0] + z·(c[1] + z·(… + z·c[7])) for an 8-tuple of constants (one FMA chain, innermost first)."""
+    p = c[7]
+    for k in range(6, -1, -1):
+        p = c[k] + z * p
+    return p
+
+
 @njit(cache=True, nogil=True, boundscheck=False, error_model="numpy", fastmath={"contract"}, inline="always")
 def _sincos_row(abuf, p, sbuf, cbuf):  # pragma: no cover - compiled
     for i in range(abuf.shape[0]):
@@ -63,24 +79,8 @@ def _sincos_row(abuf, p, sbuf, cbuf):  # pragma: no cover - compiled
         q = np.rint(x * _TWO_OVER_PI)
         r = ((x - q * _PIO2_1) - q * _PIO2_2) - q * _PIO2_3
         r2 = r * r
-        sn = r + r * r2 * (
-            -1.6666666666666666e-01
-            + r2 * (8.3333333333333332e-03
-            + r2 * (-1.9841269841269841e-04
-            + r2 * (2.7557319223985893e-06
-            + r2 * (-2.5052108385441720e-08
-            + r2 * (1.6059043836821613e-10
-            + r2 * (-7.6471637318198164e-13
-            + r2 * 2.8114572543455206e-15)))))))
-        cs = 1.0 + r2 * (
-            -0.5
-            + r2 * (4.1666666666666664e-02
-            + r2 * (-1.3888888888888889e-03
-            + r2 * (2.4801587301587302e-05
-            + r2 * (-2.7557319223985888e-07
-            + r2 * (2.0876756987868099e-09
-            + r2 * (-1.1470745597729725e-11
-            + r2 * 4.7794773323873853e-14)))))))
+        sn = r + r * r2 * _horner(r2, _SIN)
+        cs = 1.0 + r2 * _horner(r2, _COS)
         k = np.int64(q)
         swap = (k & 1) == 1
         s_sign = 1.0 - 2.0 * ((k >> 1) & 1)
