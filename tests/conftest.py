@@ -87,3 +87,11 @@ def magic_frame():
 def magic(magic_frame) -> np.ndarray:
     X = magic_frame.to_numpy()
     return X - X.mean(axis=0)
+
+
+@pytest.fixture(scope="session")
+def v1_dir(tmp_path_factory) -> Path:
+    """Statistics files in the layout written before statistics carried their draw (tests/legacy_stats.py)."""
+    from tests.legacy_stats import write_v1
+
+    return write_v1(tmp_path_factory.mktemp("stats_v1"))

@@ -9,16 +9,15 @@ For each statistics class, against oracles that do not use the algebra under tes
 (d) a part of another draw is refused with :class:`~tgpflow.errors.FeaturesMismatchError`;
 (e) save/load to ``.npz`` and to a Zarr directory is bit-identical;
 
-and artifacts written before the base existed (``tests/data/stats_v1``, made by ``make_stats_v1.py`` with
-commit f98e7ed) load — without the draw, which they do not hold — to today's statistics of the same rows (to 1e-12:
-the kernels' rounding may change), and are written again bit for bit, with the same array names, dtypes and metadata.
+and artifacts in the layout written before the base existed (commit f98e7ed; written at test time by
+``tests/legacy_stats.py``, whose layout is pinned against those files) load bit for bit — without the draw, which
+they do not hold — and are written again bit for bit, with the same array names, dtypes and metadata.
 Fields are compared through ``dataclasses.fields``, not through the classes' own ``to_arrays``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from collections.abc import Callable
 from functools import cache
@@ -40,6 +39,7 @@ from tgpflow.stats.ncfd import NCFDStats, ncfd_chunk_stats
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, projection_counts
 from tgpflow.stats.split import HeldOut
 from tgpflow.stats.tgp import TGPStats, tgp_chunk_stats
+from tests.legacy_stats import V1_DIGESTS, layout_digest, layout_document, stats_v1
 
 D = 2
 SIGMAS = np.array([0.0, 0.4, 0.8])
@@ -226,15 +226,8 @@ def test_dask_sees_the_bytes_of_the_arrays(kind):
 
 
 # -- artifacts written before the base -------------------------------------------------------------------------
-V1 = Path(__file__).resolve().parent / "data" / "stats_v1"
-
-
-@cache
-def v1_module() -> Any:
-    spec = importlib.util.spec_from_file_location("make_stats_v1", V1 / "make_stats_v1.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+V1_NAMES = ["tgp.npz", "tgp_weighted.npz", "ncfd.npz", "kde_sdo.npz", "kde_sdo_weighted.npz", "kef.npz", "lite.npz",
+            "diag.npz", "bundle.npz"]
 
 
 def without_draw(stats: Any) -> Any:
@@ -252,24 +245,28 @@ def _npz_layout(path: Path) -> tuple[dict[str, tuple[str, tuple[int, ...]]], dic
     return layout, {"kind": header["kind"], "meta": header["meta"]}
 
 
-@pytest.mark.parametrize("name", ["tgp.npz", "tgp_weighted.npz", "ncfd.npz", "kde_sdo.npz", "kde_sdo_weighted.npz",
-                                  "kef.npz", "lite.npz", "diag.npz", "bundle.npz"])
-def test_artifacts_written_before_the_base_load_bit_for_bit(name, tmp_path):
+@pytest.mark.parametrize("name", V1_NAMES)
+def test_the_legacy_writer_reproduces_the_files_f98e7ed_wrote(name, v1_dir):
+    """Kind, schema, metadata (fingerprints included) and array names, dtypes and shapes equal those of the files
+    f98e7ed wrote, pinned as digests (tests/legacy_stats.py): what the tests below load is that layout."""
+    assert layout_digest(v1_dir / name) == V1_DIGESTS[name], layout_document(v1_dir / name)
+
+
+@pytest.mark.parametrize("name", V1_NAMES)
+def test_artifacts_written_before_the_base_load_bit_for_bit(name, v1_dir, tmp_path):
     from tgpflow.pipeline.store import load_stats
 
-    want = v1_module().stats_v1()[name]  # the same rows and draws, computed by this tgpflow
-    got = load_stats(V1 / name)
-    # today's kernels may round differently from f98e7ed's (the float64 pass's augmented product, 2026-11-24):
-    # the values agree to 1e-12 of each array's largest entry; the file's own bytes are checked below
+    want = stats_v1()[name]  # the same rows and draws, computed by this tgpflow
+    got = load_stats(v1_dir / name)
     if name == "bundle.npz":
         assert set(got) == set(want)
         for key in want:
-            assert_close(got[key], without_draw(want[key]), 1e-12)
+            assert_identical(got[key], without_draw(want[key]))
         again = tmp_path / StatsStore(tmp_path).save(got, name)  # a bundle is saved by the store
     else:
-        assert_close(got, without_draw(want), 1e-12)
+        assert_identical(got, without_draw(want))
         again = got.save(tmp_path / name)
     # written again: the same array names, dtypes and shapes, kind and metadata, and every array bit for bit
-    assert _npz_layout(again) == _npz_layout(V1 / name)
-    with np.load(again, allow_pickle=False) as a, np.load(V1 / name, allow_pickle=False) as b:
+    assert _npz_layout(again) == _npz_layout(v1_dir / name)
+    with np.load(again, allow_pickle=False) as a, np.load(v1_dir / name, allow_pickle=False) as b:
         assert all(a[k].tobytes() == b[k].tobytes() for k in b.files if k != "__tgpflow_meta__")

@@ -7,17 +7,15 @@ curl-free, lite and diagonal, and a selecting one; KDE-SDO):
 (b) saving and loading them (a statistics artifact, the pipeline's statistics store, a model file) keeps it;
 (c) a fresh estimator — one that never ran ``fit`` or ``accumulate`` — solves the loaded statistics from their
     own draw to the log density of the estimator that accumulated them;
-(d) statistics files written before statistics carried their draw (``tests/data/stats_v1``) load without it, and
+(d) statistics files written before statistics carried their draw (their layout, written by ``tests/legacy_stats.py``) load without it, and
     solve once it is given (``with_draw``, or ``features=``/``basis=``);
 (e) statistics of two different draws do not add up, and an estimator with another draw refuses them.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +28,7 @@ from tgpflow.pipeline.store import StatsStore, load_stats
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 from tgpflow.stats.projections import ProjectionCounts
 from tgpflow.stats.split import HeldOut, StatsBundle
+from tests.legacy_stats import inputs
 
 # a few hundred rows: the fits' quality checks may warn (not what these tests check)
 pytestmark = pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
@@ -171,18 +170,6 @@ def test_statistics_of_another_draw_are_refused(family):
 
 
 # -- files written before statistics carried their draw ------------------------------------------------------
-V1 = Path(__file__).resolve().parent / "data" / "stats_v1"
-
-
-@cache
-def v1_inputs() -> tuple[Any, ...]:
-    """The rows, feature draw, Nyström basis and projection grid of the v1 files (make_stats_v1.py)."""
-    spec = importlib.util.spec_from_file_location("make_stats_v1", V1 / "make_stats_v1.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.inputs()
-
-
 #: v1 file → a fresh estimator for its statistics, and which of the v1 draws they were computed with.
 V1_FAMILIES: dict[str, tuple[Callable[[], Any], str]] = {
     "tgp.npz": (lambda: GPTiltedDensity(method="fd", n_features=8, lam=0.5, bandwidth=0.9, normalizer_draws=2000),
@@ -197,9 +184,9 @@ V1_FAMILIES: dict[str, tuple[Callable[[], Any], str]] = {
 
 
 @pytest.mark.parametrize("name", [*V1_FAMILIES, "bundle.npz"])
-def test_files_written_before_load_without_their_draw(name):
-    X1, features, basis, grid = v1_inputs()
-    stats = load_stats(V1 / name)
+def test_files_written_before_load_without_their_draw(name, v1_dir):
+    X1, features, basis, grid = inputs()
+    stats = load_stats(v1_dir / name)
     for key, part in parts(stats):
         assert part.draw is None
         want = (grid if isinstance(part, ProjectionCounts) else
@@ -208,11 +195,11 @@ def test_files_written_before_load_without_their_draw(name):
 
 
 @pytest.mark.parametrize("name", V1_FAMILIES)
-def test_files_written_before_solve_with_the_draw_given(name):
-    X1, features, basis, _ = v1_inputs()
+def test_files_written_before_solve_with_the_draw_given(name, v1_dir):
+    X1, features, basis, _ = inputs()
     make, which = V1_FAMILIES[name]
     draw = features if which == "features" else basis
-    stats = load_stats(V1 / name)
+    stats = load_stats(v1_dir / name)
     with pytest.raises(ValueError, match="do not carry"):
         make().fit_from_stats(stats)  # a fresh estimator: nothing to solve with
     given = make().fit_from_stats(stats, draw)  # the draw passed, as before
