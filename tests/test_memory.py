@@ -14,6 +14,7 @@ from dask.sizeof import sizeof
 import tgpflow
 from tgpflow.core.memory import local_budget, pass_budget, plan_blocks, plan_pass, traced_peak
 from tgpflow.features.noise import noise_levels
+from tgpflow.features.sincos import MAX_ANGLE
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.kef import diag_chunk_stats, diag_memory, kef_chunk_stats, kef_memory, lite_chunk_stats, lite_memory
@@ -68,6 +69,20 @@ def test_a_chunks_peak_memory_is_its_plan_within_one_and_a_half(kind):
     assert plan.rows == rows and x.shape[0] // rows == 16
     assert peak <= 1.5 * plan.planned, (peak, plan.planned)
     assert plan.planned <= 1.5 * peak, (peak, plan.planned)
+
+
+def test_the_mixed_pass_beyond_the_kernels_angle_range_stays_within_its_plan():
+    """Rows whose angles leave the compiled sincos range go through NumPy's libm in float64 (an eighth of a
+    block at a time): the same plan holds."""
+    f = RandomFourierFeatures.draw(S, bandwidth=1e-7, n_dims=D, shift=np.zeros(D), random_state=0)
+    cost = tgp_memory(f, "mixed")
+    rows = plan_blocks(cost, BLOCK).rows
+    x = np.random.default_rng(0).normal(size=(16 * rows, D))
+    assert np.abs(x @ f.frequencies.T).max() > MAX_ANGLE  # the fallback is what runs
+    tgp_chunk_stats(x[:5], f, block_bytes=BLOCK, precision="mixed")
+    plan = plan_blocks(cost, BLOCK, chunk_rows=x.shape[0])
+    _, peak = traced_peak(tgp_chunk_stats, x, f, block_bytes=BLOCK, precision="mixed")
+    assert peak <= 1.5 * plan.planned, (peak, plan.planned)
 
 
 def test_the_fixed_part_counts_the_s_squared_accumulators():

@@ -7,7 +7,8 @@ import pytest
 from tgpflow import GPTiltedDensity, RandomFourierFeatures
 from tgpflow.features.noise import noise_levels
 from tgpflow.stats.ncfd import ncfd_chunk_stats
-from tgpflow.stats.tgp import tgp_chunk_stats
+from tgpflow.features.sincos import MAX_ANGLE, sin_f32_sums_rows, sincos_rows
+from tgpflow.stats.tgp import level_products, tgp_chunk_stats
 
 
 @pytest.fixture
@@ -24,6 +25,36 @@ def test_mixed_products_are_float32_accurate_and_accumulated_in_float64(gaussian
     np.testing.assert_allclose(mixed.psi, full.psi, rtol=1e-13, atol=1e-12)  # the O(S) sums stay float64
     strict = tgp_chunk_stats(xps.asarray(gaussian_mix), draw, block_bytes=8 * 4 * 64 * 50, precision="mixed")
     np.testing.assert_allclose(strict.gram, mixed.gram, rtol=1e-6, atol=1e-6 * np.abs(full.gram).max())
+
+
+def test_mixed_kernel_rounds_the_float64_sines_and_sums_them_in_float64(rng):
+    d, S, n = 3, 40, 777
+    xt = rng.normal(size=(d, n))
+    W, phase = rng.normal(size=(S, d)) * 3, rng.uniform(0, 2 * np.pi, S)
+    sin, cos = np.empty((S, n)), np.empty((S, n))
+    sincos_rows(W @ xt, phase, sin, cos)  # the float64 kernel on NumPy's angles
+    sin32, cos32 = np.empty((S, n), np.float32), np.empty((S, n), np.float32)
+    u, U, psi = np.ones(S), np.ones((S, d)), np.ones(S)  # added to, not overwritten
+    sin_f32_sums_rows(xt, W, phase, sin32, cos32, u, U, psi)
+    # the kernel's angles are its own FMA sums, NumPy's a GEMM: equal to a few ulps of the angle
+    assert np.abs(sin32 - sin).max() < 2 ** -24 + 1e-14 and np.abs(cos32 - cos).max() < 2 ** -24 + 1e-14
+    np.testing.assert_allclose(u - 1, sin.sum(axis=1), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(U - 1, sin @ xt.T, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(psi - 1, cos.sum(axis=1), rtol=1e-12, atol=1e-12)
+    sin_f32_sums_rows(xt, W, phase, sin32, None, u, U, psi)  # without the cosine block
+    np.testing.assert_allclose(psi - 1, 2 * cos.sum(axis=1), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1.0, 2 * MAX_ANGLE])  # in the compiled kernel's range; beyond it (NumPy's libm)
+def test_mixed_level_products_keep_the_float64_sums(rng, scale):
+    x = rng.normal(size=(3000, 4))
+    f = RandomFourierFeatures.draw(50, bandwidth=1.0 / scale, n_dims=4, shift=np.zeros(4), random_state=2)
+    ref = level_products(x, f, 700, cos_gram=True, precision="float64")
+    mix = level_products(x, f, 700, cos_gram=True, precision="mixed")
+    for a, b in zip(ref[:2], mix[:2]):  # sin sinᵀ and cos cosᵀ: float32 products
+        assert 1e-10 < np.abs(a - b).max() / np.abs(a).max() < 1e-6
+    for a, b in zip(ref[2:], mix[2:]):  # Σ sin, Σ sin (x − x₀)ᵀ, Σ cos: float64
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12 * np.abs(a).max())
 
 
 def test_mixed_ncfd_and_fits_agree_with_float64(gaussian_mix, draw):
