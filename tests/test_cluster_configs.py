@@ -84,6 +84,38 @@ def test_a_local_cluster_file_starts_that_cluster(tmp_path):
         assert list(client.nthreads().values()) == [2]
 
 
+def _malloc_env():
+    import os
+
+    return os.environ.get("MALLOC_MMAP_THRESHOLD_"), os.environ.get("MALLOC_TRIM_THRESHOLD_")
+
+
+def test_worker_processes_started_here_keep_glibcs_heap_for_large_blocks(tmp_path, monkeypatch):
+    """The nanny's MALLOC_TRIM_THRESHOLD_ would leave every block above 128 KiB a fresh mmap (cluster.worker_malloc);
+    worker processes tgpflow starts get MALLOC_MMAP_THRESHOLD_ beside it; a value in the Dask config or in the
+    environment (distributed lets the environment win) is kept."""
+    import dask
+    import distributed  # noqa: F401 - its defaults in the Dask config
+
+    from tgpflow.cluster import WORKER_MMAP_THRESHOLD, dask_client
+
+    spec = tmp_path / "procs.yaml"
+    spec.write_text("type: local\nn_workers: 1\nthreads_per_worker: 1\nprocesses: true\ndashboard_address: null\n")
+    trim = str(dask.config.get("distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"))
+    # the nanny writes its variables into this process's environment (distributed's "poisoning"): start clean
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    with cluster_from_file(spec) as client:
+        assert list(client.run(_malloc_env).values()) == [(str(WORKER_MMAP_THRESHOLD), trim)]
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_": 1 << 20}), \
+            dask_client(local="cluster", n_workers=1) as client:
+        assert list(client.run(_malloc_env).values()) == [(str(1 << 20), trim)]
+    assert dask.config.get("distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_", None) is None  # restored
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(1 << 21))
+    with dask_client(local="cluster", n_workers=1) as client:
+        assert list(client.run(_malloc_env).values()) == [(str(1 << 21), trim)]
+
+
 def test_local_cluster_file_binds_to_localcluster():
     from distributed import LocalCluster
 
