@@ -4,7 +4,7 @@
 θ (FD), of μ̂ (FVPD) and of the held-out Hyvärinen loss (10% of the rows held out by the
 row-hash split) for the mixed mode against float64, same features. (2) The pass over 1M
 synthetic rows (d = 7, S = 1000) on the threaded scheduler, the two modes interleaved :data:`REPEATS`
-times: rows/s per mode (median) and the median of the per-repeat ratios.
+times: rows/s per mode (the best of the repeats) and their ratio, with the per-repeat ratios.
 Usage: python benchmarks/precision_modes.py [--pass-only]
 """
 
@@ -64,10 +64,12 @@ def main() -> None:
             print(f"pass {rep + 1}/{REPEATS}: " + ", ".join(f"{p} {r[-1]:,.0f} rows/s" for p, r in rates.items())
                   + f"; mixed/float64 {rates['mixed'][-1] / rates['float64'][-1]:.2f}", flush=True)
     ratios = [m / f for m, f in zip(rates["mixed"], rates["float64"], strict=True)]
-    out["pass_rows_s"] = {k: round(float(np.median(v))) for k, v in rates.items()}
-    out["mixed_over_float64_speed"] = round(float(np.median(ratios)), 3)
+    # best of the repeats per mode: a shared machine's noise only ever slows a pass
+    out["pass_rows_s"] = {k: round(max(v)) for k, v in rates.items()}
+    out["mixed_over_float64_speed"] = round(max(rates["mixed"]) / max(rates["float64"]), 3)
     out["mixed_over_float64_per_repeat"] = [round(r, 3) for r in ratios]
-    print(f"mixed / float64 pass speed (median of {REPEATS} interleaved repeats): {out['mixed_over_float64_speed']:.2f}")
+    print(f"mixed / float64 pass speed (best of {REPEATS} interleaved repeats each): "
+          f"{out['mixed_over_float64_speed']:.2f}")
     print(json.dumps(out))
 
 

@@ -5,7 +5,8 @@
     anomaly threshold: no selection), on the threaded scheduler and on an embedded LocalCluster
     (one process per core).
 The peak is OpenBLAS ``dsyrk`` on the same (rows × S) float64 blocks the kernel uses,
-all cores (rows/s = flops/s ÷ S²). Usage: python benchmarks/stats_pass.py [--rows 2000000]
+all cores (rows/s = flops/s ÷ S²), measured before each of :data:`REPEATS` passes; (a) is the best pass
+over the best peak (noise on a shared machine only slows either). Usage: python benchmarks/stats_pass.py [--rows 2000000] [--pass-only]
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ import scipy.linalg.blas as blas
 from threadpoolctl import threadpool_limits
 
 
-def syrk_rows_per_second(S: int, rows: int, repeats: int = 6) -> float:
+REPEATS = 3
+
+
+def syrk_rows_per_second(S: int, rows: int, repeats: int = 20) -> float:
     a = np.asfortranarray(np.random.default_rng(0).uniform(-1, 1, size=(rows, S)))
     c = np.zeros((S, S), order="F")
     blas.dsyrk(1.0, a, beta=1.0, c=c, trans=1, lower=1, overwrite_c=1)
@@ -46,23 +50,32 @@ def main() -> None:
     p.add_argument("--dims", type=int, default=7)
     p.add_argument("--features", type=int, default=1000)
     p.add_argument("--row-group", type=int, default=100_000)
+    p.add_argument("--pass-only", action="store_true", help="(a) only")
     args = p.parse_args()
     N, d, S = args.rows, args.dims, args.features
     block = block_rows_for(S, d, DEFAULT_BLOCK_BYTES)
-    peak = syrk_rows_per_second(S, block)
-    print(f"SYRK peak (all cores, {block}×{S} blocks): {peak:,.0f} rows/s = {peak * S * S / 1e9:.1f} GFLOP/s")
-
     X = np.random.default_rng(1).normal(size=(N, d))
     f = RandomFourierFeatures.draw(S, bandwidth=0.3, n_dims=d, shift=np.zeros(d), random_state=0)
+    peaks, rates = [], []
     with dask.config.set(scheduler="threads"):
         accumulate(as_source(X[:50_000]), tgp_chunk_stats, f)  # compile the kernel
-        t = time.perf_counter()
-        stats, _ = accumulate(as_source(X), tgp_chunk_stats, f)
-        dt = time.perf_counter() - t
-    rate_a = N / dt
-    results = {"rows": N, "d": d, "S": S, "syrk_peak_rows_s": round(peak),
-               "a_numpy_rows_s": round(rate_a), "a_ratio": round(rate_a / peak, 3)}
-    print(f"(a) pass from NumPy: {rate_a:,.0f} rows/s, ratio to SYRK {rate_a / peak:.2f}")
+        for rep in range(REPEATS):  # the peak and the pass in turn: a noisy spell of the machine hits both
+            peaks.append(syrk_rows_per_second(S, block))
+            t = time.perf_counter()
+            accumulate(as_source(X), tgp_chunk_stats, f)
+            rates.append(N / (time.perf_counter() - t))
+            print(f"    repeat {rep + 1}/{REPEATS}: SYRK peak {peaks[-1]:,.0f} rows/s "
+                  f"({peaks[-1] * S * S / 1e9:.1f} GFLOP/s, {block}×{S} blocks, all cores), pass {rates[-1]:,.0f} "
+                  f"rows/s: {rates[-1] / peaks[-1]:.3f}", flush=True)
+    # best of the repeats, for the peak and the pass alike: a shared machine's noise only ever slows either
+    peak, rate_a = max(peaks), max(rates)
+    results = {"rows": N, "d": d, "S": S, "syrk_peak_rows_s": round(peak), "a_numpy_rows_s": round(rate_a),
+               "a_ratio": round(rate_a / peak, 3), "syrk_peaks_rows_s": [round(q) for q in peaks],
+               "a_rows_s": [round(r) for r in rates]}
+    print(f"(a) pass from NumPy: {rate_a:,.0f} rows/s, ratio to SYRK {rate_a / peak:.3f} (best of {REPEATS} each)")
+    if args.pass_only:
+        print(json.dumps(results))
+        return
     with threadpool_limits(1, "blas"):
         single = syrk_rows_per_second(S, block, repeats=3)
     print(f"    (single-thread SYRK: {single:,.0f} rows/s)")

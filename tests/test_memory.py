@@ -71,17 +71,18 @@ def test_a_chunks_peak_memory_is_its_plan_within_one_and_a_half(kind):
     assert plan.planned <= 1.5 * peak, (peak, plan.planned)
 
 
-def test_the_mixed_pass_beyond_the_kernels_angle_range_stays_within_its_plan():
+@pytest.mark.parametrize("precision", ["float64", "mixed"])
+def test_the_pass_beyond_the_kernels_angle_range_stays_within_its_plan(precision):
     """Rows whose angles leave the compiled sincos range go through NumPy's libm in float64 (an eighth of a
     block at a time): the same plan holds."""
     f = RandomFourierFeatures.draw(S, bandwidth=1e-7, n_dims=D, shift=np.zeros(D), random_state=0)
-    cost = tgp_memory(f, "mixed")
+    cost = tgp_memory(f, precision)
     rows = plan_blocks(cost, BLOCK).rows
     x = np.random.default_rng(0).normal(size=(16 * rows, D))
     assert np.abs(x @ f.frequencies.T).max() > MAX_ANGLE  # the fallback is what runs
-    tgp_chunk_stats(x[:5], f, block_bytes=BLOCK, precision="mixed")
+    tgp_chunk_stats(x[:5], f, block_bytes=BLOCK, precision=precision)
     plan = plan_blocks(cost, BLOCK, chunk_rows=x.shape[0])
-    _, peak = traced_peak(tgp_chunk_stats, x, f, block_bytes=BLOCK, precision="mixed")
+    _, peak = traced_peak(tgp_chunk_stats, x, f, block_bytes=BLOCK, precision=precision)
     assert peak <= 1.5 * plan.planned, (peak, plan.planned)
 
 

@@ -7,7 +7,7 @@ import pytest
 from tgpflow import GPTiltedDensity, RandomFourierFeatures
 from tgpflow.features.noise import noise_levels
 from tgpflow.stats.ncfd import ncfd_chunk_stats
-from tgpflow.features.sincos import MAX_ANGLE, sin_f32_sums_rows, sincos_rows
+from tgpflow.features.sincos import MAX_ANGLE, sin_sums_rows, sincos_rows
 from tgpflow.stats.tgp import level_products, tgp_chunk_stats
 
 
@@ -27,22 +27,25 @@ def test_mixed_products_are_float32_accurate_and_accumulated_in_float64(gaussian
     np.testing.assert_allclose(strict.gram, mixed.gram, rtol=1e-6, atol=1e-6 * np.abs(full.gram).max())
 
 
-def test_mixed_kernel_rounds_the_float64_sines_and_sums_them_in_float64(rng):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_pass_kernel_writes_the_float64_sines_rounded_and_sums_in_float64(rng, dtype):
     d, S, n = 3, 40, 777
     xt = rng.normal(size=(d, n))
     W, phase = rng.normal(size=(S, d)) * 3, rng.uniform(0, 2 * np.pi, S)
     sin, cos = np.empty((S, n)), np.empty((S, n))
     sincos_rows(W @ xt, phase, sin, cos)  # the float64 kernel on NumPy's angles
-    sin32, cos32 = np.empty((S, n), np.float32), np.empty((S, n), np.float32)
+    sin_out, cos_out = np.empty((S, n), dtype), np.empty((S, n), dtype)
     u, U, psi = np.ones(S), np.ones((S, d)), np.ones(S)  # added to, not overwritten
-    sin_f32_sums_rows(xt, W, phase, sin32, cos32, u, U, psi)
+    sin_sums_rows(xt, W, phase, sin_out, cos_out, psi, u, U)
     # the kernel's angles are its own FMA sums, NumPy's a GEMM: equal to a few ulps of the angle
-    assert np.abs(sin32 - sin).max() < 2 ** -24 + 1e-14 and np.abs(cos32 - cos).max() < 2 ** -24 + 1e-14
+    tol = (2.0 ** -24 if dtype == np.float32 else 0) + 1e-14
+    assert np.abs(sin_out - sin).max() < tol and np.abs(cos_out - cos).max() < tol
     np.testing.assert_allclose(u - 1, sin.sum(axis=1), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(U - 1, sin @ xt.T, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(psi - 1, cos.sum(axis=1), rtol=1e-12, atol=1e-12)
-    sin_f32_sums_rows(xt, W, phase, sin32, None, u, U, psi)  # without the cosine block
+    sin_sums_rows(xt, W, phase, sin_out, None, psi)  # without the cosine block and the sine's sums
     np.testing.assert_allclose(psi - 1, 2 * cos.sum(axis=1), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(u - 1, sin.sum(axis=1), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("scale", [1.0, 2 * MAX_ANGLE])  # in the compiled kernel's range; beyond it (NumPy's libm)

@@ -11,7 +11,7 @@ from tgpflow.core.moments import Moments
 from tgpflow.errors import FeaturesMismatchError, ModelFileError
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.io.sources import as_source
-from tgpflow.stats.tgp import TGPStats, block_rows_for, tgp_chunk_stats
+from tgpflow.stats.tgp import TGPStats, block_rows_for, tgp_chunk_stats, tgp_memory
 
 FIELDS = ("gram", "u", "U", "psi")
 
@@ -59,8 +59,8 @@ def test_block_budget_gives_identical_results_and_refuses_too_small(rng):
     one_block = tgp_chunk_stats(X, f, block_bytes=10**8)
     many = tgp_chunk_stats(X, f, block_bytes=per_row * 7)
     assert_stats_close(many, one_block, rtol=1e-13)
-    with pytest.raises(MemoryError, match="bytes per row"):
-        tgp_chunk_stats(X, f, block_bytes=per_row - 1)
+    with pytest.raises(MemoryError, match="bytes per row"):  # the pass's own per-row plan (not evaluation's)
+        tgp_chunk_stats(X, f, block_bytes=tgp_memory(f).per_row - 1)
 
 
 @given(cuts=st.lists(st.integers(1, 399), max_size=12, unique=True), split_every=st.integers(2, 9))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["sincos_rows", "cos_sin_sums_rows", "cos_rows", "sin_f32_sums_rows", "MAX_ANGLE"]
+__all__ = ["sincos_rows", "cos_sin_sums_rows", "cos_rows", "sin_sums_rows", "MAX_ANGLE"]
 
 #: Largest |angle| for which the three-term Cody–Waite reduction is exact.
 MAX_ANGLE = 1.0e6
@@ -180,54 +180,60 @@ def sincos_rows(angle: np.ndarray, phase: np.ndarray, sin_out: np.ndarray, cos_o
     _sincos_kernel(angle, phase, sin_out, cos_out)
 
 
-# -- the mixed-precision pass: float32 sin block, float64 sums ----------------------------------------------
-# Under precision="mixed" the S×S product is float32, but the O(S) sums Σ sin, Σ cos and Σ sin (x − x₀)ᵀ stay
-# float64 (MATH.md §2). Formed apart, they cost float64 angle, sin and cos blocks in memory (24·S bytes a row),
-# the rounding to float32 and three more reads; here each feature's row of angles, sines and cosines stays in L1
-# and goes out once, rounded, with its sums. Measured at S = 1000, d = 7, one thread: 6.6 µs a row against 8 µs
-# apart, beside 12.4 µs for the float32 product (the pass: 2–7 % faster); a block row needs 4·S bytes.
+# -- the pass: sin block out, sums in ------------------------------------------------------------------------
+# The statistics pass needs the sin block (S, rows) for its product and, of the cosines, only their row sums
+# Σ cos (and the cos block itself only for the held-out Σφφᵀ). Formed apart, angles, sin and cos are three
+# float64 (S, rows) blocks in memory (24·S bytes a row) and the sums read them again; here each feature's row
+# of angles, sines and cosines stays in L1 and goes out once, with its sums. Measured at S = 1000, d = 7:
+# float64, 2 threads, +3 % on the whole pass (its product is 85 % of it); under precision="mixed" (the block
+# rounded to float32, and Σ sin and Σ sin (x − x₀)ᵀ summed here in float64 too, since the float32 product
+# cannot give them), one thread: 6.6 µs a row against 8 µs apart, beside 12.4 µs for the float32 product.
 
 
 @njit(cache=True, nogil=True, boundscheck=False, error_model="numpy", fastmath={"contract", "reassoc"})
-def _row_sums_f32(sbuf, cbuf, xt, s, sin32, cos32, u, U, psi):  # pragma: no cover - compiled
+def _row_out(sbuf, cbuf, xt, s, sin_out, cos_out, u, U, psi):  # pragma: no cover - compiled
     # reassoc for these sums only (vectorised partial sums); the sine and cosine, without it, are the
-    # caller's: reassociation would break the Cody–Waite reduction
+    # caller's: reassociation would break the Cody–Waite reduction. Stores round to the outputs' dtype.
     n = sbuf.shape[0]
-    ts = 0.0
     tc = 0.0
     for i in range(n):
-        sin32[s, i] = np.float32(sbuf[i])
-        ts += sbuf[i]
+        sin_out[s, i] = sbuf[i]
         tc += cbuf[i]
-    if cos32.shape[0]:
-        for i in range(n):
-            cos32[s, i] = np.float32(cbuf[i])
-    u[s] += ts
     psi[s] += tc
-    for j in range(xt.shape[0]):
-        t = 0.0
+    if cos_out.shape[0]:
         for i in range(n):
-            t += sbuf[i] * xt[j, i]
-        U[s, j] += t
+            cos_out[s, i] = cbuf[i]
+    if u.shape[0]:
+        ts = 0.0
+        for i in range(n):
+            ts += sbuf[i]
+        u[s] += ts
+        for j in range(xt.shape[0]):
+            t = 0.0
+            for i in range(n):
+                t += sbuf[i] * xt[j, i]
+            U[s, j] += t
 
 
 @njit(cache=True, nogil=True, boundscheck=False, error_model="numpy", fastmath={"contract"})
-def _sin_f32_sums_kernel(xt, W, phase, sin32, cos32, u, U, psi):  # pragma: no cover - compiled
+def _sin_sums_kernel(xt, W, phase, sin_out, cos_out, u, U, psi):  # pragma: no cover - compiled
     n = xt.shape[1]
     abuf, sbuf, cbuf = np.empty(n), np.empty(n), np.empty(n)
     for s in range(W.shape[0]):
         _angle_row(xt, W, s, abuf)
         _sincos_row(abuf, phase[s], sbuf, cbuf)
-        _row_sums_f32(sbuf, cbuf, xt, s, sin32, cos32, u, U, psi)
+        _row_out(sbuf, cbuf, xt, s, sin_out, cos_out, u, U, psi)
 
 
-def sin_f32_sums_rows(xt: np.ndarray, W: np.ndarray, phase: np.ndarray, sin32: np.ndarray, cos32: np.ndarray | None,
-                      u: np.ndarray, U: np.ndarray, psi: np.ndarray) -> None:
-    """Write ``sin(W xt + phase)`` rounded to float32 into ``sin32`` (S, n) (and the cosine into ``cos32``, unless
-    None) and add, in float64, the sine's row sums to ``u`` (S,), ``sin · xtᵀ`` to ``U`` (S, d) and the cosine's
-    row sums to ``psi`` (S,).
+def sin_sums_rows(xt: np.ndarray, W: np.ndarray, phase: np.ndarray, sin_out: np.ndarray, cos_out: np.ndarray | None,
+                  psi: np.ndarray, u: np.ndarray | None = None, U: np.ndarray | None = None) -> None:
+    """Write ``sin(W xt + phase)`` into ``sin_out`` (S, n) (and the cosine into ``cos_out``, unless None), rounded to
+    their dtype (float64 or float32), and add in float64 the cosine's row sums to ``psi`` (S,) and, when given,
+    the sine's row sums to ``u`` (S,) and ``sin · xtᵀ`` to ``U`` (S, d).
 
     ``xt`` is the (d, n) block of shifted rows, transposed and C-contiguous; ``W`` (S, d); sines and cosines are
-    those of :func:`sincos_rows` (float64, then rounded), with angles bounded by :data:`MAX_ANGLE` likewise.
+    those of :func:`sincos_rows` (float64), with angles bounded by :data:`MAX_ANGLE` likewise.
     """
-    _sin_f32_sums_kernel(xt, W, phase, sin32, np.empty((0, 0), np.float32) if cos32 is None else cos32, u, U, psi)
+    empty = np.empty((0, 0), dtype=sin_out.dtype)
+    _sin_sums_kernel(xt, W, phase, sin_out, empty if cos_out is None else cos_out,
+                     np.empty(0) if u is None else u, np.empty((0, 0)) if U is None else U, psi)

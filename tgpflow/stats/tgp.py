@@ -52,11 +52,10 @@ def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with
     Fixed: the S×S accumulator ``gram`` (and ``gram_cos`` for Σφφᵀ) and the product buffers (float32
     under ``precision="mixed"``; float64: (S + d + 1)², the augmented product of :func:`_products_numpy`);
     the S×d sums ``U``, its block product and the frequencies ``W``, ``|W|``; a few S-vectors. Per block
-    row: float64 angles, sin and cos (3·S, and the d + 1 augmented rows), or under "mixed" the float32 sin (and
-    cos) blocks, the kernel's three float64 rows and the transposed row (d), with two float64 rows for an
-    eighth of the block where angles leave the compiled kernel's range (:func:`_mixed_libm_block`); and the
-    shifted row with its absolute value (2·d). Per chunk row: the centred copy
-    of the moments (d). Other array namespaces (CuPy, array_api_strict) form each product as a new S×S
+    row: the sin block A (S, and the d + 1 augmented rows in float64) and, for Σφφᵀ, the cos block (S), in the
+    products' precision; the kernel's three float64 rows; the transposed and the shifted row with its absolute
+    value (3·d); two float64 rows for an eighth of the block where angles leave the compiled kernel's range
+    (:func:`_libm_block`). Per chunk row: the centred copy of the moments (d). Other array namespaces (CuPy, array_api_strict) form each product as a new S×S
     array: one more S².
     """
     S, d = features.n_features, features.n_dims
@@ -65,10 +64,10 @@ def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with
     products = (S + aug) ** 2 + (S * S if with_phi_gram else 0)
     squares = F64 * S * S * (2 if with_phi_gram else 1) + (F32 if mixed else F64) * products
     fixed = squares + F64 * (4 * S * d + 8 * S + 2 * d * d)
-    if mixed:  # float32 sin (and cos) blocks; the transposed row and 3 kernel rows; the libm fallback's share
-        per_row = F32 * S * (2 if with_phi_gram else 1) + F64 * (3 * d + 3) + 2 * F64 * S // MIXED_LIBM_PARTS
-    else:
-        per_row = F64 * (3 * S + 2 * d + aug)
+    # the sin block A (and the cos block), in the products' precision; the transposed and the shifted row with its
+    # absolute value (3·d) and the kernel's 3 rows, float64; the libm fallback's share (:func:`_libm_block`)
+    per_row = ((F32 if mixed else F64) * (S * (2 if with_phi_gram else 1) + aug) + F64 * (3 * d + 3)
+               + 2 * F64 * S // LIBM_PARTS)
     what = f"FD/FVPD statistics (S={S}, d={d}, {precision}{', with Σφφᵀ' if with_phi_gram else ''})"
     result = F64 * (S * S * (2 if with_phi_gram else 1) + S * d + 2 * S + d * d + d)
     return MemoryCost(what, fixed, per_row, F64 * d, "use fewer features (n_features)", result)
@@ -195,44 +194,33 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
     U = np.zeros((S, d))
     psi = np.zeros(S)
     W, phase, absW = features.frequencies, features.phase, np.abs(features.frequencies)
-    from tgpflow.features.sincos import MAX_ANGLE, sin_f32_sums_rows, sincos_rows
+    from tgpflow.features.sincos import MAX_ANGLE, sin_sums_rows
 
     # float64: the sin block is the top of A = [sin; (x − x₀)ᵀ; 1] (S + d + 1 rows), so that one product AAᵀ
     # also gives Σ sin (x − x₀)ᵀ and Σ sin (1.6 % more flops at S = 1000, d = 7, where the skinny GEMM and the
     # row sums they replace cost 7 % of the block: both read the 22 MB sin block once more from memory).
-    # mixed: those sums stay float64, formed by the kernel that writes the float32 sin block
-    # (:func:`~tgpflow.features.sincos.sin_f32_sums_rows`); only AAᵀ is float32.
+    # mixed: A is the float32 sin block alone, and those sums stay float64, formed with it by the kernel.
+    # Either way Σ cos comes from the kernel, and the cos block is formed only for the held-out Σφφᵀ.
     aug = 0 if mixed else d + 1
     low = np.float32 if mixed else np.float64
+    sums = (u, U) if mixed else (None, None)
     prod = np.empty((S + aug, S + aug), dtype=low)
     prod_cos = np.empty((S, S), dtype=low) if cos_gram else None
     # Buffers reused across blocks: fresh 30 MB arrays cost more in page faults than the kernel.
     sin_buf = np.empty((S + aug) * rows, dtype=low)
-    cos_buf = np.empty(S * rows, dtype=low) if (cos_gram or not mixed) else None
-    ang_buf = None if mixed else np.empty(S * rows)
+    cos_buf = np.empty(S * rows, dtype=low) if cos_gram else None
     for start in range(0, x.shape[0], rows):
         xs = x[start:start + rows] - features.shift  # per block: no shifted copy of the whole chunk
         nb = xs.shape[0]
         A = sin_buf[: (S + aug) * nb].reshape(S + aug, nb)
         cos = None if cos_buf is None else cos_buf[: S * nb].reshape(S, nb)
-        exact = float((absW @ np.abs(xs).max(axis=0)).max()) + 2 * np.pi < MAX_ANGLE
-        if mixed and exact:
-            sin_f32_sums_rows(np.ascontiguousarray(xs.T), W, phase, A, cos, u, U, psi)
-        elif mixed:
-            _mixed_libm_block(xs, W, phase, A, cos, u, U, psi)
-        else:
-            angle = ang_buf[: S * nb].reshape(S, nb)
-            sin = A[:S]
+        if float((absW @ np.abs(xs).max(axis=0)).max()) + 2 * np.pi < MAX_ANGLE:
+            sin_sums_rows(np.ascontiguousarray(xs.T), W, phase, A[:S], cos, psi, *sums)
+        else:  # angles beyond the kernel's exact reduction range: NumPy's libm
+            _libm_block(xs, W, phase, A[:S], cos, psi, *sums)
+        if aug:
             A[S:S + d] = xs.T
             A[S + d] = 1.0
-            np.matmul(W, xs.T, out=angle)
-            if exact:
-                sincos_rows(angle, phase, sin, cos)
-            else:  # NumPy's libm beyond the kernel's range
-                angle += phase[:, None]
-                np.sin(angle, out=sin)
-                np.cos(angle, out=cos)
-            psi += cos.sum(axis=1)
         # NumPy's matmul releases the GIL (SciPy's dsyrk wrapper does not: two Dask threads
         # serialised on it, measured 0.53 of the SYRK bound vs 0.82 with processes) and
         # dispatches ``a @ a.T`` to SYRK itself; a float32 product is added to the float64 accumulator.
@@ -245,27 +233,28 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
     return gram, gram_cos, u, U, psi
 
 
-#: The float64 fallback of the mixed pass works on 1/this of a block at a time (:func:`_mixed_libm_block`).
-MIXED_LIBM_PARTS = 8
+#: The libm fallback of the pass works on 1/this of a block at a time (:func:`_libm_block`).
+LIBM_PARTS = 8
 
 
-def _mixed_libm_block(xs: np.ndarray, W: np.ndarray, phase: np.ndarray, sin32: np.ndarray, cos32: np.ndarray | None,
-                      u: np.ndarray, U: np.ndarray, psi: np.ndarray) -> None:
-    """:func:`~tgpflow.features.sincos.sin_f32_sums_rows` by NumPy's libm, for angles beyond the kernel's exact
+def _libm_block(xs: np.ndarray, W: np.ndarray, phase: np.ndarray, sin_out: np.ndarray, cos_out: np.ndarray | None,
+                psi: np.ndarray, u: np.ndarray | None, U: np.ndarray | None) -> None:
+    """:func:`~tgpflow.features.sincos.sin_sums_rows` by NumPy's libm, for angles beyond the kernel's exact
     range: an eighth of the block at a time, so that its two float64 (S, rows/8) temporaries stay within the
     2·S bytes a block row that :func:`tgp_memory` plans for them."""
-    step = -(-xs.shape[0] // MIXED_LIBM_PARTS)
+    step = -(-xs.shape[0] // LIBM_PARTS)
     for i in range(0, xs.shape[0], step):
         part = xs[i:i + step]
         angle = W @ part.T + phase[:, None]
         trig = np.sin(angle)
-        sin32[:, i:i + step] = trig
-        u += trig.sum(axis=1)
-        U += trig @ part
+        sin_out[:, i:i + step] = trig
+        if u is not None and U is not None:
+            u += trig.sum(axis=1)
+            U += trig @ part
         np.cos(angle, out=trig)
         psi += trig.sum(axis=1)
-        if cos32 is not None:
-            cos32[:, i:i + step] = trig
+        if cos_out is not None:
+            cos_out[:, i:i + step] = trig
 
 
 def _products_xp(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool, xp: Any,
