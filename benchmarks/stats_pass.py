@@ -41,9 +41,9 @@ def main() -> None:
     from tgpflow import GPTiltedDensity, RandomFourierFeatures
     from tgpflow.cluster import dask_client
     from tgpflow.core.engine import accumulate
-    from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
+    from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, plan_blocks
     from tgpflow.io.sources import as_source
-    from tgpflow.stats.tgp import block_rows_for, tgp_chunk_stats
+    from tgpflow.stats.tgp import tgp_chunk_stats, tgp_memory
 
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=2_000_000)
@@ -53,9 +53,9 @@ def main() -> None:
     p.add_argument("--pass-only", action="store_true", help="(a) only")
     args = p.parse_args()
     N, d, S = args.rows, args.dims, args.features
-    block = block_rows_for(S, d, DEFAULT_BLOCK_BYTES)
     X = np.random.default_rng(1).normal(size=(N, d))
     f = RandomFourierFeatures.draw(S, bandwidth=0.3, n_dims=d, shift=np.zeros(d), random_state=0)
+    block = plan_blocks(tgp_memory(f), DEFAULT_BLOCK_BYTES).rows  # the pass's own block rows (its chunks are larger)
     peaks, rates = [], []
     with dask.config.set(scheduler="threads"):
         accumulate(as_source(X[:50_000]), tgp_chunk_stats, f)  # compile the kernel
