@@ -48,6 +48,19 @@ def test_the_pass_kernel_writes_the_float64_sines_rounded_and_sums_in_float64(rn
     np.testing.assert_allclose(u - 1, sin.sum(axis=1), rtol=1e-12, atol=1e-12)
 
 
+def test_the_pass_kernels_sines_are_the_float64_kernels_bit_for_bit_at_large_angles(rng):
+    """With W = 1 the kernel's angle is the row itself, so its sines and cosines must be sincos_rows' exactly: the
+    sums' reassociation (fastmath) must not reach the Cody–Waite reduction, whose error would grow with the angle."""
+    xt = rng.uniform(-0.5 * MAX_ANGLE, 0.5 * MAX_ANGLE, size=(1, 4099))
+    W, phase = np.ones((3, 1)), rng.uniform(0, 2 * np.pi, 3)
+    sin, cos = np.empty((3, xt.shape[1])), np.empty((3, xt.shape[1]))
+    sincos_rows(np.repeat(xt, 3, axis=0), phase, sin, cos)
+    sin_out, cos_out = np.empty_like(sin), np.empty_like(cos)
+    sin_sums_rows(xt, W, phase, sin_out, cos_out, np.zeros(3))
+    np.testing.assert_array_equal(sin_out, sin)
+    np.testing.assert_array_equal(cos_out, cos)
+
+
 @pytest.mark.parametrize("scale", [1.0, 2 * MAX_ANGLE])  # in the compiled kernel's range; beyond it (NumPy's libm)
 def test_mixed_level_products_keep_the_float64_sums(rng, scale):
     x = rng.normal(size=(3000, 4))

@@ -55,8 +55,8 @@ def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with
     row: the sin block A (S, and the d + 1 augmented rows in float64) and, for Σφφᵀ, the cos block (S), in the
     products' precision; the kernel's three float64 rows; the transposed and the shifted row with its absolute
     value (3·d); two float64 rows for an eighth of the block where angles leave the compiled kernel's range
-    (:func:`_libm_block`). Per chunk row: the centred copy of the moments (d). Other array namespaces (CuPy, array_api_strict) form each product as a new S×S
-    array: one more S².
+    (:func:`_libm_block`). Per chunk row: the centred copy of the moments (d). Other array namespaces (CuPy,
+    array_api_strict) form each product as a new S×S array: one more S².
     """
     S, d = features.n_features, features.n_dims
     mixed = precision == "mixed"
