@@ -4,9 +4,10 @@
     per task); (b) the whole ``fit`` from Parquet on disk at fixed γ, λ, η (pilot, pass, solve, normaliser,
     anomaly threshold: no selection), on the threaded scheduler and on an embedded LocalCluster
     (one process per core).
-The peak is OpenBLAS ``dsyrk`` on the same (rows × S) float64 blocks the kernel uses,
+The peak is OpenBLAS ``dsyrk`` on the same (rows × S) float64 blocks the pass uses (its memory plan's),
 all cores (rows/s = flops/s ÷ S²), measured before each of :data:`REPEATS` passes; (a) is the best pass
-over the best peak (noise on a shared machine only slows either). Usage: python benchmarks/stats_pass.py [--rows 2000000] [--pass-only]
+over the best peak (noise on a shared machine only slows either).
+Usage: python benchmarks/stats_pass.py [--rows 2000000] [--pass-only]
 """
 
 from __future__ import annotations

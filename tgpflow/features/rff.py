@@ -212,12 +212,11 @@ class RandomFourierFeatures:
         """
         xp = namespace(x_shifted)
         if is_numpy(xp):
-            from tgpflow.features.sincos import MAX_ANGLE, sincos_rows  # Numba: imported when first used
+            from tgpflow.features.sincos import sincos_rows  # Numba: imported when first used
 
             xs = np.asarray(x_shifted)
             angle = self.frequencies @ xs.T  # (S, n), C-contiguous
-            bound = float((self._abs_frequencies @ np.abs(xs).max(axis=0, initial=0.0)).max()) + 2 * np.pi
-            if bound < MAX_ANGLE:
+            if self.in_kernel_range(xs):
                 sin = np.empty_like(angle)
                 cos = np.empty_like(angle)
                 sincos_rows(angle, self.phase, sin, cos)
@@ -261,7 +260,7 @@ class RandomFourierFeatures:
         def task(start: int) -> None:
             stop = min(start + TASK_ROWS, n)
             xt = np.ascontiguousarray((X[start:stop] - self.shift).T)
-            if self._angle_bound(xt.T) < _max_angle():
+            if self.in_kernel_range(xt.T):
                 cos_sin_sums_rows(xt, self.frequencies, self.phase, C, B, out_c[:, start:stop], out_s[:, start:stop])
                 return
             for lo in range(0, stop - start, block_rows):  # beyond the kernel's exact range: NumPy's libm
@@ -287,16 +286,18 @@ class RandomFourierFeatures:
         out = np.empty((self.n_features, X.shape[0])) if out is None else out
         xt = np.ascontiguousarray((X - self.shift).T)
         scale = math.sqrt(2.0 / self.n_features)
-        if self._angle_bound(xt.T) < _max_angle():
+        if self.in_kernel_range(xt.T):
             cos_rows(xt, self.frequencies, self.phase, scale, out)
         else:
             out[...] = self.sincos(xt.T)[1]
             out *= scale
         return out
 
-    def _angle_bound(self, xs: np.ndarray) -> float:
-        """An upper bound of |angle| over the shifted rows ``xs`` (n, d)."""
-        return float((self._abs_frequencies @ np.abs(xs).max(axis=0, initial=0.0)).max()) + 2 * np.pi
+    def in_kernel_range(self, xs: np.ndarray) -> bool:
+        """Whether every angle ``W xᵀ + c'`` of the shifted rows ``xs`` (n, d) is within the compiled sincos
+        kernels' exact range (:data:`tgpflow.features.sincos.MAX_ANGLE`), by a cheap upper bound of |angle|."""
+        bound = float((self._abs_frequencies @ np.abs(xs).max(axis=0, initial=0.0)).max()) + 2 * np.pi
+        return bound < _max_angle()
 
     def transform(self, X: Any) -> tuple[Any, Any]:
         """φ(X) and φ'(X) as (n, S) arrays (MATH.md §0)."""

@@ -60,16 +60,14 @@ def rsr_chunk_stats(x: np.ndarray, features: RandomFourierFeatures, w: np.ndarra
                     block_bytes: int = DEFAULT_BLOCK_BYTES, fused: bool = True) -> RSRIterStats:
     """The iteration sums of one chunk: the fused row loop, or (``fused=False`` or angles out of
     the kernel's range) row blocks of features followed by two GEMVs."""
-    from tgpflow.features.sincos import MAX_ANGLE  # Numba: imported when first used
     from tgpflow.stats.rsr_kernel import rsr_rows
 
     x = np.asarray(x, dtype=np.float64)
     T = features.n_features
     lap_w = -w * np.einsum("td,td->t", features.Z, features.Z) / features.gamma**2  # Δφ_t = −‖Z_t/γ‖² φ_t
     xs_all = np.ascontiguousarray(x - features.shift)
-    bound = float((np.abs(features.frequencies) @ np.abs(xs_all).max(axis=0, initial=0.0)).max()) + 2 * np.pi
     scale = np.sqrt(2.0 / T)
-    if fused and bound < MAX_ANGLE:
+    if fused and features.in_kernel_range(xs_all):
         g = np.zeros(T)
         sums = np.zeros(3)
         rsr_rows(xs_all, np.ascontiguousarray(features.frequencies.T), np.asarray(features.phase, dtype=np.float64),
