@@ -114,8 +114,9 @@ def test_dask_rows_score_like_numpy_rows(gaussian_mix, method):
 
 
 def test_fvpd_gemm_and_triangular_solves_agree(gaussian_mix, monkeypatch):
-    """FVPD's φᵀM⁻¹φ and M⁻¹φ by GEMM with the cached M⁻¹ (main thread, single-threaded BLAS) and by triangular
-    solves (a worker thread of Dask's own compute with a multi-threaded BLAS, :func:`gemm_is_safe`)."""
+    """FVPD's φᵀM⁻¹φ = ‖L⁻¹φ‖² by the triangular product with the cached L⁻¹ and M⁻¹φ by GEMM with the cached
+    M⁻¹ (main thread, single-threaded BLAS), and both by triangular solves (a worker thread of Dask's own compute
+    with a multi-threaded BLAS, :func:`gemm_is_safe`)."""
     import tgpflow.models.tgp_fitted as tf
 
     est = GPTiltedDensity(method="fvpd", n_features=64, lam=0.3, bandwidth=0.5, normalizer_draws=1000).fit(gaussian_mix)
