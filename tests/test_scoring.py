@@ -114,8 +114,8 @@ def test_dask_rows_score_like_numpy_rows(gaussian_mix, method):
 
 
 def test_fvpd_gemm_and_triangular_solves_agree(gaussian_mix, monkeypatch):
-    """FVPD's φᵀM⁻¹φ = ‖L⁻¹φ‖² by the triangular product with the cached L⁻¹ and M⁻¹φ by GEMM with the cached
-    M⁻¹ (main thread, single-threaded BLAS), and both by triangular solves (a worker thread of Dask's own compute
+    """FVPD's φᵀM⁻¹φ = ‖L⁻¹φ‖² by the triangular product with the cached L⁻¹ and M⁻¹φ (score, Hyvärinen terms)
+    by GEMM with the cached M⁻¹ (main thread, single-threaded BLAS), and both by triangular solves (a worker thread of Dask's own compute
     with a multi-threaded BLAS, :func:`gemm_is_safe`)."""
     import tgpflow.models.tgp_fitted as tf
 
@@ -124,6 +124,6 @@ def test_fvpd_gemm_and_triangular_solves_agree(gaussian_mix, monkeypatch):
     got = {}
     for gemm in (True, False):
         monkeypatch.setattr(tf, "gemm_is_safe", lambda gemm=gemm: gemm)
-        got[gemm] = fitted.log_density(X), fitted.grad_log_density(X)
-    close(got[True][0], got[False][0], 1e-12)
-    close(got[True][1], got[False][1], 1e-12)
+        got[gemm] = fitted.log_density(X), fitted.grad_log_density(X), fitted.hyvarinen_terms(X)
+    for by_gemm, by_solves in zip(got[True], got[False]):
+        close(by_gemm, by_solves, 1e-12)

@@ -135,7 +135,10 @@ class TGPFitted(BlockedScore, Fitted):
         """The tilt T per row and its weight vector w (∇T = (1/γ)Zᵀ(φ' ⊙ w))."""
         if self.theta is not None:
             return phi @ self.theta, np.broadcast_to(self.theta, phi.shape)
-        w = scipy.linalg.cho_solve((self.M_chol, True), phi.T, check_finite=False).T  # M⁻¹φ
+        # M⁻¹φ: by GEMM with the cached M⁻¹ where :func:`gemm_is_safe` (NumPy's BLAS, like the caller's products:
+        # a SciPy solve between them alternates two OpenBLAS thread pools), else by the Cholesky solve
+        w = phi @ self._minv if gemm_is_safe() else scipy.linalg.cho_solve((self.M_chol, True), phi.T,
+                                                                          check_finite=False).T
         return 0.5 * np.einsum("ns,ns->n", phi, w) - phi @ self.v, w - self.v
 
     def _quad(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
