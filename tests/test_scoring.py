@@ -98,6 +98,13 @@ def test_cos_sin_sums_threads_blocks_and_libm_fallback(parts, rng):
     phi_t = feats.cos_features(x[:300])
     ang = (x[:300] - feats.shift) @ feats.frequencies.T + feats.phase
     np.testing.assert_allclose(phi_t, np.sqrt(2 / S) * np.cos(ang).T, rtol=0, atol=1e-14)
+    # on several threads (column ranges of a given buffer): the same values, bit for bit
+    one = feats.cos_features(x, threads=1)
+    assert np.array_equal(feats.cos_features(x, threads=3), one)
+    buf = np.empty(S * x.shape[0] + 5)[:S * x.shape[0]].reshape(S, -1)
+    assert feats.cos_features(x, out=buf, threads=2) is buf and np.array_equal(buf, one)
+    ang = (x - feats.shift) @ feats.frequencies.T + feats.phase
+    np.testing.assert_allclose(one, np.sqrt(2 / S) * np.cos(ang).T, rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("method", ["fd", "fvpd"])
@@ -114,13 +121,21 @@ def test_dask_rows_score_like_numpy_rows(gaussian_mix, method):
 
 
 def test_fvpd_gemm_and_triangular_solves_agree(gaussian_mix, monkeypatch):
-    """FVPD's φᵀM⁻¹φ = ‖L⁻¹φ‖² by the triangular product with the cached L⁻¹ and M⁻¹φ (score, Hyvärinen terms)
-    by GEMM with the cached M⁻¹ (main thread, single-threaded BLAS), and both by triangular solves (a worker thread of Dask's own compute
-    with a multi-threaded BLAS, :func:`gemm_is_safe`)."""
+    """FVPD's φᵀM⁻¹φ = ‖L⁻¹φ‖² by each way of :meth:`TGPFitted._inv_chol_norms` (the triangular product with the
+    cached L⁻¹, its row panels by GEMM, the triangular solve with L), and M⁻¹φ (score, Hyvärinen terms) by GEMM
+    with the cached M⁻¹ (main thread, single-threaded BLAS) and by triangular solves (a worker thread of Dask's
+    own compute with a multi-threaded BLAS, :func:`gemm_is_safe`)."""
     import tgpflow.models.tgp_fitted as tf
 
     est = GPTiltedDensity(method="fvpd", n_features=64, lam=0.3, bandwidth=0.5, normalizer_draws=1000).fit(gaussian_mix)
     X, fitted = gaussian_mix[:1500], est.fitted()
+    by_way = {}
+    for way in ("dtrmm", "panels", "dtrsm"):
+        monkeypatch.setattr(tf.TGPFitted, "_inv_chol_way", staticmethod(lambda way=way: way))
+        by_way[way] = fitted.log_density(X)
+    close(by_way["panels"], by_way["dtrmm"], 1e-12)
+    close(by_way["dtrsm"], by_way["dtrmm"], 1e-12)
+    monkeypatch.undo()
     got = {}
     for gemm in (True, False):
         monkeypatch.setattr(tf, "gemm_is_safe", lambda gemm=gemm: gemm)

@@ -277,17 +277,27 @@ class RandomFourierFeatures:
             list(_pool(threads).map(task, starts))
         return out_c.T, out_s.T
 
-    def cos_features(self, X: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def cos_features(self, X: np.ndarray, out: np.ndarray | None = None, *, threads: int | None = None) -> np.ndarray:
         """φ(X)ᵀ = √(2/S) cos(A) as an (S, n) C-contiguous array (an (n, S) Fortran-ordered φ(X) once transposed),
-        for NumPy rows: the fused kernel within its exact range, else :meth:`sincos`. ``out``: a buffer to fill."""
+        for NumPy rows: the fused kernel within its exact range, else :meth:`sincos`. ``out``: a buffer to fill.
+        ``threads`` (default :func:`evaluation_threads`): the rows go to that many threads in column ranges (the
+        kernel releases the GIL), since the callers' products after it use every core too."""
         from tgpflow.features.sincos import cos_rows  # Numba: imported when first used
 
         X = np.asarray(X, dtype=np.float64)
-        out = np.empty((self.n_features, X.shape[0])) if out is None else out
+        n = X.shape[0]
+        out = np.empty((self.n_features, n)) if out is None else out
         xt = np.ascontiguousarray((X - self.shift).T)
         scale = math.sqrt(2.0 / self.n_features)
         if self.in_kernel_range(xt.T):
-            cos_rows(xt, self.frequencies, self.phase, scale, out)
+            threads = evaluation_threads() if threads is None else max(1, int(threads))
+            step = max(-(-n // threads), TASK_ROWS // 4)
+            if threads == 1 or step >= n:
+                cos_rows(xt, self.frequencies, self.phase, scale, out)
+            else:  # each thread writes its columns of every feature row (a strided view of out)
+                list(_pool(threads).map(lambda lo: cos_rows(np.ascontiguousarray(xt[:, lo:lo + step]), self.frequencies,
+                                                            self.phase, scale, out[:, lo:lo + step]),
+                                        range(0, n, step)))
         else:
             out[...] = self.sincos(xt.T)[1]
             out *= scale
