@@ -8,6 +8,7 @@ import yaml
 
 import tgpflow
 from tests.conftest import write_parquet
+from tgpflow.errors import DiagnosticWarning
 from tgpflow.models.anomaly import anomaly_threshold, is_anomalous
 from tgpflow.pipeline.runner import run_pipeline
 from tgpflow.pipeline.spec import load_spec
@@ -20,7 +21,13 @@ def test_the_threshold_flags_the_quantile_and_non_finite_densities_first():
     # scores −log p: 1…8 and two non-finite rows counted as +inf; the 0.7 quantile ("higher") is 8
     assert t == 8.0
     assert is_anomalous(logp, t).tolist() == [False] * 4 + [True, True] + [False] * 4
-    assert anomaly_threshold(logp, 0.2) == np.inf  # as many non-finite rows as the quantile: none is above
+    # as many rows of zero (or undefined) density as the quantile: all flagged, and the model is said wrong
+    with pytest.warns(DiagnosticWarning, match=r"20\.00% of the 10 rows .* zero or undefined density"):
+        t = anomaly_threshold(logp, 0.2)
+    assert t == 8.0 and is_anomalous(logp, t).tolist() == [False] * 4 + [True, True] + [False] * 4
+    with pytest.warns(DiagnosticWarning, match="100.00%"):
+        t = anomaly_threshold(np.full(3, -np.inf), 0.5)
+    assert t == -np.inf and is_anomalous(np.array([-np.inf, 0.0, 5.0]), t).all()
     assert anomaly_threshold(-np.arange(1000.0), 0.05) == 950.0
     assert is_anomalous(-np.arange(1000.0), 950.0).sum() == 49  # strictly above: about 5 % of the rows
     with pytest.raises(ValueError, match="no rows"):
@@ -54,3 +61,17 @@ def test_a_pipeline_learns_and_applies_the_same_threshold(tmp_path, rng):
     np.testing.assert_array_equal(scores["anomaly"], is_anomalous(scores["log_density"].to_numpy(),
                                                                   info["anomaly_threshold"]))
     assert 0.03 < scores["anomaly"].mean() <= 0.05
+
+
+def test_a_fit_with_zero_density_at_its_own_rows_flags_them_and_says_so(gaussian_mix):
+    """KDE-RFF at S = 128 on 100 rows: its kernel sum is ≤ 0 at a few of its own rows (zero density). With a
+    threshold at +inf none of them was flagged; now each is, and the fit warns."""
+    X = gaussian_mix[:100]
+    with pytest.warns(DiagnosticWarning, match="zero or undefined density"):
+        est = tgpflow.GPTiltedDensity(method="kde_rff", n_features=128, bandwidth=0.5, threshold_quantile=0.01,
+                                      pilot_rows=1000, random_state=0).fit(X)
+    zero = ~np.isfinite(est.log_density(X))
+    assert zero.mean() >= 0.01  # more rows of zero density than the quantile: the case in question
+    assert np.isfinite(est.anomaly_threshold_)
+    flags = est.is_anomaly(X)
+    assert flags[zero].all() and flags.sum() == zero.sum()  # exactly they are above the largest finite score

@@ -7,7 +7,7 @@ import scipy.stats
 
 from tgpflow import ExactKDE, GPTiltedDensity, RandomFourierFeatures
 from tgpflow.metrics import hyvarinen_loss, random_directions, sliced_distances
-from tests.conftest import write_parquet
+from tests.conftest import ZERO_DENSITY_ROWS, write_parquet
 from tests.oracles import fd_divergence, phi_raw
 
 
@@ -76,6 +76,8 @@ def test_closed_form_divergence_matches_finite_differences(gaussian_mix, method,
     np.testing.assert_allclose(est.hyvarinen_terms(x, sigma=sigma), expected, rtol=1e-5, atol=1e-5)
 
 
+# at S = 128 on 100 rows the kernel sum is ≤ 0 at a few of them: the anomaly threshold says so (not checked here)
+@pytest.mark.filterwarnings(ZERO_DENSITY_ROWS)
 def test_kde_rff_approaches_the_exact_kernel_mean(gaussian_mix):
     """KDE-RFF is exactly the kernel mean of its feature draw, at any S (a fit at S = 128: its pass
     accumulates an S×S gram); that kernel mean approaches the exact one as S grows — checked on the

@@ -10,6 +10,7 @@ from tgpflow import RootSobolevDensity
 from tgpflow.errors import FeaturesMismatchError, ModelFileError
 from tgpflow.features.sdo import SDODraw
 from tgpflow.stats.kde_sdo import KDESDOStats
+from tests.conftest import ZERO_DENSITY_ROWS
 from tests.oracles import phi_raw
 
 
@@ -18,6 +19,9 @@ def _two_blobs(seed: int, n: int) -> np.ndarray:
     return np.concatenate([rng.normal(-1.5, 0.6, (n // 2, 2)), rng.normal(1.0, 1.0, (n - n // 2, 2))])
 
 
+# KDE-SDO and KDE-RFF sums at small S are ≤ 0 at a few training rows: the anomaly threshold warns that
+# the model has zero density there (it flags them); not what these tests check
+@pytest.mark.filterwarnings(ZERO_DENSITY_ROWS)
 def test_kde_sdo_statistics_add_up_and_fit_from_stats_equals_the_fit_of_the_union(tmp_path):
     A, B = _two_blobs(0, 700), _two_blobs(1, 500) + [0.5, 0.0]
     est = RootSobolevDensity(method="kde_sdo", n_features=96, smoothness=0.5)
@@ -179,6 +183,7 @@ def test_partial_fit_update_solves_its_anchored_fixed_point_and_round_trips(stre
         est.partial_fit(np.ones((10, 2)))
 
 
+@pytest.mark.filterwarnings(ZERO_DENSITY_ROWS)  # see above
 @parametrize_with_checks([RootSobolevDensity(n_features=16, max_iter=20), RootSobolevDensity(method="kde_sdo",
                                                                                             n_features=16)])
 def test_sklearn_compatible(estimator, check):

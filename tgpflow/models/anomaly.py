@@ -5,15 +5,20 @@ and a pipeline's scores: :func:`anomaly_threshold` is the ``1 − threshold_quan
 observed value at or above it, numpy's ``method="higher"``) of the anomaly scores ``−log p`` of (a
 bounded pilot sample of) the training rows, a row whose log density is not finite counting as the
 most anomalous; :func:`is_anomalous` flags a row whose anomaly score is above it. So about
-``threshold_quantile`` of the training rows are flagged. ``anomaly_score`` and ``is_anomaly``
+``threshold_quantile`` of the training rows are flagged — unless more of them than that have a zero (or
+undefined) density: then every such row is flagged, the threshold being the largest finite score, and a
+:class:`~tgpflow.errors.DiagnosticWarning` says the model puts no mass where those rows are. ``anomaly_score`` and ``is_anomaly``
 are lazy for dask/Parquet/Zarr input, like ``log_density``.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
+
+from tgpflow.errors import DiagnosticWarning
 
 __all__ = ["AnomalyMixin", "anomaly_threshold", "is_anomalous"]
 
@@ -22,10 +27,21 @@ def anomaly_threshold(log_density: Any, quantile: float) -> float:
     """The threshold on ``−log p`` that flags about ``quantile`` of the rows whose log densities are given
     (see the module docstring)."""
     scores = -np.asarray(log_density, dtype=np.float64)
-    scores = np.where(np.isfinite(scores), scores, np.inf)  # f = 0 (or p ≤ 0): the most anomalous
+    finite = np.isfinite(scores)
+    scores = np.where(finite, scores, np.inf)  # f = 0 (or p ≤ 0): the most anomalous
     if scores.size == 0:
         raise ValueError("no rows to learn an anomaly threshold from")
-    return float(np.quantile(scores, 1.0 - float(quantile), method="higher"))
+    threshold = float(np.quantile(scores, 1.0 - float(quantile), method="higher"))
+    if np.isfinite(threshold):
+        return threshold
+    # the quantile falls among rows of zero density: a threshold of +inf would flag none of them (a score is
+    # flagged when above it), so it goes below them, and the model is said to be wrong there
+    share = 1.0 - float(finite.mean())
+    warnings.warn(f"{share:.2%} of the {scores.size} rows the anomaly threshold is learned from have a zero or "
+                  f"undefined density under the model (threshold_quantile is {quantile:g}): it puts no mass where "
+                  f"those data are; they are all flagged, and the threshold is the largest finite anomaly score",
+                  DiagnosticWarning, stacklevel=2)
+    return float(scores[finite].max()) if finite.any() else -np.inf
 
 
 def is_anomalous(log_density: Any, threshold: float) -> Any:
