@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
-from scipy.linalg.blas import dgemv, dtrmm, dtrsm
+from scipy.linalg.blas import dgemv, dtrmm
 from scipy.linalg.lapack import dtrtri
 
 from tgpflow.core.gaussian_base import Base
@@ -179,23 +179,24 @@ class TGPFitted(BlockedScore, Fitted):
 
     @staticmethod
     def _inv_chol_way() -> str:
-        """How :meth:`_inv_chol_norms` runs here: "dtrmm" on the main thread, "panels" in another thread where
-        :func:`gemm_is_safe` (a Dask task with BLAS on one thread), else "dtrsm"."""
-        if not gemm_is_safe():
-            return "dtrsm"
-        return "dtrmm" if threading.current_thread() is threading.main_thread() else "panels"
+        """How :meth:`_inv_chol_norms` runs here: "panels" in a thread other than the main one where BLAS runs
+        one thread (a task of :func:`tgpflow.core.engine.compute` or of a distributed worker), else "dtrmm"."""
+        main = threading.current_thread() is threading.main_thread()
+        return "panels" if not main and gemm_is_safe() else "dtrmm"
 
     def _inv_chol_norms(self, phi_t: np.ndarray, way: str, work: np.ndarray | None) -> np.ndarray:
-        """‖L⁻¹φ‖² per column of ``phi_t`` (S, n), which it overwrites (M = LLᵀ, MATH.md §4), by ``way``:
+        """‖L⁻¹φ‖² per column of ``phi_t`` (S, n), which "dtrmm" overwrites (M = LLᵀ, MATH.md §4), by ``way``:
 
         * "dtrmm": the triangular product with the cached L⁻¹ (BLAS ``dtrmm``, in place): S² flops a row, half a
-          GEMM's with M⁻¹; measured at S = 1000, 2790 rows, 2 threads: 0.051 s against the GEMM's 0.079 s.
+          GEMM's with M⁻¹; measured at S = 1000, 2790 rows, 2 threads: 0.051 s against the GEMM's 0.079 s
+          (and the triangular solve with L, the same flops, ran slower than that GEMM).
         * "panels": L⁻¹ cut into :data:`INV_PANELS` row panels, panel i times the rows of φ its lower triangle
           reaches, by NumPy's matmul into ``work``: 1.25 S² flops a row, with the GIL released. SciPy's
-          ``dtrmm`` wrapper holds the GIL, so two Dask threads scoring at once took turns (0.6 of the one-thread
-          rate, against 1.2–1.3 this way); on the main thread it is 15 % faster than the panels.
-        * "dtrsm": the triangular solve with L (where a multi-threaded BLAS runs in several threads, a GEMM's
-          threads would oversubscribe the cores: :func:`gemm_is_safe`).
+          ``dtrmm`` wrapper holds the GIL, so two Dask threads with one BLAS thread each took turns (0.6 of the
+          one-thread rate, against 1.05–1.3 this way); on the main thread dtrmm is 15 % faster than the panels,
+          and in Dask's own threads with a multi-threaded BLAS (:func:`gemm_is_safe` false) the turns it makes
+          them take keep one product on the cores at a time, which is what those threads need (measured, 200k
+          rows, 2 Dask threads: 4.5–5.2 s, the triangular solve with L 4.5–4.8 s; GEMMs would oversubscribe).
 
         SciPy's OpenBLAS is a second library beside NumPy's with its own thread pool, whose idle threads spin
         while the other works: the callers keep a block's products in one of them (1.5× per block, mixed).
@@ -209,22 +210,15 @@ class TGPFitted(BlockedScore, Fitted):
                 h = np.matmul(inv[r0:r1, :r1], phi_t[:r1], out=work[:(r1 - r0) * n].reshape(r1 - r0, n))
                 q += np.einsum("sn,sn->n", h, h)
             return q
-        # rows (L⁻¹φ)ᵀ = φᵀL⁻ᵀ in place of φᵀ (an (n, S) Fortran view of the buffer: no copy)
-        if way == "dtrmm":  # L⁻ᵀ: the C-ordered L⁻¹ as a Fortran upper triangle
-            half = dtrmm(1.0, self._chol_inv.T, phi_t.T, side=1, lower=0, overwrite_b=1)
-        else:
-            half = dtrsm(1.0, self._chol_upper, phi_t.T, side=1, lower=0, overwrite_b=1)
+        # rows (L⁻¹φ)ᵀ = φᵀL⁻ᵀ in place of φᵀ (an (n, S) Fortran view of the buffer: no copy); L⁻ᵀ is the
+        # C-ordered L⁻¹ read as a Fortran upper triangle
+        half = dtrmm(1.0, self._chol_inv.T, phi_t.T, side=1, lower=0, overwrite_b=1)
         return np.einsum("ns,ns->n", half, half)
-
-    @cached_property
-    def _chol_upper(self) -> np.ndarray:
-        """Lᵀ as a Fortran-ordered array (a view of the C-ordered L: what ``dtrsm`` takes without a copy)."""
-        return np.asfortranarray(np.asarray(self.M_chol, dtype=np.float64).T)
 
     @cached_property
     def _chol_inv(self) -> np.ndarray:
         """L⁻¹ (lower, C-ordered, zeros above the diagonal): LAPACK ``dtrtri``, S³/3 flops once per model."""
-        inv, info = dtrtri(self._chol_upper.T, lower=1)
+        inv, info = dtrtri(np.asarray(self.M_chol, dtype=np.float64), lower=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"the FVPD predictive Cholesky factor is singular (dtrtri info {info})")
         return np.ascontiguousarray(np.tril(inv))
