@@ -7,8 +7,8 @@ bounded pilot sample of) the training rows, a row whose log density is not finit
 most anomalous; :func:`is_anomalous` flags a row whose anomaly score is above it. So about
 ``threshold_quantile`` of the training rows are flagged — unless more of them than that have a zero (or
 undefined) density: then every such row is flagged, the threshold being the largest finite score, and a
-:class:`~tgpflow.errors.DiagnosticWarning` says the model puts no mass where those rows are. ``anomaly_score`` and ``is_anomaly``
-are lazy for dask/Parquet/Zarr input, like ``log_density``.
+:class:`~tgpflow.errors.DiagnosticWarning` says the model puts no mass where those rows are.
+``anomaly_score`` and ``is_anomaly`` are lazy for dask/Parquet/Zarr input, like ``log_density``.
 """
 
 from __future__ import annotations

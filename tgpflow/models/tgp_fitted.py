@@ -43,7 +43,8 @@ from tgpflow.stats.tgp import block_rows_for
 __all__ = ["TGPFitted", "BoundedFitted", "base_arrays", "base_from_arrays"]
 
 _TILTS = ("theta", "M_chol", "v", "kde_weights")
-#: Row panels of L⁻¹ in FVPD's ‖L⁻¹φ‖² off the main thread (:meth:`TGPFitted._inv_chol_norms`): k panels do (1 + 1/k)·S² flops a row.
+#: Row panels of L⁻¹ in FVPD's ‖L⁻¹φ‖² off the main thread (:meth:`TGPFitted._inv_chol_norms`): k panels do
+#: (1 + 1/k)·S² flops a row.
 INV_PANELS = 4
 
 
