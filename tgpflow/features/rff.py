@@ -47,6 +47,18 @@ def evaluation_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _over_rows(task: Any, n: int, step: int, threads: int | None) -> None:
+    """``task(lo)`` for every ``lo`` in ``range(0, n, step)``: on the evaluation pool with ``threads`` threads
+    (default :func:`evaluation_threads`) when there are several ranges, else in this thread."""
+    starts = range(0, n, step)
+    threads = evaluation_threads() if threads is None else max(1, int(threads))
+    if threads == 1 or len(starts) <= 1:
+        for lo in starts:
+            task(lo)
+    else:
+        list(_pool(threads).map(task, starts))
+
+
 def _pool(threads: int) -> ThreadPoolExecutor:
     global _POOL
     with _POOL_LOCK:
@@ -268,13 +280,7 @@ class RandomFourierFeatures:
                 out_c[:, start + lo:start + lo + sin.shape[1]] = C.T @ cos
                 out_s[:, start + lo:start + lo + sin.shape[1]] = B.T @ sin
 
-        starts = range(0, n, TASK_ROWS)
-        threads = evaluation_threads() if threads is None else max(1, int(threads))
-        if threads == 1 or len(starts) == 1:
-            for start in starts:
-                task(start)
-        else:
-            list(_pool(threads).map(task, starts))
+        _over_rows(task, n, TASK_ROWS, threads)
         return out_c.T, out_s.T
 
     def cos_features(self, X: np.ndarray, out: np.ndarray | None = None, *, threads: int | None = None) -> np.ndarray:
@@ -292,12 +298,12 @@ class RandomFourierFeatures:
         if self.in_kernel_range(xt.T):
             threads = evaluation_threads() if threads is None else max(1, int(threads))
             step = max(-(-n // threads), TASK_ROWS // 4)
-            if threads == 1 or step >= n:
-                cos_rows(xt, self.frequencies, self.phase, scale, out)
-            else:  # each thread writes its columns of every feature row (a strided view of out)
-                list(_pool(threads).map(lambda lo: cos_rows(np.ascontiguousarray(xt[:, lo:lo + step]), self.frequencies,
-                                                            self.phase, scale, out[:, lo:lo + step]),
-                                        range(0, n, step)))
+
+            def task(lo: int) -> None:  # its columns of every feature row (a strided view of out unless all)
+                cos_rows(np.ascontiguousarray(xt[:, lo:lo + step]), self.frequencies, self.phase, scale,
+                         out[:, lo:lo + step])
+
+            _over_rows(task, n, step, threads)
         else:
             out[...] = self.sincos(xt.T)[1]
             out *= scale

@@ -139,11 +139,17 @@ class TGPFitted(BlockedScore, Fitted):
         """The tilt T per row and its weight vector w (∇T = (1/γ)Zᵀ(φ' ⊙ w))."""
         if self.theta is not None:
             return phi @ self.theta, np.broadcast_to(self.theta, phi.shape)
-        # M⁻¹φ: by GEMM with the cached M⁻¹ where :func:`gemm_is_safe` (NumPy's BLAS, like the caller's products:
-        # a SciPy solve between them alternates two OpenBLAS thread pools), else by the Cholesky solve
-        w = phi @ self._minv if gemm_is_safe() else scipy.linalg.cho_solve((self.M_chol, True), phi.T,
-                                                                          check_finite=False).T
+        w = self._minv_times(phi.T).T  # M⁻¹φ
         return 0.5 * np.einsum("ns,ns->n", phi, w) - phi @ self.v, w - self.v
+
+    def _minv_times(self, cols: np.ndarray) -> np.ndarray:
+        """M⁻¹ ``cols`` for (S, n) columns (a new array): one GEMM with the cached M⁻¹ where :func:`gemm_is_safe`
+        (2S² flops a row at the DGEMM rate, in NumPy's BLAS like the callers' other products, where a SciPy
+        Cholesky solve between them ran at about half of it and alternated two OpenBLAS thread pools), else that
+        solve (its two triangular solves do not oversubscribe the cores)."""
+        if gemm_is_safe():
+            return self._minv @ cols
+        return scipy.linalg.cho_solve((self.M_chol, True), cols, check_finite=False)
 
     def _quad(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r = xb - self.base.mean
@@ -267,16 +273,14 @@ class TGPFitted(BlockedScore, Fitted):
 
     def _fvpd_score(self, x: np.ndarray) -> np.ndarray:
         """FVPD's score ``(1/γ) Zᵀ(φ' ⊙ (M⁻¹φ − v)) − P(x − μ)`` (MATH.md §4), per block from the (S, n) sin and
-        cos blocks: M⁻¹φ is one GEMM with the cached M⁻¹ where :func:`gemm_is_safe` (2S² flops a row at the DGEMM
-        rate, where the two triangular solves of a Cholesky solve ran at about half of it), else those solves;
-        no (n, S) copy of φ or φ' is formed."""
+        cos blocks: M⁻¹φ by :meth:`_minv_times`; no (n, S) copy of φ or φ' is formed."""
         S, g = self.features.n_features, self.features.gamma
         scale = math.sqrt(2.0 / S)
-        gemm, v = gemm_is_safe(), self.v[:, None]
+        v = self.v[:, None]
         out = np.empty(x.shape)
         for start, xb in self._blocks(x):
             sin, cos = self.features.sincos(xb - self.features.shift)  # (S, nb) each
-            w = self._minv @ cos if gemm else scipy.linalg.cho_solve((self.M_chol, True), cos, check_finite=False)
+            w = self._minv_times(cos)
             w *= scale
             w -= v  # (M⁻¹φ − v)ᵀ, (S, nb)
             w *= sin  # φ' ⊙ w up to −scale
