@@ -27,6 +27,19 @@ def test_sincos_kernel_matches_libm(rng, scale):
     assert np.abs(c - np.cos(x)).max() <= 5e-16
 
 
+def test_sincos_kernel_at_the_quadrant_boundaries(rng):
+    """Angles within a few ulps of kπ/4 (where the rounding of x·2/π picks the quadrant) and of kπ/2 (where sin or
+    cos is ~0, so only an absolute error is meaningful), k from −2·10⁵ to 2·10⁵, both signs: every quadrant and
+    both of its sign flips."""
+    k = np.concatenate([np.arange(-40, 41), rng.integers(-200_000, 200_000, size=2000)]).astype(np.float64)
+    centres = np.concatenate([k * (np.pi / 4), k * (np.pi / 2)])
+    x = np.concatenate([np.nextafter(centres, np.inf), centres, np.nextafter(centres, -np.inf),
+                        centres * (1 + 4e-16), centres * (1 - 4e-16)])
+    s, c = _kernel_out(x[None, :], np.zeros(1))
+    assert np.abs(s[0] - np.sin(x)).max() <= 5e-16
+    assert np.abs(c[0] - np.cos(x)).max() <= 5e-16
+
+
 @given(st.lists(st.floats(-1e4, 1e4, allow_nan=False), min_size=1, max_size=64))
 @settings(max_examples=200, deadline=None)
 def test_sincos_kernel_property(values):

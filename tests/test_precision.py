@@ -7,7 +7,7 @@ import pytest
 from tgpflow import GPTiltedDensity, RandomFourierFeatures
 from tgpflow.features.noise import noise_levels
 from tgpflow.stats.ncfd import ncfd_chunk_stats
-from tgpflow.features.sincos import MAX_ANGLE, sin_sums_rows, sincos_rows
+from tgpflow.features.sincos import MAX_ANGLE, PASS_TILE, sin_sums_rows, sincos_rows
 from tgpflow.stats.tgp import level_products, tgp_chunk_stats
 
 
@@ -28,8 +28,9 @@ def test_mixed_products_are_float32_accurate_and_accumulated_in_float64(gaussian
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_the_pass_kernel_writes_the_float64_sines_rounded_and_sums_in_float64(rng, dtype):
-    d, S, n = 3, 40, 777
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 6, 7, 8])  # every sweep pattern of the angles (1 or 2, then 4s, then 2)
+def test_the_pass_kernel_writes_the_float64_sines_rounded_and_sums_in_float64(rng, dtype, d):
+    S, n = 40, 2 * PASS_TILE + 331  # two whole tiles and a partial one
     xt = rng.normal(size=(d, n))
     W, phase = rng.normal(size=(S, d)) * 3, rng.uniform(0, 2 * np.pi, S)
     sin, cos = np.empty((S, n)), np.empty((S, n))
@@ -37,13 +38,17 @@ def test_the_pass_kernel_writes_the_float64_sines_rounded_and_sums_in_float64(rn
     sin_out, cos_out = np.empty((S, n), dtype), np.empty((S, n), dtype)
     u, U, psi = np.ones(S), np.ones((S, d)), np.ones(S)  # added to, not overwritten
     sin_sums_rows(xt, W, phase, sin_out, cos_out, psi, u, U)
-    # the kernel's angles are its own FMA sums, NumPy's a GEMM: equal to a few ulps of the angle
-    tol = (2.0 ** -24 if dtype == np.float32 else 0) + 1e-14
-    assert np.abs(sin_out - sin).max() < tol and np.abs(cos_out - cos).max() < tol
+    # the kernel's angles are its own FMA sums, NumPy's a GEMM: each within d·ε·Σ|w||x| of the exact dot
+    # product, so sin and cos differ by at most twice that, plus their own ~1e-16 errors (and float32's rounding)
+    tol = 2 * d * np.finfo(float).eps * (np.abs(W) @ np.abs(xt)) + 1e-15 + (2.0 ** -24 if dtype == np.float32 else 0)
+    assert np.all(np.abs(sin_out - sin) <= tol) and np.all(np.abs(cos_out - cos) <= tol)
     np.testing.assert_allclose(u - 1, sin.sum(axis=1), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(U - 1, sin @ xt.T, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(psi - 1, cos.sum(axis=1), rtol=1e-12, atol=1e-12)
+    first = sin_out.copy()
+    sin_out[:] = np.nan
     sin_sums_rows(xt, W, phase, sin_out, None, psi)  # without the cosine block and the sine's sums
+    np.testing.assert_array_equal(sin_out, first)  # stored straight into the block: the same values
     np.testing.assert_allclose(psi - 1, 2 * cos.sum(axis=1), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(u - 1, sin.sum(axis=1), rtol=1e-12, atol=1e-12)
 
