@@ -13,8 +13,10 @@ from click.testing import CliRunner
 from tests.conftest import write_parquet
 from tests.oracles import tree_hash
 from tests.test_pipeline import _oracle, _rel
+from tgpflow import GPTiltedDensity
 from tgpflow.cli import main
 from tgpflow.errors import SourceError
+from tgpflow.io.sources import as_source
 from tgpflow.pipeline.discover import fingerprint, discover
 from tgpflow.pipeline.runner import run_pipeline
 from tgpflow.pipeline.spec import load_spec
@@ -311,6 +313,31 @@ def test_a_date_whose_rows_changed_is_read_again_and_bad_rows_are_named_by_date(
     x[1200] = 0.5
     result = run_pipeline(spec)
     assert result["added"] == ["data.zarr#date=2026-11-02"] == result["removed"]
+
+
+@pytest.mark.parametrize("layout, chunk_file, array", [("array", "x/c/2/0", "x"), ("columns", "b/c/2", "b")])
+def test_a_corrupt_zarr_chunk_is_named_by_date_array_rows_and_chunk_and_nothing_is_written(tmp_path, layout,
+                                                                                          chunk_file, array):
+    """A chunk file overwritten with garbage: the codec's own error names nothing; the run's names the partition
+    (store and date), the array (the column, in the columns layout), the rows and the chunk, and writes nothing."""
+    store = tmp_path / "data.zarr"
+    _dated(store, {d: _rows(i, 1000) for i, d in enumerate(DATES[:3])}, layout)
+    (store / chunk_file).write_bytes(b"not a zstd frame")  # rows 1000–1499: the second date's first chunk
+    spec = load_spec(_spec(tmp_path, {"path": str(store), "partition_by": "date",
+                                      **({"array": "x"} if layout == "array" else {})}))
+    with pytest.raises(SourceError, match=rf"data\.zarr#date=2026-11-02: array '{array}' rows 1000–1499 \(Zarr "
+                                          rf"chunk 2\) cannot be read \(.*decompression"):
+        run_pipeline(spec)
+    assert not (tmp_path / "models").exists() and StatsStore(tmp_path / "store.zarr").read_manifest() is None
+    assert not (tmp_path / "scores").exists()
+
+
+def test_a_corrupt_zarr_chunk_is_named_when_fitting_a_store(tmp_path):
+    path = tmp_path / "rows.zarr"
+    _zarr_array(path, _rows(0, 1500))
+    (path / "x" / "c" / "1" / "0").write_bytes(b"garbage")
+    with pytest.raises(SourceError, match=r"rows\.zarr: array 'x' rows 600–1199 \(Zarr chunk 1\) cannot be read"):
+        GPTiltedDensity(method="fd", n_features=16, bandwidth=1.0, lam=1.0).fit(as_source(str(path), array="x"))
 
 
 def _snapshot_of(tmp: Path) -> str:

@@ -339,6 +339,49 @@ def _open_zarr(path: str, array: str | None) -> Any:
     return node
 
 
+class _NamedZarrReads:
+    """A Zarr array whose failed reads name the store (or partition), the array and the rows with their chunk:
+    read through ``da.from_zarr``, a corrupt chunk raises only its codec's words (e.g. "Zstd
+    decompression error: invalid input data"), with no file, column or row in them. (A missing chunk is
+    not an error in Zarr: it reads as the array's fill value, which Zarr v3 writes by leaving the chunk out.)"""
+
+    def __init__(self, array: Any, where: str):
+        self.array, self.where = array, where
+        self.shape, self.dtype, self.ndim = array.shape, array.dtype, array.ndim
+
+    def __getitem__(self, index: Any) -> Any:
+        try:
+            return self.array[index]
+        except MemoryError:
+            raise
+        except Exception as exc:
+            name = f" array {self.array.path!r}" if getattr(self.array, "path", "") else ""
+            raise SourceError(f"{self.where}:{name}{self._rows(index)} cannot be read ({cause(exc)})") from exc
+
+    def _rows(self, index: Any) -> str:
+        """The rows of a read, with their chunks (``" rows 600–1199 (Zarr chunk 1)"``), or ``""``."""
+        rows = index[0] if isinstance(index, tuple) and index else index
+        if not isinstance(rows, slice):
+            return ""
+        start, stop, _ = rows.indices(self.shape[0])
+        try:
+            size = int(self.array.chunks[0])
+        except Exception:  # a layout without regular chunks: the rows alone
+            return f" rows {start}–{stop - 1}"
+        first, last = start // size, max(start, stop - 1) // size
+        chunks = f"chunk {first}" if first == last else f"chunks {first}–{last}"
+        return f" rows {start}–{stop - 1} (Zarr {chunks})"
+
+
+def _from_zarr(array: Any, chunks: Any, where: str) -> da.Array:
+    """``da.from_zarr(array, chunks)`` with reads that name ``where`` when they fail. ``where`` is in the task
+    keys: two date partitions of one store would otherwise share the keys of a chunk they both touch, and the
+    graph that merges them would read it under one partition's name."""
+    from dask.base import tokenize
+
+    return da.from_array(_NamedZarrReads(array, where), chunks, name="from-zarr-" + tokenize(array, chunks, where))
+
+
 def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows, array: str | None = None,
                  rows: tuple[int, int] | None = None, coordinate: str | None = None) -> Source:
     import zarr
@@ -357,7 +400,7 @@ def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows, array: str | N
         raise SourceError(f"{path}: expected a 2-D Zarr array of rows, got shape {node.shape}")
     names = node.attrs.get("columns")
     names = [str(c) for c in names] if isinstance(names, list) and len(names) == node.shape[1] else None
-    x = da.from_zarr(node, chunks=(node.chunks[0], node.shape[1]))
+    x = _from_zarr(node, (node.chunks[0], node.shape[1]), where)
     if rows is not None:
         x = x[first:stop]
     return _dask_array_source(x, where, columns, on_bad_rows, names=names, first_row=first)
@@ -383,7 +426,7 @@ def _zarr_group_source(group: Any, path: str, columns: Any, on_bad_rows: OnBadRo
     if len(set(lengths.values())) > 1:
         raise SourceError(f"{path}: the column arrays differ in length ({lengths}); each must hold one value per row")
     size = arrays[chosen[0]].chunks[0]
-    x = da.stack([da.from_zarr(arrays[n], chunks=(size,)) for n in chosen], axis=1).rechunk({1: -1})
+    x = da.stack([_from_zarr(arrays[n], (size,), where or path) for n in chosen], axis=1).rechunk({1: -1})
     first = 0
     if rows is not None:
         first = int(rows[0])
