@@ -28,7 +28,7 @@ def test_mixed_products_are_float32_accurate_and_accumulated_in_float64(gaussian
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("d", [1, 2, 3, 4, 6, 7, 8])  # every sweep pattern of the angles (1 or 2, then 4s, then 2)
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 6, 7, 8])  # every sweep pattern of the angles (1 or 2, then 4s, then 2)
 def test_the_pass_kernel_writes_the_float64_sines_rounded_and_sums_in_float64(rng, dtype, d):
     S, n = 40, 2 * PASS_TILE + 331  # two whole tiles and a partial one
     xt = rng.normal(size=(d, n))
@@ -49,6 +49,8 @@ def test_the_pass_kernel_writes_the_float64_sines_rounded_and_sums_in_float64(rn
     sin_out[:] = np.nan
     sin_sums_rows(xt, W, phase, sin_out, None, psi)  # without the cosine block and the sine's sums
     np.testing.assert_array_equal(sin_out, first)  # stored straight into the block: the same values
+    with pytest.raises(ValueError, match="both of the sine's sums"):  # the kernel would write U out of bounds
+        sin_sums_rows(xt, W, phase, sin_out, None, psi, u)
     np.testing.assert_allclose(psi - 1, 2 * cos.sum(axis=1), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(u - 1, sin.sum(axis=1), rtol=1e-12, atol=1e-12)
 
