@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -401,6 +402,31 @@ def test_cli_validate_schema_stats_and_versions(tmp_path):
     assert merged.returncode == 0 and json.loads(merged.stdout)["rows"] == 3000
     versions = json.loads(_cli("info", str(tmp_path / "models" / "fd")).stdout)
     assert versions["current"] == "v000001" and versions["versions"]["v000001"]["rows"] == 3000
+
+
+@pytest.mark.parametrize("key, value, code, expected", [
+    ("file", "local.yaml", 0, "{dir}/local.yaml (local cluster file)"),
+    ("file", "typo.yaml", 1, "{dir}/typo.yaml: the local cluster file is not valid .*n_wrkers: Extra inputs"),
+    ("file", "missing.yaml", 1, "{dir}/missing.yaml: cannot read the cluster file"),
+    ("scheduler", "tcp://10.255.0.1:8786", 0, "tcp://10.255.0.1:8786"),  # parsed, not reached: unroutable is fine
+    ("scheduler", "tcp://host-without-port", 2, "tcp://host-without-port: neither a scheduler file nor an address"),
+    ("scheduler", "{dir}/scheduler.json", 1, "{dir}/scheduler.json: not a Dask scheduler file"),
+])
+def test_validate_checks_the_cluster_file_or_scheduler_without_reaching_it(tmp_path, key, value, code, expected):
+    (tmp_path / "local.yaml").write_text("type: local\nn_workers: 2\nthreads_per_worker: 1\n")
+    (tmp_path / "typo.yaml").write_text("type: local\nn_wrkers: 2\n")
+    (tmp_path / "scheduler.json").write_text("{}")
+    value = value.format(dir=tmp_path)
+    section = {key: str(tmp_path / value) if key == "file" else value}
+    t = time.perf_counter()
+    r = CliRunner().invoke(main, ["validate", str(_spec(tmp_path, cluster=section))])
+    assert time.perf_counter() - t < 10  # no cluster started, no connection tried
+    assert r.exit_code == code, r.output
+    pattern = expected.format(dir=tmp_path)
+    if code == 0:
+        assert json.loads(r.stdout)["cluster"] == pattern
+    else:
+        assert re.search(pattern, r.output, re.S), r.output
 
 
 def test_example_specs_validate():

@@ -613,13 +613,15 @@ def run(spec_path: str, date: str | None, overrides: tuple[str, ...], dry_run: b
 @click.option("--date", default=None)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
 def validate(spec_path: str, date: str | None, overrides: tuple[str, ...]) -> None:
-    """Check a pipeline spec without touching any data."""
+    """Check a pipeline spec, and its cluster file or scheduler address, without touching any data or cluster."""
+    from tgpflow.cluster import describe_spec_cluster
     from tgpflow.pipeline.spec import load_spec
 
     with _runtime_errors():
         spec = load_spec(spec_path, date=date, overrides=list(overrides))
+        cluster = describe_spec_cluster(spec.cluster)
     click.echo(json.dumps({"spec": spec_path, "valid": True, "name": spec.name,
-                           "models": [m.name for m in spec.models], "refit": spec.refit.policy}))
+                           "models": [m.name for m in spec.models], "refit": spec.refit.policy, "cluster": cluster}))
 
 
 @main.command()

@@ -247,6 +247,18 @@ def cluster_from_file(path: str | os.PathLike[str]) -> Iterator[Any]:
             yield client
 
 
+def describe_spec_cluster(cluster: Any) -> str:
+    """What a pipeline spec's ``cluster`` section would run on, checked without starting or reaching anything: a
+    cluster file is read and validated (:func:`load_cluster_file`), a scheduler address parsed or its scheduler
+    file read (:func:`scheduler_address`); each raises as the run would."""
+    if cluster.file:
+        return f"{cluster.file} ({load_cluster_file(cluster.file)[0]} cluster file)"
+    if cluster.scheduler:
+        address, file = scheduler_address(cluster.scheduler)
+        return address if file is None else f"{address} (from {file})"
+    return "embedded LocalCluster" if cluster.kind == "embedded" else "threads"
+
+
 @contextlib.contextmanager
 def spec_client(cluster: Any) -> Iterator[Any]:
     """The client of a pipeline spec's ``cluster`` section (threads when nothing is given)."""
