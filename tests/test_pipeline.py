@@ -167,6 +167,8 @@ def test_scores_are_raw_row_densities_with_a_calibrated_flag_and_resume(tmp_path
     Y = (X - pre["center"]) / np.asarray(pre["scale"])
     expected = est.log_density(pd.DataFrame(Y, columns=["a", "b", "c"])) - np.log(pre["scale"]).sum()
     np.testing.assert_allclose(scores["log_density"], expected, rtol=1e-10)
+    assert list(scores.columns) == ["log_density", "anomaly_score", "anomaly"]  # `tgpflow score`'s columns
+    np.testing.assert_array_equal(scores["anomaly_score"], -scores["log_density"])
     both = pd.concat([pd.read_parquet(p) for p in result["scored"]])
     assert 0.02 < both["anomaly"].mean() < 0.09  # threshold at the 5% quantile of training densities
     mtime = (tmp_path / "scores" / "p000.parquet").stat().st_mtime_ns

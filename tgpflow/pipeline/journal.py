@@ -117,7 +117,8 @@ def finish(spec: PipelineSpec, manifest: dict[str, Any] | None, *,
 
 def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
            progress: Progress | None = None) -> list[str]:
-    """Per partition: raw-row log density and anomaly flag, one Parquet file each, atomic, written once."""
+    """Per partition: raw-row log density, anomaly score (−log p) and anomaly flag, one Parquet file each, atomic,
+    written once."""
     import dask
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -144,7 +145,8 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
         src = partition_source(spec, f, manifest["columns"], pre, manifest.get("format"))
         density = dask.delayed(est.fitted().log_density, pure=True)
         logp = np.concatenate(compute(*[density(b) for b in src.blocks()], progress=progress)) + log_jacobian(pre)
-        table = pa.table({"log_density": logp, "anomaly": _flags(logp, info)})
+        # the columns of `tgpflow score`'s files (cli._write_scores), so that readers need not know the writer
+        table = pa.table({"log_density": logp, "anomaly_score": -logp, "anomaly": _flags(logp, info)})
         table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": parts[f]["fingerprint"],
                                                "tgpflow.model_version": step["version"], "tgpflow.source": f})
         target = _score_target(directory, f, coord)

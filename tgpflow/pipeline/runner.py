@@ -20,10 +20,10 @@ A run (under the store's lock):
    version, anomaly threshold and run info are recorded like any other model's;
 6. swaps the store's manifest: the commit point, and the journal of the steps that follow
    (:mod:`tgpflow.pipeline.journal`) — publish each version (its run info, then ``CURRENT``),
-   score the new partitions (per-row log density of the raw rows and an anomaly flag, by the
-   estimators' own rule, :func:`~tgpflow.models.anomaly.anomaly_threshold` at ``threshold_quantile``
-   of the raw training rows' log density; one Parquet file per partition, each written
-   atomically) and write the reports.
+   score the new partitions (the columns ``tgpflow score`` writes: the per-row log density of the raw
+   rows, its negative as the anomaly score, and the anomaly flag by the estimators' own rule,
+   :func:`~tgpflow.models.anomaly.anomaly_threshold` at ``threshold_quantile`` of the raw training
+   rows' log density; one Parquet file per partition, each written atomically) and write the reports.
 
 Before it looks for new partitions a run removes what a killed run left uncommitted and
 finishes the steps the last committed run left undone, each output once (a run killed while
