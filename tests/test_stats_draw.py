@@ -148,6 +148,18 @@ def test_a_failed_fresh_solve_leaves_no_bounds_behind():
     np.testing.assert_allclose(fresh.log_density(X), est.log_density(X), rtol=1e-12)
 
 
+@pytest.mark.parametrize("family, other", [("fd_selected", "fd"), ("kernel_selected", "nkef")])
+def test_a_selection_bundle_with_another_draw_is_refused_before_any_candidate_is_scored(family, other, monkeypatch):
+    _, bundle = accumulated(family)
+    fresh = FAMILIES[family]()
+    scored = []
+    monkeypatch.setattr(type(fresh), "_score_candidates", lambda self, *a, **k: scored.append(a) or [])
+    with pytest.raises(FeaturesMismatchError):  # each family's own words (features, Nyström basis)
+        fresh.fit_from_stats(bundle, estimator_draw(FAMILIES[other]().set_params(random_state=7).fit(X)))
+    assert scored == []  # refused first: no held-out scoring with the wrong draw
+    assert not hasattr(fresh, "selection_")
+
+
 @pytest.mark.parametrize("family", ["fd", "ncfd", "nkef", "kde_sdo"])
 def test_a_model_files_statistics_carry_its_draw(family, tmp_path):
     est = FAMILIES[family]().fit(X)

@@ -224,6 +224,8 @@ class StatsEstimator(Estimator):
         """Score every candidate at every bandwidth of a split pass on its validation part, record the curve and
         the choice in ``selection_``, and return the all-row statistics and the draw at the chosen bandwidth."""
         grid = sorted({k[1] for k in bundle})
+        for g in grid:  # another draw is refused before any candidate is scored (the solve would refuse it after)
+            bundle[("train", g)].check_draw(draw.with_bandwidth(g))
         if min(bundle[("val", g)].n for g in grid) < 1:
             return self._no_selection(bundle, draw, grid)
         rows: list[dict[str, Any]] = []
