@@ -423,12 +423,10 @@ def _write_scores(values: np.ndarray, keys: np.ndarray | None, threshold: float 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tgpflow.models.anomaly import is_anomalous
+    from tgpflow.models.anomaly import score_columns
 
     columns: dict[str, Any] = {} if keys is None else {"row": np.asarray(keys, dtype=np.int64)}
-    columns.update(log_density=values, anomaly_score=-values)
-    if threshold is not None:  # learned at fit time: the training threshold_quantile is flagged
-        columns["anomaly"] = is_anomalous(values, threshold)
+    columns.update(score_columns(values, threshold))  # the flag at the training threshold_quantile, if learned
     with fsspec.open(path, "wb", **(storage_options or {})) as fh:
         pq.write_table(pa.table(columns), fh)
     return int(values.shape[0])

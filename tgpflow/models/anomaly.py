@@ -20,7 +20,7 @@ import numpy as np
 
 from tgpflow.errors import DiagnosticWarning
 
-__all__ = ["AnomalyMixin", "anomaly_threshold", "is_anomalous"]
+__all__ = ["AnomalyMixin", "anomaly_threshold", "is_anomalous", "score_columns"]
 
 
 def anomaly_threshold(log_density: Any, quantile: float) -> float:
@@ -48,6 +48,15 @@ def is_anomalous(log_density: Any, threshold: float) -> Any:
     """Whether each row's anomaly score ``−log p`` is above ``threshold``, a NaN log density counting as
     anomalous as in :func:`anomaly_threshold` (NumPy or lazy dask input)."""
     return ~(-log_density <= threshold)
+
+
+def score_columns(log_density: np.ndarray, threshold: float | None) -> dict[str, np.ndarray]:
+    """The columns of a scores file, ``tgpflow score``'s and a pipeline's per-partition ones alike: ``log_density``,
+    ``anomaly_score`` (−log p) and, with a threshold learned at fit time, ``anomaly`` (:func:`is_anomalous`)."""
+    columns = {"log_density": log_density, "anomaly_score": -log_density}
+    if threshold is not None:
+        columns["anomaly"] = is_anomalous(log_density, threshold)
+    return columns
 
 
 class AnomalyMixin:

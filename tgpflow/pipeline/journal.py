@@ -34,7 +34,7 @@ from tgpflow.core.engine import Progress, compute
 from tgpflow.errors import TgpflowError
 from tgpflow.io.atomic import AnyPath, as_path, atomic_path, remove_temporaries
 from tgpflow.io.outputs import output_kind
-from tgpflow.models.anomaly import is_anomalous
+from tgpflow.models.anomaly import score_columns
 from tgpflow.pipeline.discover import split_key
 from tgpflow.pipeline.partitions import log_jacobian, partition_source, union_source
 from tgpflow.pipeline.spec import PipelineSpec
@@ -145,8 +145,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
         src = partition_source(spec, f, manifest["columns"], pre, manifest.get("format"))
         density = dask.delayed(est.fitted().log_density, pure=True)
         logp = np.concatenate(compute(*[density(b) for b in src.blocks()], progress=progress)) + log_jacobian(pre)
-        # the columns of `tgpflow score`'s files (cli._write_scores), so that readers need not know the writer
-        table = pa.table({"log_density": logp, "anomaly_score": -logp, "anomaly": _flags(logp, info)})
+        table = pa.table(score_columns(logp, _threshold(info)))  # `tgpflow score`'s columns
         table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": parts[f]["fingerprint"],
                                                "tgpflow.model_version": step["version"], "tgpflow.source": f})
         target = _score_target(directory, f, coord)
@@ -156,14 +155,12 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
     return written
 
 
-def _flags(logp: np.ndarray, info: dict[str, Any]) -> np.ndarray:
-    """The anomaly flags of rows by the version's threshold (:func:`~tgpflow.models.anomaly.is_anomalous`).
-    A run info written before the threshold was the estimators' (no ``threshold_of``) holds a log-density
-    quantile that flagged ``log p < t``, i.e. ``−log p > −t``."""
+def _threshold(info: dict[str, Any]) -> float:
+    """The version's threshold on the anomaly score −log p (:func:`~tgpflow.models.anomaly.is_anomalous`). A run
+    info written before the threshold was the estimators' (no ``threshold_of``) holds a log-density quantile that
+    flagged ``log p < t``, i.e. ``−log p > −t``."""
     threshold = info["anomaly_threshold"]
-    if info.get("threshold_of") != "anomaly_score":
-        threshold = -threshold
-    return is_anomalous(logp, threshold)
+    return threshold if info.get("threshold_of") == "anomaly_score" else -threshold
 
 
 def _scored(target: Any, fingerprint: str, before: str | None = None) -> bool:
