@@ -63,6 +63,22 @@ def test_a_pipeline_learns_and_applies_the_same_threshold(tmp_path, rng):
     assert 0.03 < scores["anomaly"].mean() <= 0.05
 
 
+def test_a_run_info_from_before_threshold_of_keeps_its_rule(rng):
+    """A version published before run infos said what their threshold is of (no ``threshold_of``) holds a
+    log-density quantile t and flagged log p < t: its scores flag the same rows today, and a current info's
+    threshold on −log p is taken as it is."""
+    from tgpflow.models.anomaly import score_columns
+    from tgpflow.pipeline.journal import _threshold
+
+    logp = np.concatenate([rng.normal(size=500), [-np.inf, np.nan]])
+    t = float(np.quantile(logp[:500], 0.05))
+    legacy = score_columns(logp, _threshold({"anomaly_threshold": t}))
+    np.testing.assert_array_equal(legacy["anomaly"], ~(logp >= t))  # log p < t, and (as today) NaN flagged
+    assert legacy["anomaly"][:500].sum() == (logp[:500] < t).sum() > 0
+    current = score_columns(logp, _threshold({"anomaly_threshold": -t, "threshold_of": "anomaly_score"}))
+    np.testing.assert_array_equal(current["anomaly"], legacy["anomaly"])
+
+
 def test_a_fit_with_zero_density_at_its_own_rows_flags_them_and_says_so(gaussian_mix):
     """KDE-RFF at S = 128 on 100 rows: its kernel sum is ≤ 0 at a few of its own rows (zero density). With a
     threshold at +inf none of them was flagged; now each is, and the fit warns."""
