@@ -400,3 +400,26 @@ def test_kernel_exponential_family_normaliser_matches_quadrature():
     assert kef.fit_diagnostics_["warnings"] == []
     with pytest.raises(ValueError, match="no finite normaliser"):
         NystromKEF(n_basis=20, base="flat").fit(X).log_normalizer()
+
+
+def test_weight_sums_histograms_equal_a_bincount_of_each_candidates_weights():
+    """WeightSums' per-bin sums (the compiled scatter, relative to a running maximum that rises from block to
+    block) against np.bincount of each candidate's weights over all blocks at once, relative to the final maximum."""
+    from tgpflow.solve.normalizer import WeightSums
+
+    rng = np.random.default_rng(11)
+    grid = ProjectionGrid.from_rows(rng.standard_normal((500, 3)), n_directions=8, n_bins=64, random_state=2)
+    blocks = [rng.standard_normal((n, 3)) * 1.3 for n in (700, 1, 900)]
+    # three candidates; the later blocks carry larger log weights, so the maximum moves and the sums are rescaled
+    logw = [rng.standard_normal((p.shape[0], 3)) * [1.0, 3.0, 0.2] + 4.0 * i for i, p in enumerate(blocks)]
+    logw[1][0, 2] = -np.inf  # a zero weight
+    sums = WeightSums(3, 3, grid.n_directions * grid.n_bins)
+    for p, lw in zip(blocks, logw, strict=True):
+        sums.add(lw, p, bins=grid.bins(p))
+    pts, lw = np.concatenate(blocks), np.concatenate(logw)
+    for j in range(3):
+        want = grid.histogram(pts, weights=np.exp(lw[:, j] - lw[:, j].max())).ravel()
+        np.testing.assert_allclose(sums.hist[j], want, rtol=1e-12, atol=1e-300)
+        assert sums.hist[j].sum() == pytest.approx(grid.n_directions * sums.s1[j], rel=1e-12)
+    with pytest.raises(ValueError, match="bin indices"):
+        sums.add(logw[0], blocks[0], bins=grid.bins(blocks[0]) + grid.n_directions * grid.n_bins)

@@ -76,7 +76,7 @@ def _serial_curve(rows, folds, feats, gammas, lams, n_draws, random_state, grid,
     from threadpoolctl import threadpool_limits
 
     from tgpflow.core.gaussian_base import base_from_moments
-    from tgpflow.solve.select import GridScorer, _fold_average, choose, score_tilts
+    from tgpflow.solve.select import RidgePath, _fold_average, choose, score_tilts
     from tgpflow.solve.tgp import fd_system
     from tgpflow.stats.projections import projection_counts
     from tgpflow.stats.support import SupportBox
@@ -92,8 +92,7 @@ def _serial_curve(rows, folds, feats, gammas, lams, n_draws, random_state, grid,
                 train = sum(stats[j] for j in range(3) if j != k)
                 base = base_from_moments(train.moments)
                 A0, b = fd_system(train, f, base, 0.0)
-                scorer = GridScorer(A0, b, stats[k], f, base)
-                thetas = np.array([scorer.theta(lam * g * g) for lam in lams])
+                thetas = RidgePath(A0, b).thetas([lam * g * g for lam in lams])
                 box = SupportBox.from_rows(np.concatenate([parts_rows[j] for j in range(3) if j != k]))
                 per_fold.append(score_tilts(stats[k], f, base, thetas, n_draws=n_draws, random_state=random_state,
                                             projections=projection_counts(parts_rows[k], grid), grid=grid, box=box))

@@ -197,3 +197,25 @@ def test_grid_extension_stops_once_the_best_lam_is_inside(gaussian_mix, monkeypa
     assert 2 < len(tried) < 2 + 3 * GRID_EXTENSION_DECADES and 1.0 < tried[-1] / est.lam_ <= 10.0 * (1 + 1e-9)
     given = GPTiltedDensity(**kw, lam_grid=tried).fit(gaussian_mix)
     assert given.lam_ == est.lam_
+
+
+@pytest.mark.parametrize("S, rank", [(1, 1), (2, 1), (60, 60), (300, 120)])
+def test_the_ridge_path_of_the_tridiagonal_reduction_solves_each_shifted_system(S, rank):
+    """RidgePath's θ(r) = Q(T + rI)⁻¹Qᵀb against a dense LU solve of (A₀ + rI)θ = b, for a full-rank and a
+    rank-deficient PSD A₀ (the bandwidth search's FD systems at small λ), and against the eigendecomposition's."""
+    from tgpflow.solve.select import RidgePath
+
+    rng = np.random.default_rng(S)
+    X = rng.standard_normal((S, rank))
+    A0 = X @ X.T / rank
+    b = rng.standard_normal(S)
+    rs = [1e-6, 1e-3, 0.1, 10.0]
+    got = RidgePath(A0, b).thetas(rs)
+    assert got.shape == (len(rs), S)
+    lam, V = np.linalg.eigh(A0)
+    for theta, r in zip(got, rs):
+        want = np.linalg.solve(A0 + r * np.eye(S), b)
+        # backward stable: the error is at most ≈ cond(A₀ + rI) · ε relative
+        cond = (lam.max() + r) / (max(lam.min(), 0.0) + r)
+        assert np.linalg.norm(theta - want) <= 50 * cond * np.finfo(float).eps * np.linalg.norm(want)
+        assert np.allclose(theta, V @ ((V.T @ b) / (lam + r)), rtol=0, atol=50 * cond * 1e-16 * np.linalg.norm(want))

@@ -94,8 +94,13 @@ class WeightSums:
         self.sx = np.zeros((k, d))
         self.sxx = np.zeros((k, d))
         self.s_out = np.zeros(k)
-        self.hist = np.zeros((k, n_hist)) if n_hist else None
+        self._hist = np.zeros((n_hist, k)) if n_hist else None  # (bins, candidates): a bin's k sums side by side
         self.n = 0
+
+    @property
+    def hist(self) -> np.ndarray | None:
+        """(k, n_hist) weight sums per histogram bin, relative to :attr:`max`."""
+        return None if self._hist is None else self._hist.T
 
     def add(self, log_w: np.ndarray, points: np.ndarray, outside: np.ndarray | None = None,
             bins: np.ndarray | None = None) -> None:
@@ -110,13 +115,14 @@ class WeightSums:
         if not finite.any():
             return
         shift = np.where(finite & np.isfinite(self.max), np.exp(np.where(finite, self.max - new_max, 0.0)), 0.0)
-        for name in ("s1", "s_out"):
-            setattr(self, name, getattr(self, name) * shift)
-        self.s2 *= shift * shift
-        self.sx *= shift[:, None]
-        self.sxx *= shift[:, None]
-        if self.hist is not None:
-            self.hist *= shift[:, None]
+        if not np.all(shift == 1.0):  # (most blocks: no new maximum, and × 1 is exact)
+            for name in ("s1", "s_out"):
+                setattr(self, name, getattr(self, name) * shift)
+            self.s2 *= shift * shift
+            self.sx *= shift[:, None]
+            self.sxx *= shift[:, None]
+            if self._hist is not None:
+                self._hist *= shift
         self.max = new_max
         w = np.exp(log_w - np.where(finite, new_max, 0.0))  # −inf log weights → 0
         self.s1 += w.sum(axis=0)
@@ -125,13 +131,13 @@ class WeightSums:
         self.sxx += w.T @ (points * points)
         if outside is not None:
             self.s_out += w[outside].sum(axis=0)
-        if self.hist is not None and bins is not None:  # one sparse product for every candidate: Bᵀw
-            import scipy.sparse
+        if self._hist is not None and bins is not None:
+            from tgpflow.stats.histogram_kernel import add_weighted_counts  # Numba: imported when first used
 
-            rows, per_row = bins.shape
-            onehot = scipy.sparse.csr_matrix((np.ones(bins.size), bins.ravel(), np.arange(0, bins.size + 1, per_row)),
-                                             shape=(rows, self.hist.shape[1]))
-            self.hist += (onehot.T @ w).T
+            bins = np.ascontiguousarray(bins, dtype=np.int64)
+            if bins.size and (bins.min() < 0 or bins.max() >= self._hist.shape[0]):  # the kernel does not check
+                raise ValueError(f"histogram bin indices outside [0, {self._hist.shape[0]})")
+            add_weighted_counts(bins, np.ascontiguousarray(w), self._hist)
 
     def estimates(self, with_box: bool) -> list[NormalizerEstimate]:
         """One :class:`NormalizerEstimate` per candidate."""
