@@ -81,7 +81,7 @@ def test_evaluation_matches_plain_formulas(parts, rng, tilt, block_bytes):
     close(s[ok], score[ok])
 
 
-def test_cos_sin_sums_threads_blocks_and_libm_fallback(parts, rng):
+def test_cos_sin_sums_threads_blocks_and_libm_fallback(parts, rng, monkeypatch):
     feats, _, _, x = parts
     x = np.concatenate([x, rng.normal(size=(9000, D))])  # > one task of rows: several threads share the rows
     C, B = rng.normal(size=(S, 2)), rng.normal(size=(S, 3))
@@ -98,7 +98,8 @@ def test_cos_sin_sums_threads_blocks_and_libm_fallback(parts, rng):
     phi_t = feats.cos_features(x[:300])
     ang = (x[:300] - feats.shift) @ feats.frequencies.T + feats.phase
     np.testing.assert_allclose(phi_t, np.sqrt(2 / S) * np.cos(ang).T, rtol=0, atol=1e-14)
-    # on several threads (column ranges of a given buffer): the same values, bit for bit
+    # on several threads (feature ranges of a given buffer, split however small): the same values, bit for bit
+    monkeypatch.setattr("tgpflow.features.rff.FEATURE_SPLIT_VALUES", 0)
     one = feats.cos_features(x, threads=1)
     assert np.array_equal(feats.cos_features(x, threads=3), one)
     buf = np.empty(S * x.shape[0] + 5)[:S * x.shape[0]].reshape(S, -1)

@@ -30,6 +30,8 @@ __all__ = ["RandomFourierFeatures", "scott_bandwidth", "paper_kernel_cov", "eval
 #: Rows per task of the fused evaluation kernels (:meth:`RandomFourierFeatures.cos_sin_sums`): large enough that a
 #: task's dispatch is noise (~4 ms of trigonometry at S = 1000), small enough to balance the cores.
 TASK_ROWS = 4096
+#: :meth:`RandomFourierFeatures.cos_features` goes to several threads from this many values (features × rows) on.
+FEATURE_SPLIT_VALUES = 2**20
 
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -286,7 +288,7 @@ class RandomFourierFeatures:
     def cos_features(self, X: np.ndarray, out: np.ndarray | None = None, *, threads: int | None = None) -> np.ndarray:
         """φ(X)ᵀ = √(2/S) cos(A) as an (S, n) C-contiguous array (an (n, S) Fortran-ordered φ(X) once transposed),
         for NumPy rows: the fused kernel within its exact range, else :meth:`sincos`. ``out``: a buffer to fill.
-        ``threads`` (default :func:`evaluation_threads`): the rows go to that many threads in column ranges (the
+        ``threads`` (default :func:`evaluation_threads`): the features go to that many threads in ranges (the
         kernel releases the GIL), since the callers' products after it use every core too."""
         from tgpflow.features.sincos import cos_rows  # Numba: imported when first used
 
@@ -297,13 +299,15 @@ class RandomFourierFeatures:
         scale = math.sqrt(2.0 / self.n_features)
         if self.in_kernel_range(xt.T):
             threads = evaluation_threads() if threads is None else max(1, int(threads))
-            step = max(-(-n // threads), TASK_ROWS // 4)
+            S = self.n_features
+            # split by features, not rows: a range of out's rows is C-contiguous, and the kernel's fused store
+            # vectorises only into a contiguous block (into a strided view of columns it ran at half the rate)
+            step = S if n * S < FEATURE_SPLIT_VALUES else -(-S // threads)
 
-            def task(lo: int) -> None:  # its columns of every feature row (a strided view of out unless all)
-                cos_rows(np.ascontiguousarray(xt[:, lo:lo + step]), self.frequencies, self.phase, scale,
-                         out[:, lo:lo + step])
+            def task(lo: int) -> None:
+                cos_rows(xt, self.frequencies[lo:lo + step], self.phase[lo:lo + step], scale, out[lo:lo + step])
 
-            _over_rows(task, n, step, threads)
+            _over_rows(task, S, step, threads)
         else:
             out[...] = self.sincos(xt.T)[1]
             out *= scale

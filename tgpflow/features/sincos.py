@@ -200,12 +200,12 @@ def _cos_kernel(xt, W, phase, scale, out, K):  # pragma: no cover - compiled
     for i0 in range(0, n, TILE_ROWS):
         m = min(TILE_ROWS, n - i0)
         xtt = _tile(xt, i0, m)
-        a, sb, cb = np.empty(m), np.empty(m), np.empty(m)
+        a = np.empty(m)
         for s in range(W.shape[0]):
             _angle_row(xtt, W, s, a)
-            _sincos_row(a, phase[s], sb, cb, c)
-            for i in range(m):
-                out[s, i0 + i] = scale * cb[i]
+            p = phase[s]
+            for i in range(m):  # straight into out (indexed: a sliced view's layout defeats vectorisation)
+                out[s, i0 + i] = scale * _sincos1(a[i] + p, c)[1]
 
 
 def cos_sin_sums_rows(xt: np.ndarray, W: np.ndarray, phase: np.ndarray, C: np.ndarray, B: np.ndarray,
