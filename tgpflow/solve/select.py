@@ -88,16 +88,17 @@ class RidgePath:
         """Q's trailing (S−1)×(S−1) block (or its transpose) times ``rows``; Q's first row and column are e₁."""
         if self.n < 2:
             return rows
+        # workspace: the blocked algorithm's optimum, columns × block size (64) plus its 65 × 64 triangular factor
         out, _, info = dormqr(b"L", b"T" if transpose else b"N", self.reflectors, self.tau,
-                              np.asfortranarray(rows), lwork=max(64 * rows.shape[1], 1) * self.n)
+                              np.asfortranarray(rows), lwork=64 * max(rows.shape[1], 1) + 65 * 64)
         _check_lapack("dormqr", info)
         return out
 
     def thetas(self, rs: Sequence[float]) -> np.ndarray:
         """(len(rs), S): θ(r) for each r of ``rs`` (r > −the least eigenvalue of A₀)."""
-        y = np.empty((self.n, len(rs)), order="F")
         if self.n == 1:
             return (self.qb[0] / (self.diag[0] + np.asarray(rs, dtype=np.float64)))[:, None]
+        y = np.empty((self.n, len(rs)), order="F")
         for j, r in enumerate(rs):
             # partial pivoting: stable for any nonsingular T + rI (A₀ + rI is SPD for r > 0, but a
             # near-singular A₀ may have eigenvalues a rounding below 0)
