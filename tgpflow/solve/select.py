@@ -33,7 +33,7 @@ from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.base_learning import fd_loss
 from tgpflow.solve.normalizer import WeightSums, base_proposal_blocks
 from tgpflow.solve.tgp import fd_system, feature_moments_under_base
-from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, ks_by_direction
+from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, ks_by_direction, projection_counts
 from tgpflow.stats.support import SupportBox, mass_outside_limit
 from tgpflow.stats.tgp import TGPStats
 
@@ -367,13 +367,14 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
                               f"sample; got fold sizes {sizes.tolist()}: give a bandwidth")
     criterion = "loglik" if criterion == "hyvarinen" else criterion
     parts_rows = [rows[folds == k] for k in range(n_folds)]
+    counts = [projection_counts(part, grid) for part in parts_rows]  # γ-free: once, not in every γ's task
     boxes = []
     for k in range(n_folds):
         train_rows = np.concatenate([parts_rows[j] for j in range(n_folds) if j != k])
         boxes.append(SupportBox.from_rows(data_units(train_rows) if data_units is not None else train_rows))
     # one task per γ: its folds' statistics and their scores stay on the worker (only the curve comes back)
     task = dask.delayed(_bandwidth_rows, pure=True)
-    shared = [dask.delayed(a, pure=True) for a in (parts_rows, boxes, features, lams, grid)]
+    shared = [dask.delayed(a, pure=True) for a in (parts_rows, counts, boxes, features, lams, grid)]
     seeds = _serial_seeds(random_state, len(gammas) * n_folds, n_draws)
     curves = compute(*[task(*shared, g, n_draws=n_draws, random_states=seeds[i * n_folds:(i + 1) * n_folds],
                             block_bytes=block_bytes, data_units=data_units) for i, g in enumerate(gammas)],
@@ -405,15 +406,15 @@ def _copy_seed(seq: np.random.SeedSequence) -> np.random.SeedSequence:
                                   n_children_spawned=seq.n_children_spawned)
 
 
-def _bandwidth_rows(parts_rows: list[np.ndarray], boxes: list[SupportBox], features: RandomFourierFeatures,
-                    lams: list[float], grid: ProjectionGrid, gamma: float, *, n_draws: int, random_states: list[Any],
-                    block_bytes: int,
+def _bandwidth_rows(parts_rows: list[np.ndarray], counts: list[ProjectionCounts], boxes: list[SupportBox],
+                    features: RandomFourierFeatures, lams: list[float], grid: ProjectionGrid, gamma: float, *,
+                    n_draws: int, random_states: list[Any], block_bytes: int,
                     data_units: Callable[[np.ndarray], np.ndarray] | None) -> list[dict[str, float]]:
     """The fold-averaged scores of every λ at one γ of :func:`pilot_bandwidth` (a task: the folds' S×S
     statistics never leave it). Each fold's statistics are computed once; a fold's training statistics
-    are the sum of the others'."""
+    are the sum of the others'. ``counts``: each fold's projection counts on ``grid`` (the held-out side of the
+    sliced KS), the same for every γ."""
     from tgpflow.core.gaussian_base import base_from_moments
-    from tgpflow.stats.projections import projection_counts
     from tgpflow.stats.tgp import tgp_chunk_stats
 
     n_folds = len(parts_rows)
@@ -426,7 +427,7 @@ def _bandwidth_rows(parts_rows: list[np.ndarray], boxes: list[SupportBox], featu
         A0, b = fd_system(train, feats, base, 0.0)
         thetas = RidgePath(A0, b).thetas([lam * gamma * gamma for lam in lams])  # θ only: no eigenvectors
         per_fold.append(score_tilts(fold_stats[k], feats, base, thetas, n_draws=n_draws, random_state=random_states[k],
-                                    projections=projection_counts(parts_rows[k], grid), grid=grid, box=boxes[k],
+                                    projections=counts[k], grid=grid, box=boxes[k],
                                     data_units=data_units))
     return [dict(bandwidth=gamma, lam=lam, **_fold_average([pf[j] for pf in per_fold])) for j, lam in enumerate(lams)]
 
