@@ -381,3 +381,29 @@ def test_partition_by_without_its_array_or_on_parquet_is_refused_in_one_sentence
     with pytest.raises(SourceError, match=r"p000\.parquet: is a Parquet file, and source\.partition_by \('date'\) "
                                           r"splits a Zarr store by its coordinate array"):
         run_pipeline(parquet)
+
+
+def test_a_date_dimension_written_by_xarray_is_keyed_by_its_dates(tmp_path):
+    """xarray writes a datetime64 coordinate as CF counts ("days since …"), and ``append_dim`` appends in the same
+    units: the partitions are keyed by the dates, not the counts, and the incremental refit equals a full one."""
+    import xarray as xr
+
+    store = tmp_path / "data.zarr"
+    data = {d: _rows(i, 1000) for i, d in enumerate(DATES)}
+
+    def write(dates: list[str], **kwargs) -> None:
+        rows = np.concatenate([data[d] for d in dates])
+        days = np.concatenate([np.full(len(data[d]), d, dtype="datetime64[ns]") for d in dates])
+        ds = xr.Dataset({n: ("date", rows[:, j]) for j, n in enumerate("abc")}, coords={"date": days})
+        ds.to_zarr(store, consolidated=False, **kwargs)
+
+    write(DATES[:3], mode="w", encoding={n: {"chunks": (500,)} for n in ("a", "b", "c", "date")})
+    assert zarr.open_group(str(store), mode="r")["date"].attrs["units"].startswith("days since")
+    spec = load_spec(_spec(tmp_path, {"path": str(store), "partition_by": "date"}))
+    assert run_pipeline(spec)["added"] == [f"data.zarr#date={d}" for d in DATES[:3]]
+    write(DATES[3:], append_dim="date")
+    second = run_pipeline(spec)
+    assert second["added"] == [f"data.zarr#date={DATES[3]}"] and second["removed"] == []
+    got, ref = _oracle(tmp_path, [data[d] for d in DATES])
+    assert _rel(got, ref) <= 1e-10
+    assert sorted(p.name for p in (tmp_path / "scores").iterdir()) == [f"data#date={d}.parquet" for d in DATES]

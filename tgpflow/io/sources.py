@@ -25,6 +25,7 @@ import dask.array as da
 import numpy as np
 
 from tgpflow.errors import SourceError, cause
+from tgpflow.io.cf_time import decode_cf_time
 from tgpflow.io.validate import OnBadRows, check_exact_ints, check_numeric, check_on_bad_rows, validate_block
 
 __all__ = ["Source", "as_source", "select_frame", "is_zarr_store", "zarr_row_runs", "zarr_data_arrays",
@@ -393,7 +394,8 @@ def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows, array: str | N
         first, stop = int(rows[0]), int(rows[1])
         where = f"{path} rows {first}–{stop - 1}"
         if coordinate is not None:
-            where = f"{path}#{coordinate}={coordinate_label(_coordinate(group, path, coordinate)[first])}"
+            value = _coordinate_values(_coordinate(group, path, coordinate), path, coordinate, first, first + 1)[0]
+            where = f"{path}#{coordinate}={coordinate_label(value)}"
     if not isinstance(node, zarr.Array):
         return _zarr_group_source(node, path, columns, on_bad_rows, rows, coordinate, where)
     if node.ndim != 2:
@@ -461,6 +463,13 @@ def _coordinate(group: Any, path: str, coordinate: str) -> Any:
     return coord
 
 
+def _coordinate_values(coord: Any, path: str, coordinate: str, first: int = 0, stop: int | None = None) -> np.ndarray:
+    """Rows ``first`` … ``stop`` of a coordinate array; CF-encoded time (what xarray writes for datetime64:
+    counts with ``units: "days since …"``) decoded to datetime64 (:func:`~tgpflow.io.cf_time.decode_cf_time`)."""
+    values = np.asarray(coord[first:stop])
+    return decode_cf_time(values, coord.attrs, f"{path}: the coordinate array {coordinate!r}")
+
+
 def zarr_data_arrays(path: str, array: str | None, coordinate: str) -> list[Any]:
     """The arrays of a Zarr group that hold its rows (``array``, or every 1-D array but ``coordinate``)."""
     import zarr
@@ -482,7 +491,7 @@ def zarr_row_runs(path: str, coordinate: str, array: str | None = None) -> dict[
     if coord.shape[0] != n:
         raise SourceError(f"{path}: the coordinate array {coordinate!r} has {coord.shape[0]} values and the store "
                           f"{n} rows; it must hold one value per row")
-    values = np.asarray(coord[...])
+    values = _coordinate_values(coord, path, coordinate)
     if values.dtype.kind not in "iuMUSOT":
         raise SourceError(f"{path}: the coordinate array {coordinate!r} has dtype {values.dtype}; partition_by needs "
                           f"strings, integers or datetime64")

@@ -12,7 +12,8 @@ Parquet files) are refused, naming one of each — never read as the Zarr stores
 **A date dimension.** With ``source.partition_by: date`` a Zarr store is not one partition but one per value
 of its 1-D coordinate array ``date`` (strings, integers or datetime64, one value per row of the group's
 ``source.array``, or of its 1-D column arrays — the layout ``xarray.Dataset.to_zarr`` writes, and extends
-with ``append_dim``): partition ``data.zarr#date=2026-11-01`` is the rows of that date
+with ``append_dim``; the CF-encoded time it writes for datetime64, counts in ``units: "days since …"``, is
+decoded to its dates: :mod:`tgpflow.io.cf_time`): partition ``data.zarr#date=2026-11-01`` is the rows of that date
 (:func:`tgpflow.io.sources.zarr_row_runs`; keys in store order, then in row order, which is date order). A
 date's rows must be one contiguous run and the coordinate sorted (non-decreasing): new dates arrive as rows
 appended to the store (zarr ``append``/``resize``), and the keys of the dates already there do not change.

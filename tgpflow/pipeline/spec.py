@@ -56,9 +56,10 @@ class SourceSpec(_Strict):
                                                         "each (default: the group's 1-D arrays are its columns).")
     partition_by: str | None = Field(
         default=None, description="A Zarr store with a date dimension: the group's 1-D coordinate array (e.g. date: "
-                                  "strings, integers or datetime64, one value per row) whose every value is one "
-                                  "partition, keyed 'data.zarr#date=2026-11-01'. A date's rows are one contiguous "
-                                  "run, the coordinate is sorted, and new dates are rows appended to the store. "
+                                  "strings, integers, datetime64 or xarray's CF-encoded time, one value per row) "
+                                  "whose every value is one partition, keyed 'data.zarr#date=2026-11-01'. A date's "
+                                  "rows are one contiguous run, the coordinate is sorted, and new dates are rows "
+                                  "appended to the store. "
                                   "Zarr stores only.")
     filters: list[tuple[str, Literal["==", "!=", "<", "<=", ">", ">="], float | int | str]] | None = Field(
         default=None, description="Row filters (column, op, value), all must hold (applied per row group).")
