@@ -56,6 +56,8 @@ def test_counts_that_are_not_cf_time_in_a_gregorian_calendar_stay_counts():
     (np.array([0]), {"units": "days since 2026-13-01"}, "is not a date"),
     (np.array([0, -1]), {"units": "days since 1582-10-15"}, "before 1582-10-15"),
     (np.array([0]), {"units": "days since 1500-01-01", "calendar": "gregorian"}, "before 1582-10-15"),
+    (np.array([0]), {"units": "nanoseconds since 1600-01-01"}, "beyond what datetime64"),  # ±292 years about 1970
+    (np.array([0, 2**63 - 10]), {"units": "seconds since 2026-11-01"}, "beyond what datetime64"),
 ])
 def test_time_units_it_cannot_decode_are_refused_naming_the_store(values, attrs, message):
     with pytest.raises(SourceError, match=message) as err:

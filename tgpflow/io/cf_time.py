@@ -43,7 +43,8 @@ def decode_cf_time(values: np.ndarray, attrs: Mapping[str, Any], where: str) -> 
     """``values`` as the datetime64 they encode when ``attrs`` give CF time units (``"<unit> since <date>"``)
     in a Gregorian calendar; otherwise ``values`` as they are. The result's unit is the finer of the count's
     and the reference's (``days since 2026-11-01 00:00:00`` gives datetime64[D]). ``_FillValue`` counts are
-    NaT. Refuses, naming ``where``, units it cannot read and counts that are not whole numbers."""
+    NaT. Refuses, naming ``where``, units it cannot read, counts that are not whole numbers and dates that
+    datetime64 at that unit cannot hold."""
     units = attrs.get("units")
     if not isinstance(units, str) or values.dtype.kind not in "iuf":
         return values
@@ -66,6 +67,16 @@ def decode_cf_time(values: np.ndarray, attrs: Mapping[str, Any], where: str) -> 
             raise SourceError(f"{where}: the time coordinate ({units!r}) holds counts that are not whole "
                               f"{match.group(1)}; write it in a finer unit")
     counts = np.where(missing, 0, values).astype(np.int64)
+    # datetime64 arithmetic wraps silently: check the span in float64 first (nanoseconds since 1600 do not fit),
+    # each term in its own unit (the reference converted to a finer one would wrap too)
+    ref_unit = np.datetime_data(reference.dtype)[0]
+    unit = np.datetime_data(np.result_type(reference.dtype, np.dtype(f"m8[{step}]")))[0]
+    origin = float((reference - np.datetime64(0, ref_unit)) / np.timedelta64(1, ref_unit))
+    origin *= float(np.timedelta64(1, ref_unit) / np.timedelta64(1, unit))
+    per_step = float(np.timedelta64(1, step) / np.timedelta64(1, unit))
+    if np.any(np.abs(origin + counts.astype(np.float64) * per_step) >= 2.0**63):
+        raise SourceError(f"{where}: the time coordinate ({units!r}) reaches beyond what datetime64[{unit}] holds "
+                          f"(±2⁶³ {unit} about 1970); write it in a coarser unit")
     out = reference + counts.astype(f"timedelta64[{step}]")
     out[missing] = np.datetime64("NaT")
     present = out[~missing]
