@@ -79,8 +79,8 @@ def decode_cf_time(values: np.ndarray, attrs: Mapping[str, Any], where: str) -> 
                           f"(±2⁶³ {unit} about 1970); write it in a coarser unit")
     out = reference + counts.astype(f"timedelta64[{step}]")
     out[missing] = np.datetime64("NaT")
-    present = out[~missing]
-    if calendar != "proleptic_gregorian" and min(reference, present.min(initial=reference)) < _JULIAN_BEFORE:
+    present = out[~missing]  # the reference too: counts from a Julian-era reference span the switch
+    if calendar != "proleptic_gregorian" and present.min(initial=reference) < _JULIAN_BEFORE:
         raise SourceError(f"{where}: the time coordinate ({units!r}, calendar {calendar!r}) reaches before "
                           f"1582-10-15, where that calendar is Julian; write it with calendar 'proleptic_gregorian'")
     return out

@@ -59,8 +59,7 @@ class SourceSpec(_Strict):
                                   "strings, integers, datetime64 or xarray's CF-encoded time, one value per row) "
                                   "whose every value is one partition, keyed 'data.zarr#date=2026-11-01'. A date's "
                                   "rows are one contiguous run, the coordinate is sorted, and new dates are rows "
-                                  "appended to the store. "
-                                  "Zarr stores only.")
+                                  "appended to the store. Zarr stores only.")
     filters: list[tuple[str, Literal["==", "!=", "<", "<=", ">", ">="], float | int | str]] | None = Field(
         default=None, description="Row filters (column, op, value), all must hold (applied per row group).")
     on_bad_rows: Literal["raise", "drop"] = "raise"
