@@ -29,8 +29,9 @@ def test_mixed_products_are_float32_accurate_and_accumulated_in_float64(gaussian
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 6, 7, 8])  # every sweep pattern of the angles (1 or 2, then 4s, then 2)
-def test_the_pass_kernel_writes_the_float64_sines_rounded_and_sums_in_float64(rng, dtype, d):
-    S, n = 40, 2 * PASS_TILE + 331  # two whole tiles and a partial one
+@pytest.mark.parametrize("S", [40, 41])  # the sine's sums go by pairs of features: an odd S leaves one on its own
+def test_the_pass_kernel_writes_the_float64_sines_rounded_and_sums_in_float64(rng, dtype, d, S):
+    n = 2 * PASS_TILE + 331  # two whole tiles and a partial one
     xt = rng.normal(size=(d, n))
     W, phase = rng.normal(size=(S, d)) * 3, rng.uniform(0, 2 * np.pi, S)
     sin, cos = np.empty((S, n)), np.empty((S, n))
@@ -62,10 +63,11 @@ def test_the_pass_kernels_sines_are_the_float64_kernels_bit_for_bit_at_large_ang
     W, phase = np.ones((3, 1)), rng.uniform(0, 2 * np.pi, 3)
     sin, cos = np.empty((3, xt.shape[1])), np.empty((3, xt.shape[1]))
     sincos_rows(np.repeat(xt, 3, axis=0), phase, sin, cos)
-    sin_out, cos_out = np.empty_like(sin), np.empty_like(cos)
-    sin_sums_rows(xt, W, phase, sin_out, cos_out, np.zeros(3))
-    np.testing.assert_array_equal(sin_out, sin)
-    np.testing.assert_array_equal(cos_out, cos)
+    for sums in ((), (np.zeros(3), np.zeros((3, 1)))):  # straight into the block; by pairs with the sine's sums
+        sin_out, cos_out = np.empty_like(sin), np.empty_like(cos)
+        sin_sums_rows(xt, W, phase, sin_out, cos_out, np.zeros(3), *sums)
+        np.testing.assert_array_equal(sin_out, sin)
+        np.testing.assert_array_equal(cos_out, cos)
 
 
 @pytest.mark.parametrize("scale", [1.0, 2 * MAX_ANGLE])  # in the compiled kernel's range; beyond it (NumPy's libm)
