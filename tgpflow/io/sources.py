@@ -2,8 +2,10 @@
 
 ``as_source`` accepts a Parquet file, directory or glob (one chunk per row group), a Zarr
 array (its row chunks; a 2-D array, or a group's 2-D array named by ``array=``, or a group of
-1-D arrays read as columns; with ``rows=(start, stop)``, only those rows of it: one partition of a store
-with a date dimension, :func:`zarr_row_runs`), a dask array (its row chunks; one column block), a dask or pandas
+1-D arrays read as columns — its dimension coordinate, xarray's index of the rows, left out unless named; with
+``rows=(start, stop)``, only those rows of it: one partition of a store with a date dimension,
+:func:`zarr_row_runs`; CF missing values and packing decoded as xarray decodes them,
+:mod:`tgpflow.io.cf_packing`), a dask array (its row chunks; one column block), a dask or pandas
 DataFrame (its partitions), or a NumPy array (row chunks of ≤ 64 MiB, at least 16 of them once
 they hold 16 384 rows each). A
 :class:`Source` is a set of lazy per-chunk tasks: reader → ``validate_block`` →
@@ -25,6 +27,7 @@ import dask.array as da
 import numpy as np
 
 from tgpflow.errors import SourceError, cause
+from tgpflow.io.cf_packing import cf_decoder, is_dimension_coordinate
 from tgpflow.io.cf_time import decode_cf_time
 from tgpflow.io.validate import OnBadRows, check_exact_ints, check_numeric, check_on_bad_rows, validate_block
 
@@ -402,7 +405,7 @@ def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows, array: str | N
         raise SourceError(f"{path}: expected a 2-D Zarr array of rows, got shape {node.shape}")
     names = node.attrs.get("columns")
     names = [str(c) for c in names] if isinstance(names, list) and len(names) == node.shape[1] else None
-    x = _from_zarr(node, (node.chunks[0], node.shape[1]), where)
+    x = _decoded(node, _from_zarr(node, (node.chunks[0], node.shape[1]), where), f"{path}: the array {node.path!r}" if node.path else path)
     if rows is not None:
         x = x[first:stop]
     return _dask_array_source(x, where, columns, on_bad_rows, names=names, first_row=first)
@@ -421,19 +424,30 @@ def _zarr_group_source(group: Any, path: str, columns: Any, on_bad_rows: OnBadRo
                           f"{path.rstrip('/')}/{first}), or name it with array= (a pipeline spec: source.array); "
                           f"a group is read as a table only when it holds 1-D arrays, one per column")
     names = list(arrays)
-    idx = _select_indices(columns, names, path)
-    chosen = [names[i] for i in idx]
+    if columns is None:  # a dimension coordinate labels the rows (xarray's index): named in columns= only
+        data = [n for n in names if not is_dimension_coordinate(n, arrays[n])]
+        chosen = data or names
+    else:
+        chosen = [names[i] for i in _select_indices(columns, names, path)]
     check_numeric(((n, arrays[n].dtype) for n in chosen), path)
     lengths = {n: arrays[n].shape[0] for n in chosen}
     if len(set(lengths.values())) > 1:
         raise SourceError(f"{path}: the column arrays differ in length ({lengths}); each must hold one value per row")
     size = arrays[chosen[0]].chunks[0]
-    x = da.stack([_from_zarr(arrays[n], (size,), where or path) for n in chosen], axis=1).rechunk({1: -1})
+    x = da.stack([_decoded(arrays[n], _from_zarr(arrays[n], (size,), where or path), f"{path}: the array {n!r}")
+                  for n in chosen], axis=1).rechunk({1: -1})
     first = 0
     if rows is not None:
         first = int(rows[0])
         x = x[first:int(rows[1])]
     return _dask_array_source(x, where or path, None, on_bad_rows, names=chosen, first_row=first)
+
+
+def _decoded(array: Any, x: da.Array, where: str) -> da.Array:
+    """``x`` (read from the Zarr ``array``) decoded as xarray reads it when the array is CF-encoded (missing-value
+    markers, ``scale_factor``, ``add_offset``: :func:`~tgpflow.io.cf_packing.cf_decoder`); else ``x``."""
+    decode = cf_decoder(array, where)
+    return x if decode is None else x.map_blocks(decode, dtype=np.float64)
 
 
 def coordinate_label(value: Any) -> str:

@@ -53,7 +53,8 @@ class SourceSpec(_Strict):
                                   "keyed relative to the path's directory before its first glob character.")
     columns: list[str] | None = None
     array: str | None = Field(default=None, description="Zarr partitions that are groups: the 2-D array to read in "
-                                                        "each (default: the group's 1-D arrays are its columns).")
+                                                        "each (default: the group's 1-D arrays are its columns, but for a "
+                                                        "dimension coordinate, xarray's index of the rows).")
     partition_by: str | None = Field(
         default=None, description="A Zarr store with a date dimension: the group's 1-D coordinate array (e.g. date: "
                                   "strings, integers, datetime64 or xarray's CF-encoded time, one value per row) "

@@ -1,0 +1,93 @@
+"""Zarr stores written by xarray: CF missing values and packing decoded as xarray decodes them, and the dimension
+coordinate left out of the columns."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+import zarr
+
+from tgpflow.errors import SourceError
+from tgpflow.io.cf_packing import cf_decoder
+from tgpflow.io.sources import as_source
+
+ENCODING = {"packed": {"dtype": "int16", "scale_factor": 0.1, "add_offset": 1.0, "_FillValue": -9999},
+            "filled": {"_FillValue": -9999.0},
+            "listed": {"dtype": "int32"}}
+
+
+def _dataset(rng, n=500):
+    packed = np.round(rng.normal(size=n), 1)
+    filled = rng.normal(size=n)
+    packed[[3, 200]] = np.nan  # written as the fill markers −9999 (int16) and −9999.0
+    filled[[3, 450]] = np.nan
+    listed = rng.integers(0, 50, size=n)
+    return xr.Dataset({"packed": ("date", packed), "filled": ("date", filled), "listed": ("date", listed)},
+                      coords={"date": pd.date_range("2026-11-01", periods=n, freq="h")})
+
+
+@pytest.mark.parametrize("zarr_format", [3, 2])
+def test_a_store_written_by_xarray_reads_as_xarray_decodes_it(tmp_path, rng, zarr_format):
+    path = str(tmp_path / "x.zarr")
+    _dataset(rng).to_zarr(path, zarr_format=zarr_format, consolidated=False, encoding=ENCODING)
+    stored = zarr.open_group(path, mode="r")
+    assert stored["packed"].dtype == np.int16 and (stored["filled"][:] == -9999.0).sum() == 2  # encoded on disk
+    zarr.open_group(path, mode="r+")["listed"].attrs["missing_value"] = 7  # CF's other marker
+    expected = xr.open_zarr(path, consolidated=False).to_dataframe()  # xarray's own decoding, indexed by date
+    assert np.isnan(expected["listed"]).sum() == (stored["listed"][:] == 7).sum() > 0
+
+    source = as_source(path, on_bad_rows="drop")
+    assert list(source.columns) == ["filled", "listed", "packed"]  # the date coordinate is the rows' label
+    got = source.to_dask_array().compute()
+    want = expected[["filled", "listed", "packed"]].dropna().to_numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6)  # xarray may decode packed int16 in float32
+    np.testing.assert_allclose(got[:, 2], np.round(got[:, 2], 1), atol=1e-12)  # float64: 2.3 is 23 · 0.1 + 1.0
+
+    counts = expected.isna().sum()
+    bad = rf"{expected.isna().any(axis=1).sum()} of 500 rows .*'filled': 2, column 'listed': {counts['listed']}, "
+    with pytest.raises(SourceError, match=r"x\.zarr chunk 0 \(rows 0–499\): " + bad + "column 'packed': 2"):
+        as_source(path).to_dask_array().compute()  # missing values are bad rows, named by column
+
+    named = as_source(path, columns=["date", "packed"], on_bad_rows="drop")  # the coordinate only when named
+    assert list(named.columns) == ["date", "packed"]
+
+
+def test_a_zarr_v2_array_not_written_by_xarray_keeps_values_equal_to_its_fill_value(tmp_path):
+    """Zarr's own fill_value is what an unwritten chunk reads as, not a missing value: only xarray's arrays (with
+    _ARRAY_DIMENSIONS) read it as _FillValue."""
+    group = zarr.open_group(str(tmp_path / "v2.zarr"), mode="w", zarr_format=2)
+    for name in ("a", "b"):
+        group.create_array(name, shape=(6,), chunks=(3,), dtype="float64", fill_value=0.0)[:] = [0, 1, 2, 0, 4, 5]
+    got = as_source(str(tmp_path / "v2.zarr")).to_dask_array().compute()
+    np.testing.assert_array_equal(got[:, 0], [0, 1, 2, 0, 4, 5])
+    group["a"].attrs["_ARRAY_DIMENSIONS"] = ["row"]  # now xarray's: its fill value marks a missing value
+    got = as_source(str(tmp_path / "v2.zarr"), on_bad_rows="drop").to_dask_array().compute()
+    np.testing.assert_array_equal(got[:, 0], [1, 2, 4, 5])
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"scale_factor": "0.1"}, "scale_factor '0.1' is not a finite number"),
+    ({"add_offset": float("inf")}, "add_offset inf is not a finite number"),
+    ({"_Unsigned": "true"}, "_Unsigned='true'.*does not decode"),
+    ({"missing_value": "n/a"}, "missing-value marker 'n/a' is not a number"),
+    ({"_FillValue": "not base64!"}, "_FillValue 'not base64!' is not the base64 of a float64"),
+])
+def test_encodings_it_cannot_decode_are_refused_naming_the_array(tmp_path, attrs, message):
+    group = zarr.open_group(str(tmp_path / "bad.zarr"), mode="w")
+    group.create_array("a", shape=(4,), dtype="float64" if "_FillValue" in attrs else "int16")[:] = [1, 2, 3, 4]
+    group["a"].attrs.update(attrs)
+    with pytest.raises(SourceError, match=r"bad\.zarr: the array 'a': .*" + message):
+        as_source(str(tmp_path / "bad.zarr"))
+
+
+def test_the_decoder_masks_on_the_stored_values_then_scales():
+    """A stored value equal to a marker is missing even where its scaled value is not; NaN needs no marker."""
+    group = zarr.open_group(zarr.storage.MemoryStore(), mode="w")
+    arr = group.create_array("a", shape=(4,), dtype="int16")
+    arr.attrs.update({"scale_factor": 2.0, "add_offset": -1.0, "_FillValue": 3, "missing_value": [0, 4]})
+    decode = cf_decoder(arr, "m")
+    got = decode(np.array([0, 1, 3, 5, 4], dtype=np.int16))
+    np.testing.assert_array_equal(got, [np.nan, 1.0, np.nan, 9.0, np.nan])
+    plain = group.create_array("p", shape=(4,), dtype="float64")
+    plain.attrs["_FillValue"] = "AAAAAAAA+H8="  # NaN, as xarray writes a float array's default
+    assert cf_decoder(plain, "m") is None  # nothing to decode: the block is read as it is
