@@ -63,9 +63,14 @@ def test_time_units_it_cannot_decode_are_refused_naming_the_store(values, attrs,
     with pytest.raises(SourceError, match=message) as err:
         decode_cf_time(values, attrs, "data.zarr: the coordinate array 'date'")
     assert "data.zarr" in str(err.value)
-    # the proleptic calendar has no switch: the same counts decode
-    if "1582" in attrs["units"]:
-        decode_cf_time(values, {**attrs, "calendar": "proleptic_gregorian"}, "store")
+
+
+def test_the_proleptic_calendar_decodes_the_counts_refused_before_the_julian_switch():
+    """proleptic_gregorian has no switch: the dates before 1582-10-15 refused above are its Gregorian dates."""
+    got = decode_cf_time(np.array([0, -1]), {"units": "days since 1582-10-15", "calendar": "proleptic_gregorian"}, "s")
+    np.testing.assert_array_equal(got, np.array(["1582-10-15", "1582-10-14"], dtype="datetime64[D]"))
+    got = decode_cf_time(np.array([0]), {"units": "days since 1500-01-01", "calendar": "proleptic_gregorian"}, "s")
+    np.testing.assert_array_equal(got, np.array(["1500-01-01"], dtype="datetime64[D]"))
 
 
 def test_a_store_written_by_xarray_reads_its_dates_back(tmp_path):
