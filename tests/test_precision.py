@@ -54,6 +54,12 @@ def test_the_pass_kernel_writes_the_float64_sines_rounded_and_sums_in_float64(rn
         sin_sums_rows(xt, W, phase, sin_out, None, psi, u)
     np.testing.assert_allclose(psi - 1, 2 * cos.sum(axis=1), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(u - 1, sin.sum(axis=1), rtol=1e-12, atol=1e-12)
+    sin_out[:] = np.nan
+    sin_sums_rows(xt, W, phase, sin_out, None, psi, u, U)  # the sine's sums without the cosine block (the pass's case)
+    np.testing.assert_array_equal(sin_out, first)
+    np.testing.assert_allclose(u - 1, 2 * sin.sum(axis=1), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(U - 1, 2 * (sin @ xt.T), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(psi - 1, 3 * cos.sum(axis=1), rtol=1e-12, atol=1e-12)
 
 
 def test_the_pass_kernels_sines_are_the_float64_kernels_bit_for_bit_at_large_angles(rng):

@@ -26,8 +26,9 @@ import dask
 import dask.array as da
 import numpy as np
 
+from tgpflow.core.logs import logger
 from tgpflow.errors import SourceError, cause
-from tgpflow.io.cf_packing import cf_decoder, is_dimension_coordinate
+from tgpflow.io.cf_packing import cf_encoding, is_dimension_coordinate
 from tgpflow.io.cf_time import decode_cf_time
 from tgpflow.io.validate import OnBadRows, check_exact_ints, check_numeric, check_on_bad_rows, validate_block
 
@@ -405,7 +406,8 @@ def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows, array: str | N
         raise SourceError(f"{path}: expected a 2-D Zarr array of rows, got shape {node.shape}")
     names = node.attrs.get("columns")
     names = [str(c) for c in names] if isinstance(names, list) and len(names) == node.shape[1] else None
-    x = _decoded(node, _from_zarr(node, (node.chunks[0], node.shape[1]), where), f"{path}: the array {node.path!r}" if node.path else path)
+    x = _read_zarr(node, (node.chunks[0], node.shape[1]), where, names or [str(j) for j in range(node.shape[1])],
+                   f"{path}: the array {node.path!r}" if node.path else path)
     if rows is not None:
         x = x[first:stop]
     return _dask_array_source(x, where, columns, on_bad_rows, names=names, first_row=first)
@@ -425,8 +427,10 @@ def _zarr_group_source(group: Any, path: str, columns: Any, on_bad_rows: OnBadRo
                           f"a group is read as a table only when it holds 1-D arrays, one per column")
     names = list(arrays)
     if columns is None:  # a dimension coordinate labels the rows (xarray's index): named in columns= only
-        data = [n for n in names if not is_dimension_coordinate(n, arrays[n])]
-        chosen = data or names
+        chosen = _data_names(arrays)
+        if len(chosen) < len(names):
+            logger.info("%s: read without its dimension coordinate %s, the rows' labels (name it in columns= to read "
+                        "it as a column)", path, ", ".join(repr(n) for n in names if n not in chosen))
     else:
         chosen = [names[i] for i in _select_indices(columns, names, path)]
     check_numeric(((n, arrays[n].dtype) for n in chosen), path)
@@ -434,7 +438,8 @@ def _zarr_group_source(group: Any, path: str, columns: Any, on_bad_rows: OnBadRo
     if len(set(lengths.values())) > 1:
         raise SourceError(f"{path}: the column arrays differ in length ({lengths}); each must hold one value per row")
     size = arrays[chosen[0]].chunks[0]
-    x = da.stack([_decoded(arrays[n], _from_zarr(arrays[n], (size,), where or path), f"{path}: the array {n!r}")
+    mixed = len({arrays[n].dtype for n in chosen}) > 1  # stacked in their common dtype: int64 beside float64 converts
+    x = da.stack([_read_zarr(arrays[n], (size,), where or path, [n], f"{path}: the array {n!r}", check_ints=mixed)
                   for n in chosen], axis=1).rechunk({1: -1})
     first = 0
     if rows is not None:
@@ -443,11 +448,28 @@ def _zarr_group_source(group: Any, path: str, columns: Any, on_bad_rows: OnBadRo
     return _dask_array_source(x, where or path, None, on_bad_rows, names=chosen, first_row=first)
 
 
-def _decoded(array: Any, x: da.Array, where: str) -> da.Array:
-    """``x`` (read from the Zarr ``array``) decoded as xarray reads it when the array is CF-encoded (missing-value
-    markers, ``scale_factor``, ``add_offset``: :func:`~tgpflow.io.cf_packing.cf_decoder`); else ``x``."""
-    decode = cf_decoder(array, where)
-    return x if decode is None else x.map_blocks(decode, dtype=np.float64)
+def _data_names(arrays: dict[str, Any]) -> list[str]:
+    """The names of a group's arrays that hold data: all but its dimension coordinates (all, if that is none)."""
+    return [n for n, a in arrays.items() if not is_dimension_coordinate(n, a)] or list(arrays)
+
+
+def _read_zarr(array: Any, chunks: Any, where: str, names: list[str], what: str, check_ints: bool = False) -> da.Array:
+    """``array`` read by :func:`_from_zarr`, decoded as xarray reads it when CF-encoded (missing-value markers,
+    ``scale_factor``, ``add_offset``: :func:`~tgpflow.io.cf_packing.cf_encoding`; ``what`` names it in a refusal).
+    Where the values will be converted to float64 before validation sees them — decoded, or (``check_ints``) a
+    column stacked beside floating ones — 64-bit integers beyond ±2**53 are refused first, naming the column."""
+    x = _from_zarr(array, chunks, where)
+    encoding = cf_encoding(array, what)
+    if array.dtype.kind in "iu" and array.dtype.itemsize == 8 and (check_ints or encoding is not None):
+        x = x.map_blocks(_exact_ints, names=names, where=where, dtype=array.dtype)
+    return x if encoding is None else x.map_blocks(encoding, dtype=np.float64)
+
+
+def _exact_ints(block: np.ndarray, names: list[str], where: str, block_info: Any = None) -> np.ndarray:
+    """``block`` unchanged, once :func:`~tgpflow.io.validate.check_exact_ints` passes it (named by its rows)."""
+    start, stop = block_info[0]["array-location"][0]
+    check_exact_ints(zip(names, block.T if block.ndim == 2 else [block], strict=True), f"{where} rows {start}–{stop - 1}")
+    return block
 
 
 def coordinate_label(value: Any) -> str:
@@ -485,13 +507,15 @@ def _coordinate_values(coord: Any, path: str, coordinate: str, first: int = 0, s
 
 
 def zarr_data_arrays(path: str, array: str | None, coordinate: str) -> list[Any]:
-    """The arrays of a Zarr group that hold its rows (``array``, or every 1-D array but ``coordinate``)."""
+    """The arrays of a Zarr group that hold its rows (``array``, or the group's arrays but ``coordinate`` and other
+    dimension coordinates: the columns it is read with by default)."""
     import zarr
 
     node = _open_zarr(path, array)
     if isinstance(node, zarr.Array):
         return [node]
-    return [a for n, a in sorted(node.arrays()) if n != coordinate]
+    arrays = dict(sorted((n, a) for n, a in node.arrays() if n != coordinate))
+    return [arrays[n] for n in _data_names(arrays)]
 
 
 def zarr_row_runs(path: str, coordinate: str, array: str | None = None) -> dict[str, tuple[int, int]]:

@@ -36,7 +36,9 @@ full pass); ``cp -p``, ``rsync -t``, ``shutil.copytree`` keep them, and ``conten
 
 A date's fingerprint (``partition_by``) hashes its key, its row range and, per array holding the rows, the
 size and modification time of each chunk file (shard file, for a sharded array) that the range covers — or
-the rows' values with ``content``; never the arrays' metadata, which an append rewrites. Appending a date
+the rows' values with ``content``; never the arrays' metadata, which an append rewrites, but for the attributes
+that decide the values read (CF missing-value markers, ``scale_factor``, ``add_offset``:
+:mod:`tgpflow.io.cf_packing`) where an array has them, so that a changed encoding re-reads every date. Appending a date
 leaves the fingerprints of the earlier dates unchanged, but for one case: when the last earlier date ends
 inside a chunk, the append rewrites that chunk, and that date (its rows unchanged) is read again — correctly,
 at the cost of one partition. Dates that start on a chunk boundary avoid it (chunks of one day's rows, or
@@ -54,6 +56,7 @@ import fsspec
 import numpy as np
 
 from tgpflow.errors import SourceError
+from tgpflow.io.cf_packing import cf_encoding
 from tgpflow.io.parquet import list_parquet_files
 from tgpflow.io.sources import is_zarr_store, zarr_data_arrays, zarr_row_runs
 
@@ -143,6 +146,9 @@ class Partitions:
         h = hashlib.sha256(f"{key}|rows {start}-{stop}".encode())
         for arr in zarr_data_arrays(resolve(self.root, store), self.array, self.partition_by):
             h.update(f"|{arr.path}|{arr.dtype}|{arr.attrs.get('columns')}".encode())
+            encoding = cf_encoding(arr, f"{self.path(store)}: the array {arr.path!r}")
+            if encoding is not None:  # attributes that decide the values (a store without them keeps its fingerprints)
+                h.update(f"|{encoding!r}".encode())
             if mode == "content":
                 for a in range(start, stop, arr.chunks[0]):
                     h.update(np.ascontiguousarray(arr[a:min(a + arr.chunks[0], stop)]).tobytes())
