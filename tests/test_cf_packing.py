@@ -102,6 +102,8 @@ def test_the_decoder_masks_on_the_stored_values_then_scales():
     assert cf_encoding(arr, "m").markers == () and cf_encoding(arr, "m").scale == 2.0  # netCDF's one-element list
     arr.attrs["_FillValue"] = 3.7  # xarray truncates a v3 integer array's fill value
     assert cf_encoding(arr, "m").markers == (3,)
+    arr.attrs["_FillValue"] = float("nan")  # no integer to truncate it to: it matches nothing
+    assert cf_encoding(arr, "m").markers == ()
 
 
 def test_a_2d_array_and_the_rows_of_one_date_are_decoded_too(tmp_path, rng):

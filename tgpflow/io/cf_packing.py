@@ -104,7 +104,7 @@ def _v3_fill(value: Any, dtype: np.dtype, where: str) -> Any:
     """A v3 ``_FillValue`` attribute as the number it encodes, as xarray reads it: base64 of a float64 for a
     floating array, a number truncated to an integer for an integer array."""
     if dtype.kind in "iu" and isinstance(value, (numbers.Real, np.number)) and not isinstance(value, bool):
-        return int(value)
+        return int(value) if math.isfinite(value) else value  # (a non-finite one then matches nothing)
     if dtype.kind != "f" or not isinstance(value, str):
         return value
     try:
