@@ -75,7 +75,6 @@ class RidgePath:
 
     def __init__(self, A0: np.ndarray, b: np.ndarray):
         S = A0.shape[0]
-        self.n = S
         sym = np.asfortranarray(0.5 * (A0 + A0.T))
         lwork = int(dsytrd_lwork(S, lower=1)[0])
         c, self.diag, self.off, self.tau, info = dsytrd(sym, lower=1, lwork=lwork, overwrite_a=1)
@@ -83,6 +82,11 @@ class RidgePath:
         # the reflectors of Q, as dormtr reads them for uplo = "L": below the diagonal of A(2:n, 1:n−1)
         self.reflectors = c[1:, :S - 1]
         self.qb = np.concatenate([b[:1], self._apply_q(b[1:, None], transpose=True)[:, 0]])
+
+    @property
+    def n(self) -> int:
+        """S, the order of A₀."""
+        return int(self.diag.shape[0])
 
     def _apply_q(self, rows: np.ndarray, *, transpose: bool) -> np.ndarray:
         """Q's trailing (S−1)×(S−1) block (or its transpose) times ``rows``; Q's first row and column are e₁."""
