@@ -57,9 +57,11 @@ def test_a_pipeline_learns_and_applies_the_same_threshold(tmp_path, rng):
     est = tgpflow.load(tmp_path / "models" / "fd")
     logp = est.log_density(pd.DataFrame(X, columns=["a", "b"]))  # no preprocessing: raw rows; the pilot is all rows
     assert info["anomaly_threshold"] == anomaly_threshold(logp, 0.05)
-    scores = pd.read_parquet(result["scored"][0])
+    scores = pd.read_parquet(result["scored"][0])  # normalised: log p − log Z, the threshold moved with it
+    assert info["log_normalizer"] == est.normalizer_.log_z
     np.testing.assert_array_equal(scores["anomaly"], is_anomalous(scores["log_density"].to_numpy(),
-                                                                  info["anomaly_threshold"]))
+                                                                  info["anomaly_threshold"] + info["log_normalizer"]))
+    np.testing.assert_array_equal(scores["anomaly"], is_anomalous(logp, info["anomaly_threshold"]))
     assert 0.03 < scores["anomaly"].mean() <= 0.05
 
 

@@ -28,8 +28,13 @@ def test_fit_score_sample_info(tmp_path, rng):
     assert json.loads(r.stdout.strip().splitlines()[-1])["rows"] == 2000
     r = runner.invoke(main, ["score", model, src, "--out", str(tmp_path / "scores.parquet"), "--progress", "none"])
     assert r.exit_code == 0, r.output
-    scores = pd.read_parquet(tmp_path / "scores.parquet")["log_density"].to_numpy()
-    np.testing.assert_allclose(scores, tgpflow.load(model).log_density(pd.DataFrame(X, columns=["u", "v"])), rtol=1e-12)
+    assert json.loads(r.stdout)["normalized"]
+    scores = pd.read_parquet(tmp_path / "scores.parquet")
+    est = tgpflow.load(model)  # a normalised log density: the model's minus its log normaliser
+    frame = pd.DataFrame(X, columns=["u", "v"])
+    np.testing.assert_allclose(scores["log_density"], est.log_density(frame) - est.normalizer_.log_z, rtol=1e-12)
+    np.testing.assert_allclose(scores["log_density"], est.log_density(frame, normalized=True), rtol=1e-12)
+    np.testing.assert_array_equal(scores["row"], np.arange(2000))
     r = runner.invoke(main, ["sample", model, "-n", "100", "--out", str(tmp_path / "s.parquet")])
     assert r.exit_code == 0, r.output
     assert pd.read_parquet(tmp_path / "s.parquet").shape == (100, 2)
@@ -134,7 +139,7 @@ def test_fit_kernel_models_then_score_and_info(tmp_path, rng):
     r = runner.invoke(main, ["score", kef, src, "--out", str(tmp_path / "s.parquet"), "--progress", "none"])
     assert r.exit_code == 0, r.output
     np.testing.assert_allclose(pd.read_parquet(tmp_path / "s.parquet")["log_density"].to_numpy(),
-                               est.log_density(pd.DataFrame(X, columns=["u", "v"])), rtol=1e-10)
+                               est.log_density(pd.DataFrame(X, columns=["u", "v"]), normalized=True), rtol=1e-10)
     r = runner.invoke(main, ["info", kef])
     assert r.exit_code == 0 and json.loads(r.stdout)["n_basis"] == 20
     stein = str(tmp_path / "stein.zarr")
@@ -173,7 +178,8 @@ def test_rsr_fit_and_anomaly_scores_for_any_source(tmp_path, rng):
         scores = pd.read_parquet(out)
         est = tgpflow.load(model)
         np.testing.assert_allclose(scores["anomaly_score"], -scores["log_density"])
-        assert (scores["anomaly"] == (scores["anomaly_score"] > est.anomaly_threshold_)).all()
+        log_z = est.normalizer_.log_z if getattr(est, "normalizer_", None) is not None else 0.0  # RSR has none
+        assert (scores["anomaly"] == (scores["anomaly_score"] > est.anomaly_threshold_ + log_z)).all()
         assert 0.0 < scores["anomaly"].mean() < 0.05  # ≈ the 1% training quantile
         r = runner.invoke(main, ["info", model])
         assert r.exit_code == 0 and json.loads(r.stdout)["method"] == method

@@ -164,10 +164,15 @@ def test_scores_are_raw_row_densities_with_a_calibrated_flag_and_resume(tmp_path
     pre = manifest["preprocess"]
     scores = pd.read_parquet(tmp_path / "scores" / "p000.parquet")
     X = data["p000"]
+    # the published model takes raw rows, as the pipeline scored them ...
+    np.testing.assert_allclose(scores["log_density"], est.log_density(pd.DataFrame(X, columns=["a", "b", "c"]),
+                                                                      normalized=True), rtol=1e-10)
+    # ... and that is the density of the standardized rows with the standardization's Jacobian
     Y = (X - pre["center"]) / np.asarray(pre["scale"])
-    expected = est.log_density(pd.DataFrame(Y, columns=["a", "b", "c"])) - np.log(pre["scale"]).sum()
+    expected = est.fitted().inner.log_density(Y) - np.log(pre["scale"]).sum() - est.normalizer_.log_z
     np.testing.assert_allclose(scores["log_density"], expected, rtol=1e-10)
-    assert list(scores.columns) == ["log_density", "anomaly_score", "anomaly"]  # `tgpflow score`'s columns
+    assert list(scores.columns) == ["row", "log_density", "anomaly_score", "anomaly"]  # `tgpflow score`'s columns
+    np.testing.assert_array_equal(scores["row"], np.arange(len(X)))
     np.testing.assert_array_equal(scores["anomaly_score"], -scores["log_density"])
     both = pd.concat([pd.read_parquet(p) for p in result["scored"]])
     assert 0.02 < both["anomaly"].mean() < 0.09  # threshold at the 5% quantile of training densities

@@ -73,8 +73,12 @@ def test_rsr_is_refitted_on_old_and_new_rows_and_equals_the_batch_fit(tmp_path):
     # the threshold is the 95% quantile of −log p over the run's pilot rows (all 2400 here)
     frame = pd.DataFrame(X, columns=["a", "b"])
     assert info["anomaly_threshold"] == np.quantile(-v2.log_density(frame), 0.95, method="higher")
+    # the new partition is scored by the version current before the run (scores.version: previous), which has
+    # no normaliser (RSR): the unnormalised log density
+    assert second["scored_with"] == {"model": "rsr", "version": "v000001", "scored_with": "previous"}
     scores = pd.read_parquet(tmp_path / "scores" / "p002.parquet")
-    np.testing.assert_allclose(scores["log_density"], v2.log_density(frame[1600:]), rtol=1e-12)
+    np.testing.assert_allclose(scores["log_density"], v1.log_density(frame[1600:]), rtol=1e-12)
+    np.testing.assert_array_equal(scores["row"], np.arange(800))
     # KDE-SDO's statistics live in the store and add up to the fit of every row
     kde = tgpflow.load(tmp_path / "models" / "kde")
     kref = RootSobolevDensity(**KDE).fit(X, features=_frozen_draw(tmp_path, "kde"))

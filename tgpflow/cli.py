@@ -167,7 +167,7 @@ class _ModelChoice(click.Choice):
 #: parameter; a name here that no table has fails when the command is built.
 FIT_OPTIONS = ("n_features", "lam", "bandwidth", "noise_levels", "sigma_max", "base", "n_basis", "smoothness", "kernel",
                "regularizer", "device", "precision", "validation_fraction", "criterion", "bounds", "random_state",
-               "on_bad_rows")
+               "on_bad_rows", "scale")
 #: Flags that are not the parameter's name with dashes.
 _FLAGS = {"random_state": "--seed"}
 
@@ -222,6 +222,10 @@ def _model_options() -> list[click.Option]:
         where = " ".join(f"--model {', '.join(users)}: {allowed} (default {default})."
                          for (allowed, default), users in groups.items() if users)
         help_text = next(iter(owners.values())).help_of(name)
+        if all(t.type_of(name) is bool for t in owners.values()):  # a switch: --scale is scale=True
+            options.append(click.Option([_flag(name), name], is_flag=True, flag_value="true", default=None,
+                                        help=f"{help_text} {where}"))
+            continue
         options.append(click.Option([_flag(name), name], default=None, metavar=metavars.pop() if len(metavars) == 1
                                     else "VALUE", help=f"{help_text} {where}"))
     options.append(click.Option(["-p", "--param", "param_pairs"], multiple=True, metavar="NAME=VALUE",
@@ -364,20 +368,27 @@ def _diagnostics_summary(est: Any) -> dict[str, Any] | None:
               "atomically. Off the local filesystem the data is the version its pointer names: printed as \"data\".")
 @_overwrite
 @_columns
+@click.option("--keep-columns", default=None, metavar="A,B",
+              help="Columns of SOURCE (Parquet; any type, e.g. an id and a timestamp) written beside each row's "
+                   "scores, to join them back.")
 @_scheduler
 @_bad_rows
 @_progress_opt
-def score(model: str, source: str, out: str, overwrite: bool, columns: str | None, scheduler: str | None,
-          on_bad_rows: str, progress_mode: str) -> None:
-    """Stream SOURCE through MODEL and write per-row log density, anomaly score (−log p) and, when the
-    model learned a threshold at fit time, the anomaly flag, as Parquet; with --on-bad-rows drop, also each
-    row's position in SOURCE (the rows dropped have none)."""
+def score(model: str, source: str, out: str, overwrite: bool, columns: str | None, keep_columns: str | None,
+          scheduler: str | None, on_bad_rows: str, progress_mode: str) -> None:
+    """Stream SOURCE through MODEL and write, per row, its position in SOURCE (row), the --keep-columns, the log
+    density (normalised: the model's log density minus its log normaliser, as scikit-learn's score_samples, so
+    that scores of different models and versions compare; unnormalised for a model without one), the anomaly
+    score (−log density: larger is more anomalous) and, when the model learned a threshold at fit time, the
+    anomaly flag, as Parquet. Rows dropped by --on-bad-rows drop have no line."""
     import dask
 
     from tgpflow.cluster import dask_client
     from tgpflow.core.engine import compute
     from tgpflow.io.atomic import atomic_path, is_local, resolve
+    from tgpflow.io.row_context import row_context
     from tgpflow.io.sources import as_source
+    from tgpflow.models.anomaly import model_log_normalizer, score_table
 
     _check_out(out, "scores", overwrite)
     with _runtime_errors():
@@ -385,24 +396,29 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
         if not hasattr(est, "log_density"):
             raise click.ClickException(f"{model}: a {type(est).__name__} estimates a score, not a density; "
                                        f"it has no log density to write")
-        est.on_bad_rows = on_bad_rows
         names = getattr(est, "feature_names_in_", None)
         cols = _split(columns) or ([str(c) for c in names] if names is not None else None)
         src = as_source(source, columns=cols, on_bad_rows=on_bad_rows)
+        if src.n_columns != est.n_features_in_:
+            raise click.ClickException(f"{source}: X has {src.n_columns} features, but {model} (a "
+                                       f"{type(est).__name__}) is expecting {est.n_features_in_} features as input; "
+                                       f"name its columns with --columns")
+        contexts = row_context(source, src, _split(keep_columns))
         work = float(src.n_rows or 0) * getattr(est, "n_features", 0) ** 2 if src.n_rows is not None else None
         with dask_client(scheduler, work=work) as client, progress_display(progress_mode, client) as progress, \
                 atomic_path(out, "scores", overwrite=overwrite, marker=True, directory=True) as tmp:
             # one Parquet file per chunk, written by the task that scores it (its length is known only once
             # read when bad rows may be dropped); pyarrow directly (no dask.dataframe import: 0.25 s here)
-            threshold = getattr(est, "anomaly_threshold_", None)
-            keys = src.row_keys() if on_bad_rows == "drop" else [None] * src.n_chunks
             tmp.mkdir(parents=True, exist_ok=True)
             options = None if is_local(tmp) else dict(tmp.storage_options)
+            table = dask.delayed(score_table, pure=True)
             write = dask.delayed(_write_scores, pure=True)
-            parts = [write(v, k, threshold, f"{tmp}/{_part_name(i, src.n_chunks)}", options)
-                     for i, (v, k) in enumerate(zip(est.log_density(src).to_delayed(), keys, strict=True))]
+            args = (est.fitted().log_density, getattr(est, "anomaly_threshold_", None), model_log_normalizer(est))
+            parts = [write(table(v, c, *args), f"{tmp}/{_part_name(i, src.n_chunks)}", options)
+                     for i, (v, c) in enumerate(zip(src.chunks(), contexts, strict=True))]
             _, dropped = compute(parts, dask.delayed(sum, pure=True)(src.dropped_counts()), progress=progress)
-        info = {"scores": out, "model": model, "source": source, "rows_dropped": int(dropped)}
+        info = {"scores": out, "model": model, "source": source, "rows_dropped": int(dropped),
+                "normalized": model_log_normalizer(est) is not None}
         data = resolve(out)
         if not is_local(data):  # off the local filesystem the dataset is the version its pointer names
             info["data"] = str(data)
@@ -414,22 +430,14 @@ def _part_name(i: int, n: int) -> str:
     return f"part.{i:0{max(len(str(n - 1)), 5)}d}.parquet"
 
 
-def _write_scores(values: np.ndarray, keys: np.ndarray | None, threshold: float | None, path: str,
-                  storage_options: dict[str, Any] | None) -> int:
-    """Write the score columns of one chunk to ``path``: with ``--on-bad-rows drop`` the row's position in
-    SOURCE, the log density, the anomaly score (−log p) and the anomaly flag when the model learned a threshold
-    at fit time. Returns the rows written."""
+def _write_scores(table: Any, path: str, storage_options: dict[str, Any] | None) -> int:
+    """Write one chunk's scores table (:func:`~tgpflow.models.anomaly.score_table`) to ``path``; returns its rows."""
     import fsspec
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from tgpflow.models.anomaly import score_columns
-
-    columns: dict[str, Any] = {} if keys is None else {"row": np.asarray(keys, dtype=np.int64)}
-    columns.update(score_columns(values, threshold))  # the flag at the training threshold_quantile, if learned
     with fsspec.open(path, "wb", **(storage_options or {})) as fh:
-        pq.write_table(pa.table(columns), fh)
-    return int(values.shape[0])
+        pq.write_table(table, fh)
+    return int(table.num_rows)
 
 
 @main.command()
@@ -611,15 +619,21 @@ def run(spec_path: str, date: str | None, overrides: tuple[str, ...], dry_run: b
 @click.option("--date", default=None)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
 def validate(spec_path: str, date: str | None, overrides: tuple[str, ...]) -> None:
-    """Check a pipeline spec, and its cluster file or scheduler address, without touching any data or cluster."""
+    """Check a pipeline spec, its cluster file or scheduler address (without reaching any cluster), and its columns
+    and bounds against the newest partition's metadata (a Parquet footer or Zarr array metadata; no rows read)."""
     from tgpflow.cluster import describe_spec_cluster
+    from tgpflow.pipeline.source_check import check_source
     from tgpflow.pipeline.spec import load_spec
 
     with _runtime_errors():
         spec = load_spec(spec_path, date=date, overrides=list(overrides))
         cluster = describe_spec_cluster(spec.cluster)
+        source = check_source(spec)
+    for line in source.get("warnings", []):
+        click.echo(f"warning: {line}", err=True)
     click.echo(json.dumps({"spec": spec_path, "valid": True, "name": spec.name,
-                           "models": [m.name for m in spec.models], "refit": spec.refit.policy, "cluster": cluster}))
+                           "models": [m.name for m in spec.models], "refit": spec.refit.policy, "cluster": cluster,
+                           "source": source}))
 
 
 @main.command()
@@ -699,7 +713,9 @@ def info(model: str) -> None:
     if is_versions_dir(model):
         with _runtime_errors():
             vers = ModelVersions(model)
+            current = vers.load() if vers.current() else None
             click.echo(json.dumps({"model": model, "current": vers.current(),
+                                   "preprocessing": None if current is None else _preprocessing(current, {}),
                                    "versions": {v: vers.info(v) for v in vers.list()}}, indent=2, default=float))
         return
     with _runtime_errors():
@@ -714,9 +730,23 @@ def info(model: str) -> None:
             "fingerprint": draw.fingerprint, "columns": meta.get("feature_names_in"),
             "params": meta.get("params"), "solver": meta.get("solver_info"), "pilot": meta.get("pilot"),
             "selection": (meta.get("selection") or {}).get("chosen"), "diagnostics": _diagnostics_summary(est),
-            "bounds": (meta.get("bounds") or {}).get("bounds"),
+            "bounds": (meta.get("bounds") or {}).get("bounds"), "preprocessing": _preprocessing(est, meta),
             "created": meta.get("created"), "tgpflow_version": meta.get("tgpflow_version"),
             "arrays": {k: list(v.shape) for k, v in arrays.items()}}, indent=2, default=str))
+
+
+def _preprocessing(est: Any, meta: dict[str, Any]) -> dict[str, Any]:
+    """How a model reads rows: standardized inside it (its scaling, in the data's units), or as given — which is
+    all a model file written before models carried their standardization can say."""
+    scaling = getattr(est, "scaling_", None)
+    if scaling is not None:
+        return {"standardized": True, **scaling.to_dict(),
+                "note": "rows in and out are in the data's units; the model standardizes them itself"}
+    old = "scaling" not in meta and meta.get("params") is not None and "scale" not in meta["params"]
+    return {"standardized": False,
+            "note": ("written before model files carried a standardization: it takes rows as it was fitted on them "
+                     "(a pipeline's version written then took preprocessed rows)") if old
+            else "fitted to the rows as given"}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,10 @@ class SourceError(TgpflowError, ValueError):
     """Bad input data: names the file or chunk, the column and the count of bad rows."""
 
 
+class EmptySourceError(SourceError):
+    """A readable source with no rows (e.g. a day's Parquet file written with zero rows)."""
+
+
 class FeaturesMismatchError(TgpflowError, ValueError):
     """Statistics or models computed with different feature draws were combined."""
 

@@ -141,6 +141,22 @@ class ColumnBounds:
         return {c: [side(lo), side(hi)] for c, lo, hi in zip(self.columns, self.lower, self.upper, strict=True)
                 if np.isfinite(lo) or np.isfinite(hi)}
 
+    def scaled(self, scaling: Any) -> ColumnBounds:
+        """The same bounds in a :class:`~tgpflow.features.scaling.Scaling`'s standardized units, ``(a − c)/s``
+        (an open side stays open): the log/logit transform there differs from the one in the data's units by a
+        constant per column (``log((x − a)/s) = log(x − a) − log s``; the logit's ratio is unchanged)."""
+        if scaling is None:
+            return self
+        with np.errstate(invalid="ignore"):
+            return ColumnBounds(scaling.forward(self.lower), scaling.forward(self.upper), self.columns)
+
+    def unscaled(self, scaling: Any) -> ColumnBounds:
+        """Bounds given in a scaling's standardized units, in the data's units (``c + s·a``): the inverse of
+        :meth:`scaled`."""
+        if scaling is None:
+            return self
+        return ColumnBounds(scaling.inverse(self.lower), scaling.inverse(self.upper), self.columns)
+
     def describe(self) -> str:
         parts = []
         for name, (lo, hi) in self.to_dict().items():
@@ -172,13 +188,18 @@ def suggest_bounds(rows: np.ndarray, columns: Sequence[str], bounds: ColumnBound
 
 
 def bounded_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label: str, bounds: ColumnBounds,
-                  on_bad_rows: str) -> tuple[np.ndarray, int, np.ndarray | None]:
+                  on_bad_rows: str, scaling: Any = None) -> tuple[np.ndarray, int, np.ndarray | None]:
     """A validated chunk mapped to the transformed space; rows on or beyond a bound raise a
-    :class:`~tgpflow.errors.SourceError` naming the chunk and the columns, or are dropped."""
+    :class:`~tgpflow.errors.SourceError` naming the chunk and the columns, or are dropped. ``bounds`` are in
+    the data's units, and so is the check; with a ``scaling`` the rows are standardized before the transform
+    (the bounds with them: :meth:`ColumnBounds.scaled`)."""
     from tgpflow.errors import SourceError
 
     rows, dropped, kept = validated
     inside = bounds.inside(rows)
+    fit_rows, fit_bounds = (rows, bounds) if scaling is None else (scaling.forward(rows), bounds.scaled(scaling))
+    if scaling is not None:  # a value within an ulp of a bound may round onto it when standardized
+        inside &= fit_bounds.inside(fit_rows)
     if not inside.all():
         bad = bounds.violations(rows)
         if on_bad_rows != "drop":
@@ -188,5 +209,5 @@ def bounded_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label: s
                               f"strictly inside: declare a bound beyond the data's extreme values, or pass "
                               f"on_bad_rows='drop' (--on-bad-rows drop)")
         positions = np.arange(rows.shape[0]) if kept is None else kept
-        rows, kept, dropped = rows[inside], positions[inside], dropped + int((~inside).sum())
-    return np.ascontiguousarray(bounds.forward(rows)), dropped, kept
+        fit_rows, kept, dropped = fit_rows[inside], positions[inside], dropped + int((~inside).sum())
+    return np.ascontiguousarray(fit_bounds.forward(fit_rows)), dropped, kept

@@ -8,6 +8,8 @@ reported by name at once, a row group whose pages cannot be decoded when it is r
 
 from __future__ import annotations
 
+import difflib
+
 from typing import Any
 
 import fsspec
@@ -37,7 +39,8 @@ def list_parquet_files(urlpath: str, storage_options: dict[str, Any] | None = No
 class ParquetLayout:
     """Files, row groups and column types of a Parquet dataset, from footers only."""
 
-    def __init__(self, urlpath: str, columns: list[str] | None, storage_options: dict[str, Any] | None = None):
+    def __init__(self, urlpath: str, columns: list[str] | None, storage_options: dict[str, Any] | None = None,
+                 numeric: bool = True):
         import pyarrow.parquet as pq
         import pyarrow.types as pat
 
@@ -58,13 +61,15 @@ class ParquetLayout:
                 columns = names
             missing = [c for c in columns if c not in names]
             if missing:
-                raise SourceError(f"{path}: missing column(s) {missing}; it has {names}")
+                close = difflib.get_close_matches(missing[0], names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise SourceError(f"{path}: missing column(s) {missing}{hint}; it has {names}")
             for c in columns:
                 if len(schema.get_all_field_indices(c)) > 1:
                     raise SourceError(
                         f"{path}: column {c!r} appears {len(schema.get_all_field_indices(c))} times in the schema; "
                         f"rename the duplicates, or select other columns with columns=[...] (CLI: --columns)")
-            types = {c: schema.field(c).type for c in columns}
+            types = {c: schema.field(c).type for c in columns} if numeric else {}  # not: columns carried along
             for c, t in types.items():
                 if not (pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t)):
                     raise SourceError(

@@ -27,7 +27,7 @@ import dask.array as da
 import numpy as np
 
 from tgpflow.core.logs import logger
-from tgpflow.errors import SourceError, cause
+from tgpflow.errors import EmptySourceError, SourceError, cause
 from tgpflow.io.cf_packing import cf_encoding, is_dimension_coordinate
 from tgpflow.io.cf_time import decode_cf_time
 from tgpflow.io.validate import OnBadRows, check_exact_ints, check_numeric, check_on_bad_rows, validate_block
@@ -87,9 +87,18 @@ class Source:
         """Delayed float64 (n, d) arrays, one per chunk, validated."""
         return [dask.delayed(operator.getitem, pure=True)(v, 0) for v in self._validated]
 
+    def chunks(self) -> list[Any]:
+        """Delayed validated chunks ``(rows, dropped, kept)``: the float64 (n, d) rows, the bad rows dropped, and the
+        positions of the rows kept among the chunk's rows (None when all were kept)."""
+        return list(self._validated)
+
     def dropped_counts(self) -> list[Any]:
         """Delayed row counts dropped per chunk (all 0 under on_bad_rows="raise")."""
         return [dask.delayed(operator.getitem, pure=True)(v, 1) for v in self._validated]
+
+    def row_counts(self) -> list[Any]:
+        """Delayed ``(kept, dropped)`` row counts per chunk (after the chunk's filters; dropped: bad rows)."""
+        return [dask.delayed(_row_counts, pure=True)(v) for v in self._validated]
 
     def row_keys(self) -> list[Any]:
         """Delayed int64 keys of the validated rows, one array per chunk, stable across runs.
@@ -131,6 +140,10 @@ class Source:
         return da.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
 
 
+def _row_counts(validated: tuple[np.ndarray, int, np.ndarray | None]) -> tuple[int, int]:
+    return int(validated[0].shape[0]), int(validated[1])
+
+
 def _apply_rows(validated: tuple[np.ndarray, int, np.ndarray | None], fn: Any) -> tuple[np.ndarray, int, Any]:
     rows, dropped, kept = validated
     return np.ascontiguousarray(fn(rows), dtype=np.float64), dropped, kept
@@ -148,7 +161,7 @@ def _make(description: str, columns: tuple[str, ...], named: bool, raws: list[An
         raise SourceError(f"{description}: the source has no rows (no chunks)")
     known = [s for s in sizes if not math.isnan(s)]
     if len(known) == len(sizes) and sum(known) == 0:
-        raise SourceError(f"{description}: the source has zero rows")
+        raise EmptySourceError(f"{description}: the source has zero rows")
     validate = dask.delayed(validate_block, pure=True, nout=3)
     validated = tuple(validate(raw, label, columns, on_bad_rows) for raw, label in zip(raws, labels, strict=True))
     return Source(description, columns, named, tuple(labels), tuple(float(s) for s in sizes), on_bad_rows, validated)
@@ -322,7 +335,7 @@ def _parquet_source(path: str, columns: Any, on_bad_rows: OnBadRows, storage_opt
         raws = [read(layout.fs, f, i, layout.columns) for f, i, _ in layout.row_groups]
         sizes = [float(s) for s in layout.sizes()]
     if not raws:
-        raise SourceError(f"{path}: the source has zero rows")
+        raise EmptySourceError(f"{path}: the source has zero rows")
     return _make(path, layout.columns, True, raws, layout.labels(), sizes, on_bad_rows)
 
 

@@ -20,7 +20,11 @@ import numpy as np
 
 from tgpflow.errors import DiagnosticWarning
 
-__all__ = ["AnomalyMixin", "anomaly_threshold", "is_anomalous", "score_columns"]
+__all__ = ["AnomalyMixin", "anomaly_threshold", "is_anomalous", "model_log_normalizer", "score_columns",
+           "score_table", "SCORE_COLUMNS"]
+
+#: The columns :func:`score_columns` writes (a kept column may not take one of these names).
+SCORE_COLUMNS = ("log_density", "anomaly_score", "anomaly")
 
 
 def anomaly_threshold(log_density: Any, quantile: float) -> float:
@@ -50,13 +54,43 @@ def is_anomalous(log_density: Any, threshold: float) -> Any:
     return ~(-log_density <= threshold)
 
 
-def score_columns(log_density: np.ndarray, threshold: float | None) -> dict[str, np.ndarray]:
+def model_log_normalizer(est: Any) -> float | None:
+    """The log normaliser log Z of a fitted model (its ``normalizer_``), None where it has none (an RFF kernel sum,
+    a flat base, a root-Sobolev fit: their scores files keep the unnormalised log density)."""
+    normalizer = getattr(est, "normalizer_", None)
+    return None if normalizer is None else float(normalizer.log_z)
+
+
+def score_columns(log_density: np.ndarray, threshold: float | None,
+                  log_normalizer: float | None = None) -> dict[str, np.ndarray]:
     """The columns of a scores file, ``tgpflow score``'s and a pipeline's per-partition ones alike: ``log_density``,
-    ``anomaly_score`` (−log p) and, with a threshold learned at fit time, ``anomaly`` (:func:`is_anomalous`)."""
+    ``anomaly_score`` (−log p) and, with a threshold learned at fit time, ``anomaly`` (:func:`is_anomalous`).
+
+    ``log_density`` is the model's unnormalised log density minus ``log_normalizer`` where the model has one (a
+    normalised log-likelihood, as scikit-learn's ``score_samples``: comparable across versions and models); the
+    threshold, learned on the unnormalised scale, moves with it, so the same rows are flagged."""
+    if log_normalizer is not None:
+        log_density = log_density - log_normalizer
+        threshold = None if threshold is None else threshold + log_normalizer
     columns = {"log_density": log_density, "anomaly_score": -log_density}
     if threshold is not None:
         columns["anomaly"] = is_anomalous(log_density, threshold)
     return columns
+
+
+def score_table(validated: tuple[np.ndarray, int, np.ndarray | None], context: Any, log_density: Any,
+                threshold: float | None, log_normalizer: float | None) -> Any:
+    """One chunk of a scores file as a pyarrow table: the context of the rows its validation kept (``row``, the
+    kept columns: :mod:`tgpflow.io.row_context`), then :func:`score_columns` of ``log_density(rows)``."""
+    import pyarrow as pa
+
+    from tgpflow.io.row_context import context_rows
+
+    rows, _, kept = validated
+    table = context_rows(context, kept)
+    for name, values in score_columns(log_density(rows), threshold, log_normalizer).items():
+        table = table.append_column(name, pa.array(np.asarray(values)))
+    return table
 
 
 class AnomalyMixin:

@@ -31,7 +31,7 @@ from tgpflow.errors import DiagnosticWarning
 from tgpflow.solve.normalizer import NormalizerEstimate
 from tgpflow.stats.support import OUTSIDE_FACTOR, OUTSIDE_FLOOR, SupportBox, mass_outside_limit
 
-__all__ = ["DiagnosticWarning", "MIN_ESS_FRACTION", "OUTSIDE_FACTOR", "OUTSIDE_FLOOR", "fit_diagnostics",
+__all__ = ["DiagnosticWarning", "MIN_ESS_FRACTION", "OUTSIDE_FACTOR", "OUTSIDE_FLOOR", "fit_diagnostics", "remedies",
            "mass_outside_limit"]
 
 #: Smallest healthy ESS of the base proposals, as a share of the draws.
@@ -72,3 +72,30 @@ def fit_diagnostics(normalizer: NormalizerEstimate, box: SupportBox | None, *, w
         for message in problems:
             warnings.warn(message, DiagnosticWarning, stacklevel=3)
     return diag
+
+
+#: Columns whose spreads (the support box's widths) differ by more than this factor are worth standardizing.
+MIXED_SCALES = 10.0
+
+
+def remedies(*, lam: Any, lam_fitted: float, box: SupportBox | None, scaled: bool,
+             suggested_bounds: dict[str, list[float | None]] | None, lam_grid_param: str = "lam_grid") -> str:
+    """What to change when a fit puts mass where there are no data, each as the Python parameter and the
+    ``tgpflow fit`` flag that set it: the bounds the pilot suggests, ``scale=True`` when the columns' spreads
+    differ by more than :data:`MIXED_SCALES` times and the model is not standardized, then λ."""
+    fixes = []
+    if suggested_bounds:
+        python = ", ".join(f"{c!r}: ({lo!r}, {hi!r})" for c, (lo, hi) in suggested_bounds.items())
+        cli = ",".join(f"{c}:{'' if lo is None else f'{lo:g}'}:{'' if hi is None else f'{hi:g}'}"
+                       for c, (lo, hi) in suggested_bounds.items())
+        fixes.append(f"declare the columns bounded at 0: bounds={{{python}}} (tgpflow fit --bounds {cli})")
+    if box is not None and not scaled:
+        widths = box.upper - box.lower
+        if widths.size > 1 and widths.min() > 0 and widths.max() > MIXED_SCALES * widths.min():
+            fixes.append(f"standardize the columns (their spreads differ {widths.max() / widths.min():.3g}-fold): "
+                         f"scale=True (tgpflow fit --scale)")
+    if lam == "auto":
+        fixes.append(f"extend {lam_grid_param} to larger values (-p {lam_grid_param}=...)")
+    else:
+        fixes.append(f"raise lam (now {lam_fitted:g}; --lam) or select it on held-out rows: lam='auto' (--lam auto)")
+    return "; or ".join(fixes)

@@ -22,8 +22,10 @@ from sklearn.utils.validation import check_is_fitted
 from tgpflow.core.backend import resolve_device
 from tgpflow.core.engine import Progress
 from tgpflow.core.logs import phase
+from tgpflow.features.scaling import Scaling
 from tgpflow.models.model_file import verify_solution, write_model
 from tgpflow.models.params import ParamTable, plain
+from tgpflow.models.scaled_fitted import in_data_units
 from tgpflow.models.streaming import check_stats_kept
 from tgpflow.solve.normalizer import NormalizerEstimate
 from tgpflow.stats.split import StatsBundle
@@ -91,7 +93,7 @@ class Estimator(BaseEstimator):
         if sigma not in (None, 0):
             raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
         check_is_fitted(self, "_fitted")
-        return self._fitted
+        return in_data_units(self._fitted, getattr(self, "scaling_", None))
 
     # -- model files --------------------------------------------------------------------------
     def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True,
@@ -118,10 +120,13 @@ class Estimator(BaseEstimator):
 
     def _common_meta(self) -> dict[str, Any]:
         """The metadata every model file holds: parameters (as JSON holds them), column names, rows seen, the
-        selection record, the anomaly threshold and support box of the training rows, and for a model with a
+        selection record, the anomaly threshold and support box of the training rows (in the data's units), the
+        standardization (``scaling_``: ``scale=True`` or a pipeline's ``preprocess``), and for a model with a
         normaliser its estimate and the fit diagnostics."""
         support = getattr(self, "support_", None)
+        scaling = getattr(self, "scaling_", None)
         meta = {"params": plain(self.get_params()),
+                "scaling": None if scaling is None else scaling.to_dict(),
                 "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None,
                 "n_samples_seen": self.n_samples_seen_,
                 "selection": getattr(self, "selection_", None),
@@ -144,6 +149,7 @@ class Estimator(BaseEstimator):
             self.anomaly_threshold_ = float(meta["anomaly_threshold"])
         if meta.get("support"):
             self.support_ = SupportBox.from_dict(meta["support"])
+        self.scaling_ = Scaling.from_dict(meta.get("scaling"))  # files written before it: none
         if hasattr(self, "log_normalizer"):
             self.normalizer_ = NormalizerEstimate.from_dict(meta["normalizer"]) if meta.get("normalizer") else None
             self.fit_diagnostics_ = meta.get("fit_diagnostics") or {"warnings": []}

@@ -14,8 +14,8 @@ Building a value from its arrays does no linear algebra: this is what makes a mo
 the time it takes to read it. Metrics, reports, samplers and the pipeline evaluate a model through
 ``est.fitted()``. The kinds: :class:`~tgpflow.models.tgp_fitted.TGPFitted` (FD, NCFD, FVPD, MAP,
 KDE-RFF; MATH.md §2–§5), :class:`~tgpflow.models.tgp_fitted.BoundedFitted` (one of them on bounded
-columns), :class:`~tgpflow.models.kernel_fitted.KernelFitted` (NKEF, lite and the score estimators;
-§6–§7) and :class:`~tgpflow.models.rsr_fitted.RSRFitted` (RSR and KDE-SDO; §8).
+columns), :class:`~tgpflow.models.scaled_fitted.ScaledFitted` (any of them on standardized columns),
+:class:`~tgpflow.models.kernel_fitted.KernelFitted` (NKEF, lite and the score estimators; §6–§7) and :class:`~tgpflow.models.rsr_fitted.RSRFitted` (RSR and KDE-SDO; §8).
 """
 
 from __future__ import annotations
@@ -124,6 +124,7 @@ def fitted_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> F
     """Any :class:`Fitted` value back from its arrays and meta (dispatch on ``meta["kind"]``)."""
     import tgpflow.models.kernel_fitted  # noqa: F401 - each module registers its kinds
     import tgpflow.models.rsr_fitted  # noqa: F401
+    import tgpflow.models.scaled_fitted  # noqa: F401
     import tgpflow.models.tgp_fitted  # noqa: F401
 
     kind = meta.get("kind")

@@ -27,14 +27,17 @@ from tgpflow.core.moments import Moments
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
 from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
+from tgpflow.features.scaling import Scaling
 from tgpflow.io.degenerate import check_pilot_rows, check_rows_left
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.models.anomaly import AnomalyMixin
-from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning, fit_diagnostics
+from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning, fit_diagnostics, remedies
 from tgpflow.models.estimator_base import StatsEstimator, entry
+from tgpflow.models.fitted import Fitted
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
 from tgpflow.models.params import GPTiltedParams
+from tgpflow.models.scaled_fitted import in_data_units
 from tgpflow.models.streaming import StreamingMixin, is_grid
 from tgpflow.models.tgp_fitted import BoundedFitted, TGPFitted
 from tgpflow.models.tgp_method import GridContext, Hyper, TGPMethod
@@ -50,6 +53,19 @@ from tgpflow.stats.support import SupportBox
 from tgpflow.stats.tgp import TGPStats
 
 __all__ = ["GPTiltedDensity"]
+
+
+def _to_data_rows(rows: np.ndarray, bounds: ColumnBounds | None, scaling: Scaling | None) -> np.ndarray:
+    rows = rows if bounds is None else bounds.inverse(rows)
+    return rows if scaling is None else scaling.inverse(rows)
+
+
+def _data_units(bounds: ColumnBounds | None, scaling: Scaling | None) -> Any:
+    """The map from the fitting space to the data's units (bounded columns' t⁻¹, then the scaling's inverse) as a
+    value that can go to the workers; None for the identity."""
+    if bounds is None and scaling is None:
+        return None
+    return functools.partial(_to_data_rows, bounds=bounds, scaling=scaling)
 
 #: λ when ``lam="auto"`` has no validation rows to select on (a few rows): a smooth fit.
 FALLBACK_LAM = 1.0
@@ -153,7 +169,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                  pilot: str = "sample",
                  pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
-                 device: str = "auto", precision: str = "float64", threshold_quantile: float = 0.01):
+                 device: str = "auto", precision: str = "float64", threshold_quantile: float = 0.01,
+                 scale: bool = False):
         self.threshold_quantile = threshold_quantile
         self.precision = precision
         self.method = method
@@ -180,6 +197,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self.split_every = split_every
         self.random_state = random_state
         self.device = device
+        self.scale = scale
 
     @property
     def _method(self) -> TGPMethod:
@@ -270,11 +288,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         gammas = [base_gamma * f for f in AUTO_BANDWIDTH_FACTORS]
         n_draws, seed = self._selection_draws()
         folds = fold_index(np.arange(rows.shape[0], dtype=np.int64), AUTO_BANDWIDTH_FOLDS, SPLIT_SALT)
-        bounds = getattr(self, "bounds_", None)
-        grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4], units=bounds)
+        grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4], units=self._fit_bounds())
         # the map to the data's units as a value of its own (it goes to the workers; self._to_data would take the
         # whole estimator there)
-        to_data = None if bounds is None else bounds.inverse
+        to_data = _data_units(self._fit_bounds(), getattr(self, "scaling_", None))
         with phase("bandwidth", rows=rows.shape[0], candidates=len(gammas)) as info:
             try:
                 gamma, curve = pilot_bandwidth(rows, folds, features, gammas, self._lam_grid(),
@@ -314,16 +331,19 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return None if spec is None else spec[1]
 
     @entry
-    def prepare(self, X: Any, *, columns: list[str] | None = None, progress: Progress | None = None) -> GPTiltedDensity:
+    def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
+                progress: Progress | None = None) -> GPTiltedDensity:
         """Draw the features (and a selection's held-out grid) from a pilot sample of ``X``, without a pass.
 
         A pipeline then accumulates each partition's statistics for this draw (:meth:`chunk_tasks`) and
-        solves their sum (:meth:`fit_from_stats`). ``progress``: see :meth:`fit`.
+        solves their sum (:meth:`fit_from_stats`). ``scaling``: a frozen standardization (a pipeline's
+        ``preprocess``), else ``scale=`` decides. ``progress``: see :meth:`fit`.
         """
         self._pilot_rows = None
         source = self._source(X, columns, reset=True)
+        self._fix_scaling(source, scaling, progress)
         self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
-        source = self._fitting_source(source)
+        source = self.fitting_source(source)
         n_total, mean, cov, self.pilot_ = self._pilot_moments(source, progress)
         self.features_ = self._draw_features(n_total, mean, cov, source, progress)
         if self._selecting:
@@ -368,8 +388,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         if fitted:
             self._check_width(source)
         else:
+            self._fix_scaling(source, None, progress)
             self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
-        return self._accumulate_source(self._fitting_source(source), features, progress)
+        return self._accumulate_source(self.fitting_source(source), features, progress)
 
     def _accumulate_source(self, source: Source, features: RandomFourierFeatures | None,
                            progress: Progress | None = None) -> Any:
@@ -406,23 +427,27 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             self._pilot_rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0],
                                             progress=progress).rows
         self.heldout_grid_ = ProjectionGrid.from_rows(self._pilot_rows, random_state=self._seeds()[4],
-                                                      units=getattr(self, "bounds_", None))
+                                                      units=self._fit_bounds())
 
     @entry
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
-            features: RandomFourierFeatures | None = None, progress: Progress | None = None) -> GPTiltedDensity:
+            features: RandomFourierFeatures | None = None, scaling: Scaling | None = None,
+            progress: Progress | None = None) -> GPTiltedDensity:
         """Fit from any source: NumPy/pandas, dask array/DataFrame, Parquet path/glob, Zarr path.
 
-        ``progress`` is called with the futures of each distributed compute of the fit (the pilot, the
-        pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`).
+        ``features``: a draw to reuse (in the fitting space); ``scaling``: a frozen standardization to fit in
+        (with ``scale=True`` one is taken from the pilot; rows in and out stay in the data's units either way,
+        :mod:`tgpflow.features.scaling`). ``progress`` is called with the futures of each distributed compute of
+        the fit (the pilot, the pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`).
         """
         self._forget("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_", "heldout_grid_",
                      "bandwidth_selection_", "_fitted")
         self.pilot_ = {"mode": "given"} if features is not None else {}
         self._pilot_rows = None
         source = self._source(X, columns, reset=True)
+        self._fix_scaling(source, scaling, progress)
         self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
-        source = self._fitting_source(source)
+        source = self.fitting_source(source)
         stats = self._accumulate_source(source, features, progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
         if self._pilot_rows is None:  # pilot="exact" or given features: a bounded sample for the checks
@@ -444,17 +469,24 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         names = getattr(self, "feature_names_in_", None)
         return [str(c) for c in names] if names is not None else [str(c) for c in source.columns]
 
-    def _fitting_source(self, source: Source) -> Source:
-        """``source`` in the fitting space: bounded columns transformed (rows beyond a bound are bad rows)."""
+    def fitting_source(self, source: Source) -> Source:
+        """``source`` in the fitting space: standardized (``scaling_``), bounded columns transformed (rows on or
+        beyond a bound, in the data's units, are bad rows)."""
         bounds = getattr(self, "bounds_", None)
         if bounds is None:
-            return source
-        return source.map_validated(functools.partial(bounded_chunk, bounds=bounds, on_bad_rows=source.on_bad_rows))
+            return super().fitting_source(source)
+        return source.map_validated(functools.partial(bounded_chunk, bounds=bounds, on_bad_rows=source.on_bad_rows,
+                                                      scaling=getattr(self, "scaling_", None)))
+
+    def _fit_bounds(self) -> ColumnBounds | None:
+        """``bounds_`` (in the data's units) in the standardized units the model is fitted in."""
+        bounds = getattr(self, "bounds_", None)
+        return None if bounds is None else bounds.scaled(getattr(self, "scaling_", None))
 
     def _to_data(self, rows: np.ndarray) -> np.ndarray:
-        """Rows of the fitting space in the data's units (the identity without bounds)."""
-        bounds = getattr(self, "bounds_", None)
-        return rows if bounds is None else bounds.inverse(rows)
+        """Rows of the fitting space in the data's units (the identity without bounds or scaling)."""
+        to_data = _data_units(self._fit_bounds(), getattr(self, "scaling_", None))
+        return rows if to_data is None else to_data(rows)
 
     def _raw_log_density(self, rows: np.ndarray) -> np.ndarray:
         return self.fitted().log_density(rows)
@@ -537,6 +569,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
     def _solve_stats(self, stats: TGPStats | NCFDStats | StatsBundle, features: RandomFourierFeatures | None) -> None:
         features = self._solve_draw(stats, features)
         if not hasattr(self, "features_"):  # no draw of its own yet: bounds= as set now (a failed call leaves none)
+            if self.scale and getattr(self, "scaling_", None) is None:
+                raise ValueError("scale=True: statistics are sums of standardized rows and do not carry the "
+                                 "standardization; solve them with the estimator that accumulated them")
             self.bounds_ = self._fresh_bounds(features.n_dims)
         if isinstance(stats, StatsBundle):
             stats, features = self._select(stats, features)
@@ -618,12 +653,15 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         candidate passed the normaliser and support checks."""
         best = choose(rows, self.criterion)
         if self.criterion != "hyvarinen" and not healthy(rows[best]):
+            fix = remedies(lam="auto", lam_fitted=math.nan, box=getattr(self, "support_", None),
+                           scaled=getattr(self, "scaling_", None) is not None,
+                           suggested_bounds=getattr(self, "pilot_", {}).get("suggested_bounds"))
             warnings.warn(f"no (γ, λ) on the grid has a reliable normaliser (ESS >= {MIN_SELECT_ESS_FRACTION:.0%} "
                           f"of the proposal draws) and keeps its mass inside the training rows' support box; chose "
                           f"the best by the criterion among those with a reliable normaliser, else the largest "
                           f"ESS (ESS {rows[best]['ess_fraction']:.3%}, mass outside "
-                          f"{rows[best].get('mass_outside', float('nan')):.3%}): extend lam_grid upwards, or "
-                          f"declare bounded columns (bounds=)", DiagnosticWarning, stacklevel=4)
+                          f"{rows[best].get('mass_outside', float('nan')):.3%}): {fix}", DiagnosticWarning,
+                          stacklevel=4)
         return best
 
     def _criterion_text(self) -> str:
@@ -720,8 +758,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         extra: dict[str, Any] = {"theta_norm": float(np.linalg.norm(self._diag_theta)), "lam": self.lam_}
         more, warns = method.diagnostics(self.solver_info_, self.get_params())
         extra.update(more, warnings=warns)
-        fix = ("extend lam_grid to larger values, or declare bounded columns (bounds=)" if self.lam == "auto"
-               else f"raise lam (now {self.lam_:g}) or use lam='auto' (held-out log-likelihood)")
+        fix = remedies(lam=self.lam, lam_fitted=self.lam_, box=box, scaled=getattr(self, "scaling_", None) is not None,
+                       suggested_bounds=getattr(self, "pilot_", {}).get("suggested_bounds"))
         self.normalizer_ = est
         self.fit_diagnostics_ = fit_diagnostics(est, box, what=f"the {self.method.upper()} fit", fix=fix,
                                                 extra=extra, warn=warn)
@@ -747,13 +785,13 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             outside=None if box is None else box.outside, data_units=self._to_data)
 
     # -- evaluation -------------------------------------------------------------------
-    def fitted(self, sigma: float | None = None) -> TGPFitted | BoundedFitted:
+    def fitted(self, sigma: float | None = None) -> Fitted:
         """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value, on rows in the data's units:
         ``log_density``, ``grad_log_density``, ``hyvarinen_terms``, ``sample``, ``to_arrays``. ``sigma``
-        (NCFD only): the model at noise level σ ≥ 0 (MATH.md §3)."""
+        (NCFD only): the model at noise level σ ≥ 0 (MATH.md §3), in the standardized units with a scaling."""
         ev = self._level(sigma)
-        bounds = getattr(self, "bounds_", None)
-        return ev if bounds is None else BoundedFitted(ev, bounds)
+        bounds = self._fit_bounds()
+        return in_data_units(ev if bounds is None else BoundedFitted(ev, bounds), getattr(self, "scaling_", None))
 
     def _level(self, sigma: float | None) -> TGPFitted:
         """The fitted model at level σ in the fitting space (bounded columns transformed)."""

@@ -26,9 +26,10 @@ from tgpflow.core.logs import logger, phase
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.kernels import median_heuristic
 from tgpflow.features.nystrom import NystromBasis
+from tgpflow.features.scaling import Scaling
 from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
-from tgpflow.models.diagnostics import fit_diagnostics
+from tgpflow.models.diagnostics import fit_diagnostics, remedies
 from tgpflow.models.estimator_base import StatsEstimator, entry
 from tgpflow.models.kernel_fitted import KernelFitted
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
@@ -98,8 +99,9 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
                  rank_tol: float = DEFAULT_RANK_TOL, lam_grid: list[float] | None = None,
                  validation_fraction: float = 0.1, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
-                 device: str = "auto"):
+                 device: str = "auto", scale: bool = False):
         self.device = device
+        self.scale = scale
         self.kernel = kernel
         self.lam_grid = lam_grid
         self.validation_fraction = validation_fraction
@@ -201,11 +203,15 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         return {"curl_free": KEFStats, "diagonal": DiagStats, "lite": LiteStats}[self._kind]
 
     @entry
-    def prepare(self, X: Any, *, columns: list[str] | None = None, progress: Progress | None = None) -> ScoreEstimator:
+    def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
+                progress: Progress | None = None) -> ScoreEstimator:
         """Draw the basis from a pilot sample of ``X`` without a pass (a pipeline then accumulates each
         partition's statistics on it, :meth:`chunk_tasks`, and solves their sum, :meth:`fit_from_stats`).
+        ``scaling``: a frozen standardization (a pipeline's ``preprocess``), else ``scale=`` decides.
         ``progress``: see :meth:`fit`."""
         source = self._source(X, columns, reset=True)
+        self._fix_scaling(source, scaling, progress)
+        source = self.fitting_source(source)
         self.basis_ = self._make_basis(source, None, progress)
         self.n_features_in_ = source.n_columns
         return self
@@ -217,13 +223,17 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
     # -- the public pieces --------------------------------------------------------------
     @entry
     def accumulate(self, X: Any, *, columns: list[str] | None = None, basis: Any = None,
-                   progress: Progress | None = None) -> KEFStats | DiagStats:
-        """One pass: the statistics of the rows of X on the basis (given, fitted, or drawn from a pilot).
-        ``progress``: see :meth:`fit`."""
+                   scaling: Scaling | None = None, progress: Progress | None = None) -> KEFStats | DiagStats:
+        """One pass: the statistics of the rows of X on the basis (given, fitted, or drawn from a pilot), in the
+        standardized units of the fitted ``scaling_`` (on a fresh estimator: ``scaling``, or from the pilot with
+        ``scale=True``). ``progress``: see :meth:`fit`."""
         fitted = hasattr(self, "basis_")
         source = self._source(X, columns, reset=not fitted)
         if fitted:
             self._check_width(source)
+        else:
+            self._fix_scaling(source, scaling, progress)
+        source = self.fitting_source(source)
         if basis is None and fitted:
             basis = self.basis_
         else:
@@ -244,16 +254,20 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
 
     @entry
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None, basis: Any = None,
-            progress: Progress | None = None) -> ScoreEstimator:
-        """Fit from any source; ``basis``: an (m, d) array of basis points or a NystromBasis. ``progress`` is
+            scaling: Scaling | None = None, progress: Progress | None = None) -> ScoreEstimator:
+        """Fit from any source; ``basis``: an (m, d) array of basis points or a NystromBasis (in the fitting
+        units); ``scaling``: a frozen standardization to fit in (with ``scale=True`` one is taken from the pilot;
+        rows in and out stay in the data's units either way, :mod:`tgpflow.features.scaling`). ``progress`` is
         called with the futures of each distributed compute of the fit (the pilot, the pass), e.g.
         ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
         self._forget("basis_", "stats_", "selection_", "support_", "_fitted")
         self._pilot_rows = None
-        stats = self.accumulate(X, columns=columns, basis=basis, progress=progress)
+        stats = self.accumulate(X, columns=columns, basis=basis, scaling=scaling, progress=progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
-        if self._pilot_rows is not None and self._pilot_rows.shape[0] > 1:
-            self.support_ = SupportBox.from_rows(self._pilot_rows)
+        if self._pilot_rows is not None and self._pilot_rows.shape[0] > 1:  # the box in the data's units
+            scaling = getattr(self, "scaling_", None)
+            self.support_ = SupportBox.from_rows(self._pilot_rows if scaling is None
+                                                 else scaling.inverse(self._pilot_rows))
         self._pilot_rows = None
         return self.fit_from_stats(stats)
 
@@ -263,6 +277,9 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         ``accumulate`` or a fit: the statistics are checked against it), else — on a fresh estimator — the basis
         the statistics carry. A proper density (Gaussian base, curl-free kernel) then gets its normaliser and fit
         diagnostics."""
+        if not hasattr(self, "basis_") and self.scale and getattr(self, "scaling_", None) is None:
+            raise ValueError("scale=True: statistics are sums of standardized rows and do not carry the "
+                             "standardization; solve them with the estimator that accumulated them")
         self._solve_stats(stats, basis)
         self._diagnose()
         return self
@@ -308,9 +325,11 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
             raise ValueError(f"a {type(self).__name__} with kernel={self._kind!r} and base={self.base!r} has no finite "
                              f"normaliser: fit with base='gaussian' (and a curl-free kernel)")
         box = getattr(self, "support_", None)
+        scaling = getattr(self, "scaling_", None)
         seed = np.random.SeedSequence(self.random_state).spawn(3)[2] if random_state is None else random_state
         return estimate_log_normalizer(self._fitted.log_density, self.base_, n_draws=int(n_draws),
-                                       random_state=seed, outside=None if box is None else box.outside)
+                                       random_state=seed, outside=None if box is None else box.outside,
+                                       data_units=None if scaling is None else scaling.inverse)
 
     def _diagnose(self) -> None:
         if not self._normalisable:
@@ -319,7 +338,8 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
             return
         with phase("diagnose", draws=DEFAULT_NORMALIZER_DRAWS):
             self.normalizer_ = self.log_normalizer()
-        fix = f"raise lam (now {self.lam_:g})" + (" or use lam='auto'" if self.lam != "auto" else "")
+        fix = remedies(lam=self.lam, lam_fitted=self.lam_, box=getattr(self, "support_", None),
+                       scaled=getattr(self, "scaling_", None) is not None, suggested_bounds=None)
         self.fit_diagnostics_ = fit_diagnostics(self.normalizer_, getattr(self, "support_", None),
                                                 what=f"the {type(self).__name__} fit", fix=fix,
                                                 extra={"lam": self.lam_})
@@ -329,7 +349,7 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         check_is_fitted(self, "_fitted")
         if self.base_ is None:
             raise ValueError("a flat base has no draws: pass start points (init=...)")
-        return self._fitted.base_draws(n_samples, self.random_state if random_state is None else random_state)
+        return self.fitted().base_draws(n_samples, self.random_state if random_state is None else random_state)
 
     def _lam_grid(self) -> list[float]:
         if self.lam_grid is not None:
@@ -445,8 +465,9 @@ class NystromKEF(ScoreEstimator):
                  rank_tol: float = DEFAULT_RANK_TOL, lam_grid: list[float] | None = None,
                  validation_fraction: float = 0.1, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
-                 device: str = "auto"):
+                 device: str = "auto", scale: bool = False):
         self.device = device
+        self.scale = scale
         self.lam_grid = lam_grid
         self.validation_fraction = validation_fraction
         self.lite = lite

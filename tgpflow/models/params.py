@@ -321,6 +321,9 @@ class StreamingParams(ParamTable):
                                                          "(bytes); each pass is planned within the workers' limits.")
     random_state: Seed = param(0, "Seed of the pilot, the feature draw and the solve's own draws.")
     device: Device = param("auto", "Where to compute; 'auto' resolves to the CPU in this release.")
+    scale: bool = param(False, "Standardize each column by the pilot's mean and standard deviation inside the model "
+                               "(stored with it: rows in and out stay in the data's units). For columns of mixed "
+                               "scales.")
 
 
 class GPTiltedParams(StreamingParams):

@@ -64,6 +64,7 @@ from tgpflow.core.engine import accumulate as run_pass
 from tgpflow.core.logs import phase
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.features.scaling import Scaling
 from tgpflow.features.sdo import SDODraw
 from tgpflow.io.degenerate import check_pilot_rows
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, PilotSample, pilot_sample
@@ -128,7 +129,8 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
                  tol: float = 1e-6,
                  step: float = 0.25, persist_bytes: int = 2**30, validation_fraction: float = 0.2,
                  threshold_quantile: float = 0.01, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
-                 block_bytes: int = DEFAULT_BLOCK_BYTES, random_state: int | None = 0, device: str = "auto"):
+                 block_bytes: int = DEFAULT_BLOCK_BYTES, random_state: int | None = 0, device: str = "auto",
+                 scale: bool = False):
         self.method = method
         self.n_features = n_features
         self.smoothness = smoothness
@@ -146,17 +148,22 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
         self.block_bytes = block_bytes
         self.random_state = random_state
         self.device = device
+        self.scale = scale
 
     def _grid(self) -> list[float]:
         return [float(a) for a in (self.smoothness if is_grid(self.smoothness) else [self.smoothness])]
 
     # -- the draw -------------------------------------------------------------------------
     @entry
-    def prepare(self, X: Any, *, columns: list[str] | None = None, progress: Progress | None = None) -> RootSobolevDensity:
+    def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
+                progress: Progress | None = None) -> RootSobolevDensity:
         """Whiten by a pilot sample of ``X`` and draw the features (``draw_``) without a pass: a pipeline
         freezes this draw, then accumulates each partition's KDE-SDO statistics on it (:meth:`chunk_tasks`,
-        :meth:`fit_from_stats`) or, for RSR, refits on all its partitions with it (``fit(…, features=draw_)``)."""
+        :meth:`fit_from_stats`) or, for RSR, refits on all its partitions with it (``fit(…, features=draw_)``).
+        ``scaling``: a frozen standardization (a pipeline's ``preprocess``), else ``scale=`` decides."""
         source = self._source(X, columns, reset=True)
+        self._fix_scaling(source, scaling, progress)
+        source = self.fitting_source(source)
         self._adopt_draw(self._draw(self._pilot(source, progress).rows), source.n_columns, source.description)
         return self
 
@@ -195,13 +202,17 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
     # -- fitting --------------------------------------------------------------------------
     @entry
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None,
-            features: SDODraw | None = None, progress: Progress | None = None) -> RootSobolevDensity:
+            features: SDODraw | None = None, scaling: Scaling | None = None,
+            progress: Progress | None = None) -> RootSobolevDensity:
         """Fit from any source (NumPy/pandas, dask, Parquet, Zarr). ``features``: an SDO draw to reuse
         (``est.draw_`` of an earlier fit or ``prepare``); by default one is drawn from the pilot rows.
-        ``progress`` is called with the futures of each distributed compute of the fit (the pilot, every
-        pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
+        ``scaling``: a frozen standardization to fit in (with ``scale=True`` one is taken from the pilot; rows in
+        and out stay in the data's units either way, :mod:`tgpflow.features.scaling`). ``progress`` is called
+        with the futures of each distributed compute of the fit (the pilot, every pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
         self._forget("draw_", "features_", "stats_", "selection_", "smoothness_", "_fitted")
         source = self._source(X, columns, reset=True)
+        self._fix_scaling(source, scaling, progress)
+        source = self.fitting_source(source)
         pilot = self._pilot(source, progress)  # also the rows the anomaly threshold is learned on
         self._adopt_draw(features if features is not None else self._draw(pilot.rows), source.n_columns,
                          source.description)
@@ -222,7 +233,8 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
             self._set_fitted(RSRFitted(features_a, coef, self.method, int(self.block_bytes)))
             self.stats_ = None
             self.n_samples_seen_ = int(self.fit_info_["n"])
-        self._set_threshold(pilot.rows)
+        scaling = getattr(self, "scaling_", None)  # the threshold is learned on rows in the data's units
+        self._set_threshold(pilot.rows if scaling is None else scaling.inverse(pilot.rows))
         return self
 
     @entry
@@ -237,6 +249,9 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
         source = self._source(X, columns, reset=not known)
         if known:
             self._check_width(source)
+        else:
+            self._fix_scaling(source, None, progress)
+        source = self.fitting_source(source)
         if features is not None or not known:
             draw = features if features is not None else self._draw(self._pilot(source, progress).rows)
             self._adopt_draw(draw, source.n_columns, source.description)
@@ -298,7 +313,7 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
             return self.fit_from_stats(self.stats_ + self.accumulate(X, columns=columns, progress=progress))
         source = self._source(X, columns, reset=False)
         self._check_width(source)
-        rows = IterationRows(source, int(self.persist_bytes), progress=progress)
+        rows = IterationRows(self.fitting_source(source), int(self.persist_bytes), progress=progress)
         features, n_old = self.features_, self.n_samples_seen_
         with phase("rsr-online", n_features=features.n_features, rows_before=n_old):
             w, info = natural_gradient_iterate(

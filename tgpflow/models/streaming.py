@@ -23,6 +23,8 @@ from sklearn.utils.validation import validate_data
 from tgpflow.core.engine import Progress
 from tgpflow.core.engine import accumulate as run_pass
 from tgpflow.core.logs import phase
+from tgpflow.features.scaling import Scaling
+from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import Source, as_source, select_frame
 from tgpflow.io.validate import check_exact_ints
 from tgpflow.stats.split import SPLIT_SALT, split_chunk_stats
@@ -85,9 +87,32 @@ class StreamingMixin:
             raise ValueError(f"{source.description}: X has {source.n_columns} features, but {type(self).__name__} is "
                              f"expecting {self.n_features_in_} features as input")
 
-    def _fitting_source(self, source: Source) -> Source:
-        """``source`` in the space the model is fitted in (the identity; GPTiltedDensity transforms bounded columns)."""
-        return source
+    def _fix_scaling(self, source: Source, scaling: Scaling | None, progress: Progress | None = None) -> None:
+        """``scaling_`` of a new fit (:mod:`tgpflow.features.scaling`): ``scaling`` when given (a pipeline's frozen
+        ``preprocess``), else with ``scale=True`` the mean and standard deviation of a pilot sample of the raw
+        rows (the estimator's seed), else none."""
+        if scaling is not None:
+            if scaling.n_dims != source.n_columns:
+                raise ValueError(f"{source.description}: the scaling is for {scaling.n_dims} columns, the data have "
+                                 f"{source.n_columns}")
+            self.scaling_ = scaling
+        elif getattr(self, "scale", False):
+            with phase("scaling", chunks=source.n_chunks) as info:
+                rows = pilot_sample(source, rows=int(self.pilot_rows), random_state=self.random_state,
+                                    progress=progress).rows
+                info.update(rows=rows.shape[0])
+            if rows.shape[0] < 2:
+                raise ValueError(f"{source.description}: scale=True needs at least 2 rows to standardize by; got "
+                                 f"{rows.shape[0]}")
+            self.scaling_ = Scaling.from_rows(rows, source.columns, where=source.description)
+        else:
+            self.scaling_ = None
+
+    def fitting_source(self, source: Source) -> Source:
+        """``source`` in the space the model is fitted in: standardized by ``scaling_`` where there is one
+        (GPTiltedDensity also transforms bounded columns)."""
+        scaling = getattr(self, "scaling_", None)
+        return source if scaling is None else source.map_rows(scaling.forward)
 
     def chunk_tasks(self, source: Source) -> list[Any]:
         """One delayed statistics object per chunk of ``source`` for the fitted draw, to tree-reduce and add
@@ -96,7 +121,7 @@ class StreamingMixin:
         fn, args, with_keys = self._pass_spec()
         task = dask.delayed(fn, pure=True)
         shared = [dask.delayed(a, pure=True) for a in args]
-        source = self._fitting_source(source)
+        source = self.fitting_source(source)
         if with_keys:
             return [task(b, k, *shared) for b, k in zip(source.blocks(), source.row_keys(), strict=True)]
         return [task(b, *shared) for b in source.blocks()]

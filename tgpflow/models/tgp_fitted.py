@@ -413,12 +413,18 @@ class BoundedFitted(Fitted):
         out[inside] = d1 * self.inner.grad_log_density(t) + dlog
         return out
 
-    def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
-        """½‖s‖² + div s in the data's units, from the transformed model's score and Jacobian diagonal."""
+    def score_hessian_diag(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The score and the diagonal of its Jacobian in the data's units, each (n, d) (NaN beyond a bound):
+        ``∂s_j/∂x_j = t''_j s_T,j + t'_j² ∂_{t_j} s_T,j + ∂² log t'_j``."""
         inside, xi, t = self._split(x)
-        out = np.full(x.shape[0], np.nan)
+        score, diag = np.full(x.shape, np.nan), np.full(x.shape, np.nan)
         _, d1, d2, dlog, ddlog = self.bounds.derivatives(xi)
         s_t, h_t = self.inner.score_hessian_diag(t)
-        s = d1 * s_t + dlog
-        out[inside] = 0.5 * np.einsum("nd,nd->n", s, s) + (d2 * s_t + d1 * d1 * h_t + ddlog).sum(axis=1)
-        return out
+        score[inside] = d1 * s_t + dlog
+        diag[inside] = d2 * s_t + d1 * d1 * h_t + ddlog
+        return score, diag
+
+    def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
+        """½‖s‖² + div s in the data's units, from the transformed model's score and Jacobian diagonal."""
+        s, h = self.score_hessian_diag(x)
+        return 0.5 * np.einsum("nd,nd->n", s, s) + h.sum(axis=1)

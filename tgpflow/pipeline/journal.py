@@ -34,9 +34,9 @@ from tgpflow.core.engine import Progress, compute
 from tgpflow.errors import TgpflowError
 from tgpflow.io.atomic import AnyPath, as_path, atomic_path, remove_temporaries
 from tgpflow.io.outputs import output_kind
-from tgpflow.models.anomaly import score_columns
+from tgpflow.models.anomaly import model_log_normalizer, score_table
 from tgpflow.pipeline.discover import split_key
-from tgpflow.pipeline.partitions import log_jacobian, partition_source, union_source
+from tgpflow.pipeline.partitions import partition_context, partition_source, union_source
 from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import StatsStore
 from tgpflow.pipeline.versions import ModelVersions
@@ -44,6 +44,10 @@ from tgpflow.pipeline.versions import ModelVersions
 __all__ = ["steps_after_commit", "finish", "collect", "collect_pipeline", "score_name"]
 
 logger = logging.getLogger("tgpflow")
+
+#: A scored partition whose anomaly rate is above this many times the threshold's quantile is warned about (the
+#: rate of rows like the training rows is about the quantile; a binomial count over the partition rarely triples it).
+ANOMALY_RATE_FACTOR = 5.0
 
 
 def _versions(spec: PipelineSpec, name: str) -> ModelVersions:
@@ -72,13 +76,21 @@ def _score_target(directory: AnyPath, partition: str, coordinate: str | None) ->
 
 
 def steps_after_commit(spec: PipelineSpec, ests: dict[str, Any], versions: dict[str, str],
-                       added: list[str]) -> dict[str, Any]:
-    """The journal's ``steps`` for a run that wrote ``versions`` of ``ests`` and added ``added``."""
+                       added: list[str], previous: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """The journal's ``steps`` for a run that wrote ``versions`` of ``ests`` and added ``added``. The new partitions
+    are scored with the version that was current before the run (``previous``; ``scores.version: previous``, the
+    default: a detector should not learn an anomaly before it flags it), or with the new one (``current``, and on
+    a first run, when there is no previous version: ``scored_with`` says which)."""
     steps: dict[str, Any] = {"scores": None, "reports": None}
     cfg = spec.outputs.scores
     if cfg is not None and added:
         name = cfg.model or spec.models[0].name
-        steps["scores"] = {"path": cfg.path, "model": name, "version": versions[name], "partitions": sorted(added)}
+        before = (previous or {}).get(name)
+        version, which = ((before, "previous") if cfg.version == "previous" and before is not None
+                          else (versions[name], "current" if cfg.version == "current"
+                                else "current: there is no previous version"))
+        steps["scores"] = {"path": cfg.path, "model": name, "version": version, "scored_with": which,
+                           "partitions": sorted(added)}
     if spec.outputs.report:
         reported = {}
         for name, est in ests.items():
@@ -93,8 +105,10 @@ def steps_after_commit(spec: PipelineSpec, ests: dict[str, Any], versions: dict[
 def finish(spec: PipelineSpec, manifest: dict[str, Any] | None, *,
            progress: Progress | None = None) -> dict[str, list[str]]:
     """Do what the run that committed ``manifest`` left undone: publish, score, report (module docstring);
-    the scoring computes report to ``progress`` (:data:`tgpflow.core.engine.Progress`)."""
-    done: dict[str, list[str]] = {"published": [], "scored": [], "reports": []}
+    the scoring computes report to ``progress`` (:data:`tgpflow.core.engine.Progress`). ``warnings``: one line
+    for each scored partition whose anomaly rate is more than :data:`ANOMALY_RATE_FACTOR` times the threshold's
+    quantile (logged too)."""
+    done: dict[str, list[str]] = {"published": [], "scored": [], "reports": [], "warnings": []}
     if manifest is None:
         return done
     for name, model in manifest["models"].items():
@@ -109,14 +123,14 @@ def finish(spec: PipelineSpec, manifest: dict[str, Any] | None, *,
         done["published"].append(name)
     steps = manifest.get("steps") or {}
     if steps.get("scores"):
-        done["scored"] = _score(spec, manifest, steps["scores"], progress)
+        done["scored"], done["warnings"] = _score(spec, manifest, steps["scores"], progress)
     if steps.get("reports"):
         done["reports"] = _report(spec, manifest, steps["reports"])
     return done
 
 
 def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
-           progress: Progress | None = None) -> list[str]:
+           progress: Progress | None = None) -> tuple[list[str], list[str]]:
     """Per partition: raw-row log density, anomaly score (−log p) and anomaly flag, one Parquet file each, atomic,
     written once."""
     import dask
@@ -131,28 +145,40 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
     todo = [f for f in step["partitions"]
             if not _scored(_score_target(directory, f, coord), parts[f]["fingerprint"], before.get(f))]
     if not todo:
-        return []
+        return [], []
     vers = _versions(spec, step["model"])
     est, info = vers.load(step["version"]), vers.info(step["version"])
     if not hasattr(est, "log_density"):
         raise TgpflowError(f"model {step['model']!r} has no log density to score with")
     directory.mkdir(parents=True, exist_ok=True)
-    pre = manifest["preprocess"]
-    written = []
+    written: list[str] = []
+    warned: list[str] = []
     for f in todo:
-        # chunk by chunk on the scheduler: the model's log density of the preprocessed rows,
-        # minus Σ log scale, is the density of the raw rows; only the scores come back
-        src = partition_source(spec, f, manifest["columns"], pre, manifest.get("format"))
-        density = dask.delayed(est.fitted().log_density, pure=True)
-        logp = np.concatenate(compute(*[density(b) for b in src.blocks()], progress=progress)) + log_jacobian(pre)
-        table = pa.table(score_columns(logp, _threshold(info)))  # `tgpflow score`'s columns
+        # chunk by chunk on the scheduler: the version's log density of the raw rows (it carries the store's
+        # standardization and its bounds in the data's units); only the scores come back
+        src = partition_source(spec, f, manifest["columns"], manifest.get("format"))
+        contexts = partition_context(spec, f, src, spec.outputs.scores.keep_columns if spec.outputs.scores else None,
+                                     manifest.get("format"))
+        chunk = dask.delayed(score_table, pure=True)
+        args = (est.fitted().log_density, _threshold(info), model_log_normalizer(est))
+        table = pa.concat_tables(compute(*[chunk(v, c, *args) for v, c in zip(src.chunks(), contexts, strict=True)],
+                                         progress=progress))  # `tgpflow score`'s columns
+        quantile = info.get("threshold_quantile")
+        flagged = np.asarray(table.column("anomaly")) if "anomaly" in table.column_names else None
+        if flagged is not None and quantile and flagged.size and flagged.mean() > ANOMALY_RATE_FACTOR * quantile:
+            warned.append(f"{f}: {flagged.mean():.2%} of its {flagged.size} rows are flagged anomalous by "
+                          f"{step['model']} {step['version']}, more than {ANOMALY_RATE_FACTOR:g}x its "
+                          f"threshold_quantile {quantile:g}: the partition differs from the rows the model was fitted on, or the model "
+                          f"fits them badly (tgpflow info {_versions(spec, step['model']).root})")
+            logger.warning("%s", warned[-1])
         table = table.replace_schema_metadata({"tgpflow.output": "scores", "tgpflow.partition": parts[f]["fingerprint"],
+                                               "tgpflow.normalized": str(model_log_normalizer(est) is not None).lower(),
                                                "tgpflow.model_version": step["version"], "tgpflow.source": f})
         target = _score_target(directory, f, coord)
         with atomic_path(target, "scores") as tmp, tmp.open("wb") as fh:
             pq.write_table(table, fh)
         written.append(str(target))
-    return written
+    return written, warned
 
 
 def _threshold(info: dict[str, Any]) -> float:
@@ -189,8 +215,7 @@ def _report(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any]) 
         if output_kind(out) == "report":
             continue
         if source is None:  # reads every partition's metadata: once, and only when a report is owed
-            source = union_source(spec, sorted(manifest["partitions"]), manifest["columns"], manifest["preprocess"],
-                                  manifest.get("format"))
+            source = union_source(spec, sorted(manifest["partitions"]), manifest["columns"], manifest.get("format"))
         write_report(_versions(spec, name).load(version), source, out)
         written.append(str(out))
     return written

@@ -1,39 +1,26 @@
-"""A pipeline's partitions as sources: one partition, or all of them, with the store's frozen preprocessing.
+"""A pipeline's partitions as sources: one partition, or all of them, as raw rows in the data's units.
 
 A partition is named by its key, relative to the source's root (:mod:`tgpflow.pipeline.discover`); a date of
 a store with a date dimension (``source.partition_by``) is its rows only. Shared by the run (statistics,
 pilot) and the steps after its commit (scores, reports), which read the same rows the same way: the spec's
-columns, filters and bad-row policy, then ``(x − center) / scale`` when the store froze a preprocessing.
+columns, filters and bad-row policy. The store's frozen preprocessing is not applied here: each model applies
+it (with its bounds, in the data's units) and carries it into its versions (:mod:`tgpflow.features.scaling`),
+so a published model takes and returns rows in the data's units wherever it is loaded.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 
 from tgpflow.errors import SourceError
+from tgpflow.io.row_context import row_context
 from tgpflow.io.sources import Source, as_source, zarr_row_runs
 from tgpflow.pipeline.discover import data_root, resolve, split_key
 from tgpflow.pipeline.spec import PipelineSpec
 
-__all__ = ["preprocessor", "log_jacobian", "partition_rows", "partition_source", "union_source"]
-
-
-def preprocessor(pre: dict[str, Any] | None) -> Callable[[Any], Any] | None:
-    """The frozen preprocessing as a function of rows (None without one)."""
-    if not pre:
-        return None
-    center, scale = np.asarray(pre["center"]), np.asarray(pre["scale"])
-    return lambda x: (x - center) / scale
-
-
-def log_jacobian(pre: dict[str, Any] | None) -> float:
-    """log |d preprocessed / d raw| = −Σ log scale (0 without a preprocessing): a model's log density of
-    the preprocessed rows plus this is the log density of the raw rows."""
-    return -float(np.log(np.asarray(pre["scale"])).sum()) if pre else 0.0
+__all__ = ["partition_rows", "partition_source", "partition_context", "union_source"]
 
 
 def partition_rows(spec: PipelineSpec, keys: list[str]) -> dict[str, tuple[int, int]]:
@@ -55,11 +42,10 @@ def partition_rows(spec: PipelineSpec, keys: list[str]) -> dict[str, tuple[int, 
     return out
 
 
-def partition_source(spec: PipelineSpec, key: str, columns: list[str] | None, pre: dict[str, Any] | None,
-                     format: str | None = None, rows: tuple[int, int] | None = None) -> Source:
-    """One partition's rows (``key`` relative to the source's root), filtered, validated and preprocessed as
-    the spec says; ``format``: the partition's, as discovery found it (``"zarr"``, ``"parquet"``; None: from
-    the path, :func:`~tgpflow.io.sources.as_source`). A date partition (``source.partition_by``) reads its
+def partition_source(spec: PipelineSpec, key: str, columns: list[str] | None, format: str | None = None,
+                     rows: tuple[int, int] | None = None) -> Source:
+    """One partition's raw rows (``key`` relative to the source's root), filtered and validated as the spec says;
+    ``format``: the partition's, as discovery found it (``"zarr"``, ``"parquet"``; None: from the path, :func:`~tgpflow.io.sources.as_source`). A date partition (``source.partition_by``) reads its
     rows of its store only: ``rows`` when the caller has them (discovery), else :func:`partition_rows`."""
     path, coordinate = resolve(data_root(spec.source.path), key), spec.source.partition_by
     split = split_key(key, coordinate) if coordinate is not None else None
@@ -70,17 +56,26 @@ def partition_source(spec: PipelineSpec, key: str, columns: list[str] | None, pr
                     filters=[tuple(f) for f in spec.source.filters] if spec.source.filters else None,
                     array=spec.source.array, format=format, rows=rows if split is not None else None,
                     coordinate=coordinate if split is not None else None)
-    fn = preprocessor(pre)
-    return src.map_rows(fn) if fn is not None else src
+    return src
 
 
-def union_source(spec: PipelineSpec, keys: list[str], columns: list[str] | None, pre: dict[str, Any] | None,
-                 format: str | None = None) -> Source:
+def union_source(spec: PipelineSpec, keys: list[str], columns: list[str] | None, format: str | None = None) -> Source:
     """All partitions as one source (the pilot that freezes preprocessing and draws; reports)."""
     rows = partition_rows(spec, keys)
-    parts = [partition_source(spec, k, columns, pre, format, rows.get(k)) for k in keys]
+    parts = [partition_source(spec, k, columns, format, rows.get(k)) for k in keys]
     first = parts[0]
     return dataclasses.replace(first, description=spec.source.path,
                                labels=tuple(lb for p in parts for lb in p.labels),
                                sizes=tuple(s for p in parts for s in p.sizes),
                                _validated=tuple(v for p in parts for v in p._validated))
+
+
+def partition_context(spec: PipelineSpec, key: str, source: Source, keep: list[str] | None,
+                      format: str | None = None) -> list[Any]:
+    """Per chunk of ``source`` (:func:`partition_source` of ``key``), the ``row`` positions in the partition and
+    the ``keep`` columns of the rows the filters keep (:func:`~tgpflow.io.row_context.row_context`)."""
+    path, coordinate = resolve(data_root(spec.source.path), key), spec.source.partition_by
+    if coordinate is not None and split_key(key, coordinate) is not None:
+        path, format = resolve(data_root(spec.source.path), split_key(key, coordinate)[0]), "zarr"
+    return row_context(path, source, keep, filters=[tuple(f) for f in spec.source.filters] if spec.source.filters
+                       else None, format=format)

@@ -53,14 +53,17 @@ from tgpflow.errors import TgpflowError
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.features.scaling import Scaling
 from tgpflow.features.sdo import SDODraw
 from tgpflow.io.atomic import as_path
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import Source
-from tgpflow.models.anomaly import anomaly_threshold
+from tgpflow.models.anomaly import anomaly_threshold, model_log_normalizer
+from tgpflow.pipeline.arrivals import arrivals
 from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
-from tgpflow.pipeline.partitions import log_jacobian, partition_source, preprocessor, union_source
+from tgpflow.pipeline.partitions import partition_source, union_source
+from tgpflow.pipeline.source_check import check_source
 from tgpflow.pipeline.spec import PipelineSpec, statistics_params
 from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore
 from tgpflow.pipeline.versions import ModelVersions
@@ -97,18 +100,23 @@ def _draw_arrays(est: Any) -> tuple[dict[str, Any], dict[str, Any]]:
                                           "fingerprint": est.basis_.fingerprint}
 
 
-def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], columns: list[str]) -> None:
+def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], columns: list[str],
+                  scaling: Scaling | None) -> None:
+    """The store's frozen draw and standardization on a fresh estimator, as :meth:`prepare` left them."""
+    est.scaling_ = scaling
     if meta["type"] == "sdo":
         est.draw_ = SDODraw.from_arrays(arrays, seed=meta.get("seed"))
     elif meta["type"] == "rff":
         est.features_ = RandomFourierFeatures.from_arrays(arrays, seed=meta.get("seed"))
         if "noise_levels" in arrays:
             est.noise_levels_ = np.asarray(arrays["noise_levels"], dtype=np.float64)
-        if hasattr(est, "bounds"):
+        if hasattr(est, "bounds"):  # in the data's units; the fit applies them in the standardized ones
             est.bounds_ = ColumnBounds.from_param(est.bounds, columns)
         grid = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("heldout.")}
-        if grid:  # projected in the data's units (the bounds) as when it was drawn
-            est.heldout_grid_ = ProjectionGrid.from_arrays(grid, units=getattr(est, "bounds_", None))
+        if grid:  # projected after the bounded columns' inverse transform, as when it was drawn
+            bounds = getattr(est, "bounds_", None)
+            est.heldout_grid_ = ProjectionGrid.from_arrays(grid, units=None if bounds is None
+                                                           else bounds.scaled(scaling))
     else:
         est.basis_ = NystromBasis.from_arrays(arrays, meta["kernel"])
     est.n_features_in_ = len(columns)
@@ -116,15 +124,17 @@ def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], column
 
 
 def _freeze_preprocess(spec: PipelineSpec, src: Source, seed: int, progress: Progress | None) -> dict[str, Any] | None:
+    """The spec's ``preprocess`` as a :class:`~tgpflow.features.scaling.Scaling` of the raw rows of a pilot sample
+    (its dict; None without one): every model of the store is fitted in these units, and carries them."""
     if not (spec.preprocess.center or spec.preprocess.scale):
         return None
     rows = pilot_sample(src, rows=100_000, random_state=seed, progress=progress).rows
-    d = rows.shape[1]
-    center = rows.mean(axis=0) if spec.preprocess.center else np.zeros(d)
-    scale = rows.std(axis=0) if spec.preprocess.scale else np.ones(d)
-    if np.any(scale <= 0):
-        raise TgpflowError(f"{spec.source.path}: a column is constant in the pilot sample; it cannot be scaled")
-    return {"center": center.tolist(), "scale": scale.tolist()}
+    try:
+        scaling = Scaling.from_rows(rows, src.columns, center=spec.preprocess.center, scale=spec.preprocess.scale,
+                                    where=spec.source.path)
+    except ValueError as exc:
+        raise TgpflowError(str(exc)) from None
+    return scaling.to_dict()
 
 
 def run_pipeline(spec: PipelineSpec, *, date: str | None = None, progress: Progress | None = None,
@@ -143,7 +153,12 @@ def run_pipeline(spec: PipelineSpec, *, date: str | None = None, progress: Progr
             logger.info("%s: the store's partition keys are now relative to %s", spec.name, parts.root)
         collect(spec, store, manifest)  # what a killed run left uncommitted
         owed = finish(spec, manifest, progress=progress)  # what the last committed run left undone
-        return _run(spec, store, manifest, parts, date or datetime.date.today().isoformat(), owed, progress)
+        arrived = arrivals(spec, store, parts, manifest)  # empty ones, and those not ready to read
+        result = _run(spec, store, manifest, arrived.parts, date or datetime.date.today().isoformat(), owed,
+                      progress, arrived.empty)
+        result["held_back"] = arrived.held
+        result["warnings"] = arrived.warnings() + result.get("warnings", [])
+        return result
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +213,8 @@ def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
     """The plan of a run, from the committed manifest, without a lock and without writing anything."""
     parts = discover(spec.source.path, spec.source.partition_by, spec.source.array)
     manifest, migrated = migrate_keys(store.read_manifest(), parts, spec.source.fingerprint)
+    arrived = arrivals(spec, store, parts, manifest, record=False)
+    parts = arrived.parts
     plan = _plan(spec, store, manifest, parts)
     committed = (manifest or {}).get("partitions", {})  # the data's changes since the last commit
     new = [f for f in plan.files if f not in committed]
@@ -219,17 +236,28 @@ def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
     score = ({"path": scores.path, "model": scores.model or spec.models[0].name, "partitions": sorted(plan.added)}
              if scores is not None and plan.added else None)
     gone = [f for f in committed if f not in plan.fps]  # disappeared, or out of the window
+    checked = check_source(spec)  # the spec's columns and bounds against the newest partition's metadata
     return RunResult(dry_run=True, changed=not plan.nothing_new, run=plan.run, root=parts.root, format=parts.format,
+                     source=checked, held_back=arrived.held, empty=sorted(arrived.empty),
                      partitions={"new": new, "changed": changed, "removed": gone,
                                  "unchanged": len(plan.files) - len(new) - len(changed)},
                      rebuild=plan.rebuild, refit=refit, score=score, migrate_keys=migrated)
 
 
 def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, parts: Partitions, date: str,
-         owed: dict[str, list[str]], progress: Progress | None = None) -> RunResult:
+         owed: dict[str, list[str]], progress: Progress | None = None,
+         empty: frozenset[str] = frozenset()) -> RunResult:
     plan = _plan(spec, store, manifest, parts)
     files, fps, rebuild, run, old_parts = plan.files, plan.fps, plan.rebuild, plan.run, plan.old_parts
+    previous = {k: v.get("version") for k, v in (manifest or {}).get("models", {}).items()}  # before this run
     added, removed, policy, fmt = plan.added, plan.removed, spec.refit.policy, parts.format
+    # a partition with no rows is committed with 0 rows and nothing else: no statistics, no scores
+    committed = (manifest or {}).get("partitions", {})
+    empty = frozenset(f for f in files if f in empty or (f in committed and committed[f].get("empty")
+                                                         and committed[f]["fingerprint"] == fps[f]))
+    read, with_rows = [f for f in added if f not in empty], [f for f in files if f not in empty]
+    if not with_rows:
+        raise TgpflowError(f"{spec.source.path}: every partition ({len(files)}) has zero rows; nothing to fit yet")
     seed = int(next((m.params.get("random_state", 0) for m in spec.models), 0) or 0)
     if manifest is not None and plan.nothing_new:
         message = "no new or changed partitions; " + _owed_message(owed)
@@ -239,16 +267,17 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     _check_scoring_model(spec)
 
     # -- frozen preprocessing and draws --------------------------------------------------
+    # the estimators read raw rows: each applies the store's standardization (and its bounds, in the data's
+    # units) itself, and carries them into its model versions
     columns = spec.source.columns
     if rebuild:
-        columns = list(partition_source(spec, files[0], columns, None, fmt).columns)
-        union = union_source(spec, files, columns, None, fmt)
+        columns = list(partition_source(spec, with_rows[0], columns, fmt).columns)
+        union = union_source(spec, with_rows, columns, fmt)
         pre = _freeze_preprocess(spec, union, seed, progress)
-        union = union_source(spec, files, columns, pre, fmt)
         models: dict[str, Any] = {}
         for m in spec.models:
             est = _estimator(m)
-            est.prepare(union, progress=progress)
+            est.prepare(union, scaling=Scaling.from_dict(pre), progress=progress)
             arrays, meta = _draw_arrays(est)
             models[m.name] = {"estimator": m.estimator, "params": m.params, "columns": columns,
                               "draw": store.save_draw(f"{m.name}-{run:06d}", arrays, meta)}
@@ -260,23 +289,28 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     ests = {}
     for m in spec.models:
         est = _estimator(m)
-        _restore_draw(est, *store.load_draw(models[m.name]["draw"]), columns)
+        _restore_draw(est, *store.load_draw(models[m.name]["draw"]), columns, Scaling.from_dict(pre))
         ests[m.name] = est
     summed = {m.name: ests[m.name] for m in spec.models if not m.refits_from_rows()}  # the others: from rows
 
     # -- one graph: the statistics of every new partition, for every model ---------------
-    with phase("partitions", added=len(added), removed=len(removed), models=len(summed)) as facts:
-        roots, dropped = [], []
-        for f in added:
-            src = partition_source(spec, f, columns, pre, fmt, parts.ranges.get(f))
+    with phase("partitions", added=len(added), removed=len(removed), empty=len(set(added) & empty),
+               models=len(summed)) as facts:
+        roots, counts = [], []
+        for f in read:
+            src = partition_source(spec, f, columns, fmt, parts.ranges.get(f))
             for est in summed.values():
                 roots.append(tree_reduce(est.chunk_tasks(src), 8))
-            dropped.append(dask.delayed(sum, pure=True)(src.dropped_counts()))
-        results = compute(*roots, *dropped, progress=progress) if added else ()
-        facts.update(rows_dropped=int(sum(results[len(roots):])))
-    new_parts = {f: {"fingerprint": fps[f], "stats": {}, "run": run} for f in added}
+            for est in ests.values():  # (kept, dropped) of each model: bad rows, and rows beyond its bounds
+                counts.append(dask.delayed(_total_counts, pure=True)(est.fitting_source(src).row_counts()))
+        results = compute(*roots, *counts, progress=progress) if read else ()
+        dropped, kept = _check_dropped(spec, read, list(ests), results[len(roots):], columns, fmt, parts, ests)
+        dropped.update({f: {name: 0 for name in ests} for f in added if f in empty})
+        facts.update(rows_dropped=sum(n for per_model in dropped.values() for n in per_model.values()))
+    new_parts = {f: {"fingerprint": fps[f], "stats": {}, "run": run, "rows_dropped": dropped[f],
+                     "rows": kept.get(f, 0), **({"empty": True} if f in empty else {})} for f in added}
     k = 0
-    for f in added:
+    for f in read:
         for name in summed:
             stats = results[k]
             k += 1
@@ -289,56 +323,72 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     versions = {}
     # one bounded pilot read per run, for every model: the rows the anomaly thresholds are learned
     # on, and (preprocessed) the support box the fit diagnostics compare the model's mass with
-    pilot_rows = pilot_sample(union_source(spec, files, columns, None, fmt), rows=20_000, random_state=seed,
+    pilot_rows = pilot_sample(union_source(spec, with_rows, columns, fmt), rows=20_000, random_state=seed,
                               progress=progress).rows
     threshold_rows = pilot_rows if spec.outputs.scores else None
-    prep = preprocessor(pre)
-    box = SupportBox.from_rows(prep(pilot_rows) if prep is not None else pilot_rows) if len(pilot_rows) > 1 else None
+    box = SupportBox.from_rows(pilot_rows) if len(pilot_rows) > 1 else None  # in the data's units
     for m in spec.models:
         name, est = m.name, ests[m.name]
         if name not in summed:  # no statistics: the rows of every partition kept, with the frozen draw
             with phase("refit-rows", model=name, partitions=len(partitions)):
-                est.fit(union_source(spec, sorted(partitions), columns, pre, fmt), features=est.draw_)
+                est.fit(union_source(spec, sorted(f for f in partitions if f not in empty), columns, fmt),
+                        features=est.draw_, scaling=Scaling.from_dict(pre))
             rows = est.n_samples_seen_
         else:
             if rebuild:
-                total = sum(store.load(partitions[f]["stats"][name]) for f in sorted(partitions))
+                total = sum(store.load(partitions[f]["stats"][name]) for f in sorted(partitions) if f not in empty)
             else:
                 total = store.load(models[name]["total"])
                 decay = spec.refit.factor if policy == "forgetting" else 1.0
                 if decay != 1.0:  # every earlier partition's weight falls by the factor each run
                     total = total.scaled(decay)
-                for f in added:
+                for f in read:
                     total = total + store.load(new_parts[f]["stats"][name])
-                for f in removed:  # at the weight it has now
-                    weight = decay ** (run - old_parts[f]["run"])
-                    total = total - store.load(old_parts[f]["stats"][name]).scaled(weight)
+                for f in removed:  # at the weight it has now (an empty partition has none)
+                    if name in old_parts[f]["stats"]:
+                        weight = decay ** (run - old_parts[f]["run"])
+                        total = total - store.load(old_parts[f]["stats"][name]).scaled(weight)
             models[name]["total"] = store.save(total, f"totals/{name}-{run:06d}.zarr")
             if box is not None and hasattr(est, "features_"):
                 est.support_ = box
             est.fit_from_stats(total)
             rows = total.n
-        threshold = _threshold(spec, est, threshold_rows, columns, pre)
+        threshold = _threshold(spec, est, threshold_rows, columns)
+        if threshold is not None:  # the version flags what the pipeline flags (tgpflow score MODELDIR)
+            est.anomaly_threshold_ = threshold
         run_info = {"run": run, "date": date, "rows": float(rows), "partitions": sorted(partitions),
                     "preprocess": pre, "columns": columns, "anomaly_threshold": threshold,
                     "threshold_of": "anomaly_score", "policy": policy,
-                    "threshold_quantile": spec.outputs.scores.threshold_quantile if spec.outputs.scores else None}
+                    "threshold_quantile": spec.outputs.scores.threshold_quantile if spec.outputs.scores else None,
+                    # score files hold log p − log Z (model_log_normalizer): comparable across versions
+                    "log_normalizer": model_log_normalizer(est),
+                    "log_normalizer_se": None if getattr(est, "normalizer_", None) is None
+                    else float(est.normalizer_.std_error)}
         models[name]["version"] = versions[name] = ModelVersions(as_path(spec.outputs.models) / name).write(est)
         models[name]["info"] = run_info  # published after the commit (the journal)
     new_manifest = {"schema": MANIFEST_SCHEMA, "name": spec.name, "run": run, "date": date, "columns": columns,
                     "root": parts.root,  # what the keys were relative to at this run (for people: keys never use it)
                     "format": fmt,  # the partitions' (the steps after the commit read them as discovery found them)
                     "preprocess": pre, "preprocess_spec": spec.preprocess.model_dump(), "policy": policy,
-                    "models": models, "partitions": partitions, "steps": steps_after_commit(spec, ests, versions, added),
+                    "models": models, "partitions": partitions,
+                    "steps": steps_after_commit(spec, ests, versions, read, previous),
                     "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
     store.write_manifest(new_manifest)  # the commit point
     collect(spec, store, new_manifest)  # the totals and draws it replaced
     done = finish(spec, new_manifest, progress=progress)
     rows = {name: ModelVersions(as_path(spec.outputs.models) / name).info()["rows"] for name in versions}
-    logger.info("%s: run %d added %d and removed %d partition(s); models %s", spec.name, run, len(added),
-                len(removed), versions)
+    rows_dropped = {name: sum(dropped[f][name] for f in added) for name in versions}
+    if set(added) & empty:
+        logger.info("%s: partition(s) with zero rows, committed without statistics or scores: %s", spec.name,
+                    sorted(set(added) & empty))
+    logger.info("%s: run %d added %d and removed %d partition(s); rows dropped %s; models %s", spec.name, run,
+                len(added), len(removed), rows_dropped, versions)
+    step = new_manifest["steps"]["scores"]
     return RunResult(changed=True, added=added, removed=removed, run=run, versions=versions, rows=rows,
-                     scored=owed["scored"] + done["scored"], reports=owed["reports"] + done["reports"])
+                     rows_dropped=rows_dropped, empty=sorted(set(added) & empty),
+                     scored_with=None if step is None else {k: step[k] for k in ("model", "version", "scored_with")},
+                     scored=owed["scored"] + done["scored"],
+                     reports=owed["reports"] + done["reports"], warnings=owed["warnings"] + done["warnings"])
 
 
 def _owed_message(owed: dict[str, list[str]]) -> str:
@@ -361,18 +411,55 @@ def _check_scoring_model(spec: PipelineSpec) -> None:
                            f"in outputs.scores.model")
 
 
-def _raw_log_density(est: Any, x: np.ndarray, pre: dict[str, Any] | None) -> np.ndarray:
-    """Log density of raw rows: the model's on the preprocessed rows plus the log Jacobian."""
-    prep = preprocessor(pre)
-    return est.log_density(prep(x) if prep is not None else x) + log_jacobian(pre)
-
-
-def _threshold(spec: PipelineSpec, est: Any, rows: np.ndarray | None, columns: list[str],
-               pre: dict[str, Any] | None) -> float | None:
-    """The anomaly threshold (on −log p of raw rows) learned on the run's pilot rows, as an estimator learns it."""
+def _threshold(spec: PipelineSpec, est: Any, rows: np.ndarray | None, columns: list[str]) -> float | None:
+    """The anomaly threshold (on −log p of raw rows: the model carries its standardization) learned on the run's
+    pilot rows, as an estimator learns it."""
     if rows is None or not hasattr(est, "log_density"):
         return None
     import pandas as pd
 
-    values = _raw_log_density(est, pd.DataFrame(rows, columns=columns), pre)
+    values = est.log_density(pd.DataFrame(rows, columns=columns))
     return anomaly_threshold(values, spec.outputs.scores.threshold_quantile)
+
+
+def _total_counts(counts: list[tuple[int, int]]) -> tuple[int, int]:
+    return sum(k for k, _ in counts), sum(d for _, d in counts)
+
+
+def _check_dropped(spec: PipelineSpec, added: list[str], names: list[str], counts: tuple[Any, ...], columns: list[str],
+                   fmt: str | None, parts: Partitions, ests: dict[str, Any]
+                   ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+    """Rows each model dropped from each new partition ({partition: {model: n}}), and the rows each partition
+    kept (for the model that kept most; a summed model's statistics count its own); a partition that lost more than
+    ``source.max_dropped_fraction`` of its rows for any model fails the run before anything is committed, naming
+    the partition, the model and the count, and the first bad chunk's columns (read again under
+    ``on_bad_rows: raise``, which names them)."""
+    out: dict[str, dict[str, int]] = {}
+    rows: dict[str, int] = {}
+    limit = spec.source.max_dropped_fraction
+    for i, f in enumerate(added):
+        out[f] = {}
+        for j, name in enumerate(names):
+            kept, dropped = counts[i * len(names) + j]
+            out[f][name] = int(dropped)
+            rows[f] = max(rows.get(f, 0), int(kept))
+            total = kept + dropped
+            if dropped and dropped > limit * total:
+                first = _first_bad_chunk(spec, f, columns, fmt, parts, ests[name])
+                raise TgpflowError(f"{f}: model {name!r} would drop {dropped} of its {total} rows "
+                                   f"({dropped / total:.1%}, more than source.max_dropped_fraction = {limit:g}); "
+                                   f"{first}fix the data or the model's bounds, or raise source.max_dropped_fraction")
+    return out, rows
+
+
+def _first_bad_chunk(spec: PipelineSpec, key: str, columns: list[str], fmt: str | None, parts: Partitions,
+                     est: Any) -> str:
+    """What the first chunk with bad rows of partition ``key`` says of them under ``on_bad_rows: raise``."""
+    strict = spec.model_copy(update={"source": spec.source.model_copy(update={"on_bad_rows": "raise"})})
+    src = est.fitting_source(partition_source(strict, key, columns, fmt, parts.ranges.get(key)))
+    for block in src.blocks():
+        try:
+            dask.compute(block, scheduler="sync")
+        except Exception as exc:  # noqa: BLE001 - the chunk's own error names its columns and counts
+            return f"the first: {exc}; "
+    return ""

@@ -64,6 +64,20 @@ class SourceSpec(_Strict):
     filters: list[tuple[str, Literal["==", "!=", "<", "<=", ">", ">="], float | int | str]] | None = Field(
         default=None, description="Row filters (column, op, value), all must hold (applied per row group).")
     on_bad_rows: Literal["raise", "drop"] = "raise"
+    max_dropped_fraction: float = Field(
+        default=0.01, ge=0, le=1,
+        description="With on_bad_rows: drop, a run fails (before it commits anything) when a model would drop more "
+                    "than this share of a new partition's rows (missing or non-finite values, or beyond the model's "
+                    "bounds), naming the partition, the model and the count.")
+    settle_seconds: float = Field(default=0.0, ge=0, description="A partition modified less than this many seconds "
+                                                                 "ago is left out of the run (it may still be "
+                                                                 "being written) and read by a later one.")
+    marker: str | None = Field(default=None, description="A file the writer leaves when a partition is complete "
+                                                         "(e.g. _SUCCESS): a partition whose directory (a Zarr "
+                                                         "store: the store) lacks it is left for a later run.")
+    max_retries: int = Field(default=3, ge=1, description="Runs that leave out a partition that cannot be read yet "
+                                                          "(no footer: still being written) before it is refused by "
+                                                          "name.")
     fingerprint: Literal["metadata", "content"] = Field(
         default="metadata", description="How a changed partition is recognised: path+size+mtime, or a hash of its bytes.")
 
@@ -131,6 +145,14 @@ class ScoresSpec(_Strict):
     model: str | None = Field(default=None, description="Which model scores (default: the first).")
     threshold_quantile: float = Field(default=0.01, gt=0, lt=1,
                                       description="Rows below this quantile of the training log density are flagged.")
+    keep_columns: list[str] | None = Field(
+        default=None, description="Columns of the partitions (Parquet; any type, e.g. an id and a timestamp) written "
+                                  "beside each row's scores, after its position in the partition (row).")
+    version: Literal["previous", "current"] = Field(
+        default="previous", description="Which version scores a run's new partitions: the one that was current "
+                                        "before the run (a detector should not learn an anomaly before it flags "
+                                        "it; a first run has none and uses the new one), or the one the run just "
+                                        "fitted on them.")
 
 
 class OutputsSpec(_Strict):

@@ -22,12 +22,14 @@ the run info and ``CURRENT`` are one object each), and the order above is what m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import warnings
 from typing import Any
 
 from tgpflow.errors import ModelFileError, UnverifiedMetadataWarning
+from tgpflow.features.scaling import Scaling
 from tgpflow.io.artifact import json_checksum, read_json_object
 from tgpflow.io.atomic import AnyPath, as_path, atomic_write_text, discard, remove_temporaries
 from tgpflow.io.outputs import output_kind
@@ -40,6 +42,19 @@ _CHECKSUM_KEY = "sha256"
 
 def is_versions_dir(path: AnyPath) -> bool:
     return (as_path(path) / "CURRENT").is_file()
+
+
+def _adopt_preprocess(est: Any, pre: dict[str, Any]) -> None:
+    """A version written before models carried their standardization (:mod:`tgpflow.features.scaling`) was fitted
+    to rows the pipeline had preprocessed, and its bounds and support box are in those units: give it the run's
+    preprocessing as its scaling, and its bounds and box in the data's units, so that it too takes raw rows."""
+    scaling = Scaling.from_dict(pre)
+    est.scaling_ = scaling
+    if getattr(est, "bounds_", None) is not None:
+        est.bounds_ = est.bounds_.unscaled(scaling)
+    box = getattr(est, "support_", None)
+    if box is not None:
+        est.support_ = dataclasses.replace(box, lower=scaling.inverse(box.lower), upper=scaling.inverse(box.upper))
 
 
 def _number(name: str) -> int:
@@ -124,7 +139,11 @@ class ModelVersions:
         name = name or self.current()
         if name is None:
             raise ModelFileError(f"{self.root}: no current model version (CURRENT is missing)")
-        return tgpflow.load(self.root / f"{name}.zarr", verify=verify)
+        est = tgpflow.load(self.root / f"{name}.zarr", verify=verify)
+        pre = self.info(name).get("preprocess") if name in self.list() else None
+        if pre and getattr(est, "scaling_", None) is None:
+            _adopt_preprocess(est, pre)
+        return est
 
     def remove_unpublished(self, keep: str | None = None, *, dry_run: bool = False) -> list[str]:
         """Delete the unpublished versions (not ``keep``) and writers' temporaries; returns their paths.
