@@ -170,8 +170,10 @@ def test_a_version_written_before_models_carried_their_scaling_reads_raw_rows(tm
                                   bounds={"a": [zero, None]}).fit(z)
     vers = ModelVersions(tmp_path / "models" / "density")
     name = vers.write(old)
-    vers.publish(name, {"run": 1, "preprocess": pre, "columns": ["a", "b"]})
+    vers.publish(name, {"run": 1, "preprocess": pre, "columns": ["a", "b"], "anomaly_threshold": 9.5,
+                        "threshold_of": "anomaly_score"})
     loaded = vers.load()
+    assert loaded.anomaly_threshold_ == 9.5  # the run's, learned on raw rows (the model's own was on standardized)
     expected = old.log_density(z.iloc[:20]) - np.log(pre["scale"]).sum()
     np.testing.assert_allclose(loaded.log_density(raw.iloc[:20]), expected, rtol=1e-12)
     assert loaded.bounds_.to_dict()["a"][0] == pytest.approx(0.0, abs=1e-12)
@@ -270,3 +272,83 @@ def test_settling_files_and_missing_markers_wait_for_a_later_run(tmp_path):
 def test_the_example_specs_validate(name):
     spec = load_spec(Path(__file__).resolve().parents[1] / "pipelines" / f"{name}.yaml")
     assert spec.outputs.scores.version == "previous" and spec.source.max_dropped_fraction == 0.01
+
+
+# -- what the review of the change found -----------------------------------------------------------------------
+
+def test_a_store_whose_bounds_were_standardized_is_refused_until_rebuilt(tmp_path):
+    """A store built when bounds were applied after the preprocessing holds statistics of another transform: it is
+    not extended (that mixed the two transforms: 3 nats/row off), the run asks for one rebuild."""
+    for k in range(2):
+        _day(tmp_path / "data" / f"d{k}.parquet", k)
+    run_pipeline(load_spec(_spec(tmp_path)))
+    store = StatsStore(tmp_path / "store.zarr")
+    manifest = store.read_manifest()
+    del manifest["bounds_in"]  # as that release wrote it
+    store.write_manifest(manifest)
+    _day(tmp_path / "data" / "d2.parquet", 2)
+    with pytest.raises(TgpflowError, match="rebuild once with --set refit.policy=full"):
+        run_pipeline(load_spec(_spec(tmp_path)))
+    assert run_pipeline(load_spec(_spec(tmp_path), overrides=["refit.policy=full"]))["changed"]
+
+
+def test_the_previous_version_scores_with_its_own_columns(tmp_path):
+    for k in range(2):
+        _day(tmp_path / "data" / f"d{k}.parquet", k)
+    run_pipeline(load_spec(_spec(tmp_path)))
+    v1 = tgpflow.load(tmp_path / "models" / "density")
+    _day(tmp_path / "data" / "d2.parquet", 2)
+    swapped = _spec(tmp_path, source={"columns": ["bytes_in", "latency_ms"]})
+    result = run_pipeline(load_spec(swapped, overrides=["refit.policy=full"]))
+    assert result["scored_with"]["version"] == "v000001"
+    scores = _read(tmp_path / "scores" / "d2.parquet")
+    rows = _kept(pd.read_parquet(tmp_path / "data" / "d2.parquet"))
+    np.testing.assert_allclose(scores["log_density"], v1.log_density(rows, normalized=True), rtol=1e-12)
+
+
+def test_a_committed_partition_being_rewritten_keeps_its_statistics_meanwhile(tmp_path):
+    import os
+
+    days = [_day(tmp_path / "data" / f"d{k}.parquet", k) for k in range(2)]
+    old = (tmp_path / "data" / "d0.parquet").stat().st_mtime - 3600
+    for k in range(2):
+        os.utime(tmp_path / "data" / f"d{k}.parquet", (old, old))
+    spec = load_spec(_spec(tmp_path, source={"settle_seconds": 600}))
+    first = run_pipeline(spec)
+    assert first["rows"]["density"] == len(_kept(days[0])) + len(_kept(days[1]))
+    rewritten = _day(tmp_path / "data" / "d1.parquet", 11, n=1500)  # rewritten just now
+    second = run_pipeline(spec)
+    assert not second["changed"] and "settle_seconds" in second["held_back"]["d1.parquet"]
+    assert StatsStore(tmp_path / "store.zarr").read_manifest()["partitions"].keys() == {"d0.parquet", "d1.parquet"}
+    os.utime(tmp_path / "data" / "d1.parquet", (old, old))
+    third = run_pipeline(spec)
+    assert third["added"] == ["d1.parquet"] and third["removed"] == ["d1.parquet"]
+    assert third["rows"]["density"] == len(_kept(days[0])) + len(_kept(rewritten))
+
+
+def test_a_first_run_with_nothing_ready_says_so_and_validate_passes_over_an_empty_newest_day(tmp_path):
+    _day(tmp_path / "data" / "d0.parquet", 0)
+    result = run_pipeline(load_spec(_spec(tmp_path, source={"settle_seconds": 600})))
+    assert not result["changed"] and result["message"].startswith("no partition is ready")
+    assert StatsStore(tmp_path / "store.zarr").read_manifest() is None
+    _empty_day(tmp_path / "data" / "d1.parquet")
+    r = CliRunner().invoke(main, ["validate", str(_spec(tmp_path))])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["source"]["checked"] == "d0.parquet"
+
+
+def test_tgpflow_score_numbers_the_rows_of_a_zarr_store_without_the_suffix(tmp_path):
+    import zarr
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 2))
+    est = tgpflow.GPTiltedDensity(method="fd", n_features=32, lam=1.0, bandwidth=1.0).fit(X)
+    est.save(tmp_path / "m.zarr")
+    store = zarr.create_array(str(tmp_path / "xstore"), shape=X.shape, chunks=(200, 2), dtype="f8")
+    store[:] = X
+    r = CliRunner().invoke(main, ["score", str(tmp_path / "m.zarr"), str(tmp_path / "xstore"), "--out",
+                                  str(tmp_path / "s"), "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    scores = pd.read_parquet(tmp_path / "s")
+    np.testing.assert_array_equal(scores["row"], np.arange(500))
+    np.testing.assert_allclose(scores["log_density"], est.log_density(X, normalized=True), rtol=1e-12)

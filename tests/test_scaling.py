@@ -147,6 +147,13 @@ def test_bounds_are_in_the_datas_units_with_a_scaling():
     mass = np.trapezoid(np.exp(logp + u), u)
     assert mass == pytest.approx(1.0, abs=4 * est.normalizer_.std_error + 1e-3)
     assert est.bounds_.to_dict() == {"latency_ms": [0.0, None]}  # reported in the data's units
+    # next to the bound the transform is taken in the data's units: no cancellation against the standardized bound
+    near = np.array([[1e-14], [1e-12], [1e-9]])
+    logp = est.fitted().log_density(near)
+    assert np.isfinite(logp).all()
+    inner = est.fitted().inner  # the model of z = (log x − c')/s', c' = log s: log p = log q(z) − log x
+    z = np.log(near) - np.log(est.scaling_.scale)
+    np.testing.assert_allclose(logp, inner.inner.log_density(z) - np.log(near[:, 0]), rtol=1e-13)
 
 
 @pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
@@ -173,3 +180,49 @@ def test_given_scaling_is_used_and_statistics_alone_refuse_scale_true():
         tgpflow.GPTiltedDensity(method="fd", n_features=32, lam=1.0, bandwidth=1.0, scale=True).fit_from_stats(stats)
     with pytest.raises(ValueError, match=r"column\(s\) \['flat'\] are constant"):
         tgpflow.GPTiltedDensity(scale=True).fit(pd.DataFrame({"a": np.arange(10.0), "flat": np.ones(10)}))
+
+
+def test_the_cli_fits_with_scale_and_bounds_in_the_datas_units(tmp_path):
+    """`tgpflow fit --scale --bounds col:0:` (bounds in the data's units); the model file keeps the scaling and
+    `tgpflow info` says so."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tgpflow.cli import main
+
+    from conftest import write_parquet
+
+    X = _mixed(6000, seed=4)
+    write_parquet(tmp_path / "d.parquet", X.to_numpy(), list(X.columns))
+    r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "--model", "fd", "--scale", "--bounds",
+                                  "latency:0:,rate:0:", "--n-features", "64", "--lam", "1", "--bandwidth", "1",
+                                  "--out", str(tmp_path / "m.zarr"), "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    est = tgpflow.load(tmp_path / "m.zarr")
+    assert est.scale and est.bounds_.to_dict() == {"latency": [0.0, None], "rate": [0.0, None]}
+    np.testing.assert_allclose(est.scaling_.scale, X.std(ddof=0).to_numpy(), rtol=1e-12)  # all 6000 rows: the pilot
+    info = json.loads(CliRunner().invoke(main, ["info", str(tmp_path / "m.zarr")]).stdout)
+    assert info["preprocessing"]["standardized"] and info["bounds"] == {"latency": [0.0, None], "rate": [0.0, None]}
+    assert (est.sample(2000, random_state=0) > [0, -np.inf, 0]).all()
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")  # an unscaled fit of mixed scales
+def test_a_model_file_written_before_scalings_loads_and_info_says_it_has_none(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from tgpflow.cli import main
+    from tgpflow.io.artifact import read_artifact, write_artifact
+
+    est = tgpflow.GPTiltedDensity(method="fd", n_features=32, lam=1.0, bandwidth=1.0).fit(_mixed(2000))
+    kind, arrays, meta = read_artifact(est.save(tmp_path / "m.npz"))
+    del meta["scaling"], meta["params"]["scale"]  # what a file written before this release holds
+    old = write_artifact(tmp_path / "old.npz", kind, arrays, meta)
+    back = tgpflow.load(old)
+    assert back.scaling_ is None and back.scale is False
+    np.testing.assert_array_equal(back.log_density(_mixed(50)), est.log_density(_mixed(50)))
+    info = json.loads(CliRunner().invoke(main, ["info", str(old)]).stdout)
+    assert not info["preprocessing"]["standardized"]
+    assert info["preprocessing"]["note"].startswith("written before model files carried a standardization")

@@ -35,7 +35,13 @@ def row_context(path: Any, source: Any, keep: list[str] | None = None, *, filter
                           f"name (row, log_density, anomaly_score, anomaly)")
     if len(set(keep)) != len(keep):
         raise SourceError(f"{path}: columns to keep are named twice: {keep}")
-    if format != "zarr" and isinstance(path, str) and not path.rstrip("/").endswith(".zarr"):
+    if format is None and isinstance(path, str):  # as as_source tells them apart
+        from tgpflow.io.sources import is_zarr_store
+
+        zarr_path = path.rstrip("/").endswith(".zarr") or (
+            not any(c in path for c in "*?[") and is_zarr_store(path, storage_options))
+        format = "zarr" if zarr_path else "parquet"
+    if format == "parquet":
         from tgpflow.io.parquet import ParquetLayout
 
         layout = ParquetLayout(path, keep or None, storage_options, numeric=False)

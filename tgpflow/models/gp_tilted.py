@@ -56,13 +56,17 @@ __all__ = ["GPTiltedDensity"]
 
 
 def _to_data_rows(rows: np.ndarray, bounds: ColumnBounds | None, scaling: Scaling | None) -> np.ndarray:
-    rows = rows if bounds is None else bounds.inverse(rows)
-    return rows if scaling is None else scaling.inverse(rows)
+    if bounds is None:
+        return rows if scaling is None else scaling.inverse(rows)
+    if scaling is not None:  # the fitting space is the transformed values, standardized
+        rows = bounds.transformed_scaling(scaling).inverse(rows)
+    return bounds.inverse(rows)
 
 
 def _data_units(bounds: ColumnBounds | None, scaling: Scaling | None) -> Any:
-    """The map from the fitting space to the data's units (bounded columns' t⁻¹, then the scaling's inverse) as a
-    value that can go to the workers; None for the identity."""
+    """The map from the fitting space to the data's units (``bounds`` in the data's units: the transformed
+    values' scaling undone, then t⁻¹; without bounds the scaling's inverse) as a value that can go to the workers;
+    None for the identity."""
     if bounds is None and scaling is None:
         return None
     return functools.partial(_to_data_rows, bounds=bounds, scaling=scaling)
@@ -291,7 +295,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4], units=self._fit_bounds())
         # the map to the data's units as a value of its own (it goes to the workers; self._to_data would take the
         # whole estimator there)
-        to_data = _data_units(self._fit_bounds(), getattr(self, "scaling_", None))
+        to_data = _data_units(getattr(self, "bounds_", None), getattr(self, "scaling_", None))
         with phase("bandwidth", rows=rows.shape[0], candidates=len(gammas)) as info:
             try:
                 gamma, curve = pilot_bandwidth(rows, folds, features, gammas, self._lam_grid(),
@@ -479,13 +483,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                                                       scaling=getattr(self, "scaling_", None)))
 
     def _fit_bounds(self) -> ColumnBounds | None:
-        """``bounds_`` (in the data's units) in the standardized units the model is fitted in."""
+        """``bounds_`` (in the data's units) in the standardized units: the held-out grid projects rows mapped
+        back through them (:class:`~tgpflow.stats.projections.ProjectionGrid`'s ``units``)."""
         bounds = getattr(self, "bounds_", None)
         return None if bounds is None else bounds.scaled(getattr(self, "scaling_", None))
 
     def _to_data(self, rows: np.ndarray) -> np.ndarray:
         """Rows of the fitting space in the data's units (the identity without bounds or scaling)."""
-        to_data = _data_units(self._fit_bounds(), getattr(self, "scaling_", None))
+        to_data = _data_units(getattr(self, "bounds_", None), getattr(self, "scaling_", None))
         return rows if to_data is None else to_data(rows)
 
     def _raw_log_density(self, rows: np.ndarray) -> np.ndarray:
@@ -789,9 +794,11 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value, on rows in the data's units:
         ``log_density``, ``grad_log_density``, ``hyvarinen_terms``, ``sample``, ``to_arrays``. ``sigma``
         (NCFD only): the model at noise level σ ≥ 0 (MATH.md §3), in the standardized units with a scaling."""
-        ev = self._level(sigma)
-        bounds = self._fit_bounds()
-        return in_data_units(ev if bounds is None else BoundedFitted(ev, bounds), getattr(self, "scaling_", None))
+        ev, bounds, scaling = self._level(sigma), getattr(self, "bounds_", None), getattr(self, "scaling_", None)
+        if bounds is None:
+            return in_data_units(ev, scaling)
+        # the transform in the data's units, then its values standardized (ColumnBounds.transformed_scaling)
+        return BoundedFitted(in_data_units(ev, bounds.transformed_scaling(scaling)), bounds)
 
     def _level(self, sigma: float | None) -> TGPFitted:
         """The fitted model at level σ in the fitting space (bounded columns transformed)."""

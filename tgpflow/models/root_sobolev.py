@@ -279,6 +279,9 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
             raise ValueError(NO_RSR_STATS)
         if not isinstance(stats, KDESDOStats):
             raise TypeError(f"method='kde_sdo' needs KDESDOStats, got {type(stats).__name__}")
+        if self.scale and getattr(self, "scaling_", None) is None and not hasattr(self, "draw_"):
+            raise ValueError("scale=True: statistics are sums of standardized rows and do not carry the "
+                             "standardization; solve them with the estimator that accumulated them")
         if features is None and not hasattr(self, "features_"):
             # prepared (or restored by a pipeline), not yet fitted; else, fresh, the features the statistics carry
             features = getattr(self, "draw_", None)

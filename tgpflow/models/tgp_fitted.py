@@ -35,7 +35,7 @@ from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.blocked_score import BlockedScore
-from tgpflow.models.fitted import Fitted, prefixed
+from tgpflow.models.fitted import Fitted, fitted_from_arrays, prefixed
 from tgpflow.solve.linalg import gemm_is_safe
 from tgpflow.solve.ncfd import level_base
 from tgpflow.stats.tgp import block_rows_for
@@ -354,7 +354,7 @@ class BoundedFitted(Fitted):
     """
 
     kind: ClassVar[str] = "bounded"
-    inner: TGPFitted
+    inner: Fitted  # a TGPFitted, or one standardized in the transformed space (ScaledFitted)
     bounds: ColumnBounds
 
     @property
@@ -378,7 +378,7 @@ class BoundedFitted(Fitted):
     def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> BoundedFitted:
         bounds = ColumnBounds(np.asarray(arrays["bounds.lower"], dtype=np.float64),
                               np.asarray(arrays["bounds.upper"], dtype=np.float64), tuple(meta["columns"]))
-        return cls(TGPFitted.from_arrays(prefixed(arrays, "inner."), meta["inner"]), bounds)
+        return cls(fitted_from_arrays(prefixed(arrays, "inner."), meta["inner"]), bounds)
 
     def at_level(self, sigma: float) -> BoundedFitted:
         return BoundedFitted(self.inner.at_level(sigma), self.bounds)

@@ -7,7 +7,9 @@ run plans its work, :func:`arrivals` sorts the partitions it has not committed (
 * **ready**: read by this run;
 * **empty**: readable, with no rows: committed with 0 rows (no statistics, no scores), so that a refit is not
   blocked and the day is not read again;
-* **held back** for this run, with a one-line warning naming each and why, and looked at again by the next run:
+* **held back** for this run, with a one-line warning naming each and why, and looked at again by the next run
+  (a committed partition being rewritten keeps its committed statistics meanwhile; the plan,
+  :func:`tgpflow.pipeline.runner`'s, skips a new one, after the window is taken over every listed partition):
   modified less than ``source.settle_seconds`` ago (still being written); without the marker file
   ``source.marker`` in its directory (a Zarr store: inside it) when the spec names one; or not readable yet (not
   a Parquet file, no footer, no Zarr metadata). A partition that is still unreadable after
@@ -33,7 +35,7 @@ from tgpflow.pipeline.partitions import partition_source
 from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import StatsStore
 
-__all__ = ["Arrivals", "arrivals", "PENDING"]
+__all__ = ["Arrivals", "arrivals", "is_unreadable", "PENDING"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -43,10 +45,8 @@ PENDING = "pending.json"
 
 @dataclasses.dataclass(frozen=True)
 class Arrivals:
-    """The partitions a run considers (``parts``, held-back ones left out), the empty ones among them, and those
-    held back with their reasons."""
+    """The empty partitions among those not committed, and those held back with their reasons."""
 
-    parts: Partitions
     empty: frozenset[str]
     held: dict[str, str]
 
@@ -84,7 +84,7 @@ def arrivals(spec: PipelineSpec, store: StatsStore, parts: Partitions, manifest:
         except EmptySourceError:
             empty.add(key)
         except SourceError as exc:
-            if not _unreadable(exc):
+            if not is_unreadable(exc):
                 raise  # a readable partition that the spec does not fit (a missing column): the run says so
             before = pending.get(key, {})
             runs = (before.get("runs", 0) if before.get("fingerprint") == fp else 0) + 1
@@ -95,14 +95,13 @@ def arrivals(spec: PipelineSpec, store: StatsStore, parts: Partitions, manifest:
             held[key] = f"not readable yet, run {runs} of {source.max_retries}: {exc}"
     if record and (unreadable or pending):
         _write_pending(store, unreadable)
-    for line in Arrivals(parts, frozenset(), held).warnings():
+    arrived = Arrivals(frozenset(empty), held)
+    for line in arrived.warnings():
         logger.warning("%s: %s", spec.name, line)
-    keys = tuple(k for k in parts.keys if k not in held)
-    ranges = {k: v for k, v in parts.ranges.items() if k in keys}
-    return Arrivals(dataclasses.replace(parts, keys=keys, ranges=ranges), frozenset(empty), held)
+    return arrived
 
 
-def _unreadable(exc: SourceError) -> bool:
+def is_unreadable(exc: SourceError) -> bool:
     """Whether a partition's error is about its bytes (not yet written, truncated) rather than its contents."""
     text = str(exc)
     return "not a readable Parquet file" in text or "not a readable Zarr store" in text

@@ -150,13 +150,16 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
     est, info = vers.load(step["version"]), vers.info(step["version"])
     if not hasattr(est, "log_density"):
         raise TgpflowError(f"model {step['model']!r} has no log density to score with")
+    # the columns of the version that scores (a previous version may predate a rebuild that changed them)
+    names = getattr(est, "feature_names_in_", None)
+    columns = [str(c) for c in names] if names is not None else info.get("columns") or manifest["columns"]
     directory.mkdir(parents=True, exist_ok=True)
     written: list[str] = []
     warned: list[str] = []
     for f in todo:
         # chunk by chunk on the scheduler: the version's log density of the raw rows (it carries the store's
         # standardization and its bounds in the data's units); only the scores come back
-        src = partition_source(spec, f, manifest["columns"], manifest.get("format"))
+        src = partition_source(spec, f, columns, manifest.get("format"))
         contexts = partition_context(spec, f, src, spec.outputs.scores.keep_columns if spec.outputs.scores else None,
                                      manifest.get("format"))
         chunk = dask.delayed(score_table, pure=True)

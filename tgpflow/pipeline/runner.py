@@ -59,7 +59,7 @@ from tgpflow.io.atomic import as_path
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.models.anomaly import anomaly_threshold, model_log_normalizer
-from tgpflow.pipeline.arrivals import arrivals
+from tgpflow.pipeline.arrivals import Arrivals, arrivals
 from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import partition_source, union_source
@@ -154,8 +154,8 @@ def run_pipeline(spec: PipelineSpec, *, date: str | None = None, progress: Progr
         collect(spec, store, manifest)  # what a killed run left uncommitted
         owed = finish(spec, manifest, progress=progress)  # what the last committed run left undone
         arrived = arrivals(spec, store, parts, manifest)  # empty ones, and those not ready to read
-        result = _run(spec, store, manifest, arrived.parts, date or datetime.date.today().isoformat(), owed,
-                      progress, arrived.empty)
+        result = _run(spec, store, manifest, parts, date or datetime.date.today().isoformat(), owed,
+                      progress, arrived)
         result["held_back"] = arrived.held
         result["warnings"] = arrived.warnings() + result.get("warnings", [])
         return result
@@ -178,20 +178,28 @@ class _Plan:
         return not self.rebuild and not self.added and not self.removed
 
 
-def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, parts: Partitions) -> _Plan:
+def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, parts: Partitions,
+          held: dict[str, str] | None = None) -> _Plan:
     """Compare the partitions with the manifest; refuse a spec whose models (but for solve-only params:
-    :func:`~tgpflow.pipeline.spec.statistics_params`) or preprocessing changed."""
+    :func:`~tgpflow.pipeline.spec.statistics_params`) or preprocessing changed. ``held``: partitions not ready to
+    read (:mod:`tgpflow.pipeline.arrivals`): a new one is left out, a committed one keeps its committed
+    statistics (it is being rewritten: the new content is read once it is ready); the window is taken over every
+    listed partition first, so a held newest partition does not pull an older one back in."""
     files = list(parts.keys)
     if not files:
         raise TgpflowError(f"{spec.source.path}: no partitions match")
     policy = spec.refit.policy
     if policy == "window":
         files = files[-spec.refit.partitions:]
-    fps = {f: parts.fingerprint(f, spec.source.fingerprint) for f in files}
+    held = held or {}
+    rebuild = manifest is None or policy == "full"
+    committed = {} if manifest is None else manifest["partitions"]
+    fps = {f: committed[f]["fingerprint"] if f in held else parts.fingerprint(f, spec.source.fingerprint)
+           for f in files if f not in held or (f in committed and not rebuild)}
+    files = [f for f in files if f in fps]
     # what the statistics depend on: a solve-only parameter (a kernel model's ridge, rank_tol) may change, and a
     # store written before a rename (eps → ridge) compares under today's names (spec.statistics_params)
     params = {m.name: {"estimator": m.estimator, "params": m.statistics_params()} for m in spec.models}
-    rebuild = manifest is None or policy == "full"
     if manifest is not None and not rebuild:
         old = {k: {"estimator": v["estimator"], "params": statistics_params(v["estimator"], v["params"])}
                for k, v in manifest["models"].items()}
@@ -201,6 +209,12 @@ def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None
                                f"--set refit.policy=full to rebuild the store")
         if manifest["preprocess_spec"] != spec.preprocess.model_dump():
             raise TgpflowError(f"{store.root}: preprocessing changed since the store was built; rebuild with "
+                               f"--set refit.policy=full")
+        bounded = [m.name for m in spec.models if m.params.get("bounds")]
+        if manifest.get("bounds_in") != "data" and manifest["preprocess"] and bounded:
+            raise TgpflowError(f"{store.root}: built by a release that applied the models' bounds after the "
+                               f"preprocessing (in standardized units); {bounded} declare bounds, which now are in "
+                               f"the data's units, so the stored statistics cannot be extended: rebuild once with "
                                f"--set refit.policy=full")
     old_parts = {} if rebuild else manifest["partitions"]
     return _Plan(files=files, fps=fps, rebuild=rebuild, run=1 if manifest is None else manifest["run"] + 1,
@@ -214,8 +228,7 @@ def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
     parts = discover(spec.source.path, spec.source.partition_by, spec.source.array)
     manifest, migrated = migrate_keys(store.read_manifest(), parts, spec.source.fingerprint)
     arrived = arrivals(spec, store, parts, manifest, record=False)
-    parts = arrived.parts
-    plan = _plan(spec, store, manifest, parts)
+    plan = _plan(spec, store, manifest, parts, arrived.held)
     committed = (manifest or {}).get("partitions", {})  # the data's changes since the last commit
     new = [f for f in plan.files if f not in committed]
     changed = [f for f in plan.files if f in committed and committed[f]["fingerprint"] != plan.fps[f]]
@@ -245,25 +258,29 @@ def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
 
 
 def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, parts: Partitions, date: str,
-         owed: dict[str, list[str]], progress: Progress | None = None,
-         empty: frozenset[str] = frozenset()) -> RunResult:
-    plan = _plan(spec, store, manifest, parts)
+         owed: dict[str, list[str]], progress: Progress | None = None, arrived: Arrivals | None = None) -> RunResult:
+    arrived = arrived or Arrivals(frozenset(), {})
+    plan = _plan(spec, store, manifest, parts, arrived.held)
     files, fps, rebuild, run, old_parts = plan.files, plan.fps, plan.rebuild, plan.run, plan.old_parts
     previous = {k: v.get("version") for k, v in (manifest or {}).get("models", {}).items()}  # before this run
     added, removed, policy, fmt = plan.added, plan.removed, spec.refit.policy, parts.format
     # a partition with no rows is committed with 0 rows and nothing else: no statistics, no scores
     committed = (manifest or {}).get("partitions", {})
-    empty = frozenset(f for f in files if f in empty or (f in committed and committed[f].get("empty")
-                                                         and committed[f]["fingerprint"] == fps[f]))
-    read, with_rows = [f for f in added if f not in empty], [f for f in files if f not in empty]
+    empty = frozenset(f for f in files if f in arrived.empty or (f in committed and committed[f].get("empty")
+                                                                 and committed[f]["fingerprint"] == fps[f]))
+    # rows are read from the partitions with rows that are ready (a committed one being rewritten is not)
+    read = [f for f in added if f not in empty]
+    with_rows = [f for f in files if f not in empty and f not in arrived.held]
+    if (manifest is not None and plan.nothing_new) or not plan.files:
+        message = ("no new or changed partitions; " + _owed_message(owed) if plan.files
+                   else "no partition is ready to read yet (held_back says why)")
+        logger.info("%s: %s", spec.name, message)
+        return RunResult(changed=False, added=[], removed=[], run=manifest["run"] if manifest else 0,
+                         repaired=owed["published"], scored=owed["scored"], reports=owed["reports"],
+                         warnings=owed["warnings"], message=message)
     if not with_rows:
         raise TgpflowError(f"{spec.source.path}: every partition ({len(files)}) has zero rows; nothing to fit yet")
     seed = int(next((m.params.get("random_state", 0) for m in spec.models), 0) or 0)
-    if manifest is not None and plan.nothing_new:
-        message = "no new or changed partitions; " + _owed_message(owed)
-        logger.info("%s: %s", spec.name, message)
-        return RunResult(changed=False, added=[], removed=[], run=manifest["run"], repaired=owed["published"],
-                         scored=owed["scored"], reports=owed["reports"], message=message)
     _check_scoring_model(spec)
 
     # -- frozen preprocessing and draws --------------------------------------------------
@@ -331,7 +348,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         name, est = m.name, ests[m.name]
         if name not in summed:  # no statistics: the rows of every partition kept, with the frozen draw
             with phase("refit-rows", model=name, partitions=len(partitions)):
-                est.fit(union_source(spec, sorted(f for f in partitions if f not in empty), columns, fmt),
+                est.fit(union_source(spec, sorted(f for f in partitions if f in with_rows), columns, fmt),
                         features=est.draw_, scaling=Scaling.from_dict(pre))
             rows = est.n_samples_seen_
         else:
@@ -370,6 +387,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
                     "root": parts.root,  # what the keys were relative to at this run (for people: keys never use it)
                     "format": fmt,  # the partitions' (the steps after the commit read them as discovery found them)
                     "preprocess": pre, "preprocess_spec": spec.preprocess.model_dump(), "policy": policy,
+                    "bounds_in": "data",  # the models' bounds are in the data's units (before: standardized)
                     "models": models, "partitions": partitions,
                     "steps": steps_after_commit(spec, ests, versions, read, previous),
                     "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}

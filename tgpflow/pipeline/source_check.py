@@ -3,7 +3,8 @@
 A spec that names a column the data do not have, or declares a bound that the data cross, passed validation and
 failed (or, under ``on_bad_rows: drop``, quietly dropped most rows) at the first run. :func:`check_source` lists
 the partitions, opens the newest one as a run would (a Parquet footer, or a Zarr store's array metadata: no
-rows are read), and refuses, naming the partition and the column (with the closest name it has):
+rows are read; an empty or not yet readable newest partition is passed over for the one before), and refuses,
+naming the partition and the column (with the closest name it has):
 
 * a column of ``source.columns``, of a filter, of ``outputs.scores.keep_columns`` or of a model's ``bounds``
   that the partition does not have;
@@ -21,7 +22,8 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from tgpflow.errors import SourceError, TgpflowError
+from tgpflow.errors import EmptySourceError, SourceError, TgpflowError
+from tgpflow.pipeline.arrivals import is_unreadable
 from tgpflow.pipeline.discover import discover
 from tgpflow.pipeline.partitions import partition_source
 from tgpflow.pipeline.spec import PipelineSpec
@@ -42,9 +44,18 @@ def check_source(spec: PipelineSpec) -> dict[str, Any]:
         parts = discover(spec.source.path, spec.source.partition_by, spec.source.array)
     except TgpflowError as exc:
         return {"checked": None, "note": f"not checked: {exc}"}
-    key = parts.keys[-1]
+    for key in reversed(parts.keys):  # the newest partition a run could read (an empty or half-written one waits)
+        try:
+            src = partition_source(spec, key, spec.source.columns, parts.format, parts.ranges.get(key))
+            break
+        except EmptySourceError:
+            continue
+        except SourceError as exc:  # a missing column is refused here; unreadable bytes are the next run's
+            if not is_unreadable(exc):
+                raise
+    else:
+        return {"checked": None, "note": "not checked: every partition is empty or not readable yet"}
     where = parts.path(key)
-    src = partition_source(spec, key, spec.source.columns, parts.format, parts.ranges.get(key))  # refuses columns
     columns = list(src.columns)
     names, stats = _footer(parts.fs, where) if parts.format == "parquet" else (columns, {})
     for name in dict.fromkeys(c for c, _, _ in spec.source.filters or []):

@@ -44,12 +44,16 @@ def is_versions_dir(path: AnyPath) -> bool:
     return (as_path(path) / "CURRENT").is_file()
 
 
-def _adopt_preprocess(est: Any, pre: dict[str, Any]) -> None:
+def _adopt_preprocess(est: Any, info: dict[str, Any]) -> None:
     """A version written before models carried their standardization (:mod:`tgpflow.features.scaling`) was fitted
-    to rows the pipeline had preprocessed, and its bounds and support box are in those units: give it the run's
-    preprocessing as its scaling, and its bounds and box in the data's units, so that it too takes raw rows."""
-    scaling = Scaling.from_dict(pre)
+    to rows the pipeline had preprocessed, and its bounds, support box and own anomaly threshold are in those
+    units: give it the run's preprocessing as its scaling, its bounds and box in the data's units, and the run's
+    threshold (learned on raw rows), so that it too takes raw rows and flags what the pipeline flagged."""
+    scaling = Scaling.from_dict(info["preprocess"])
     est.scaling_ = scaling
+    if info.get("anomaly_threshold") is not None:  # the legacy sign rule: a log-density quantile, log p < t
+        threshold = float(info["anomaly_threshold"])
+        est.anomaly_threshold_ = threshold if info.get("threshold_of") == "anomaly_score" else -threshold
     if getattr(est, "bounds_", None) is not None:
         est.bounds_ = est.bounds_.unscaled(scaling)
     box = getattr(est, "support_", None)
@@ -140,9 +144,9 @@ class ModelVersions:
         if name is None:
             raise ModelFileError(f"{self.root}: no current model version (CURRENT is missing)")
         est = tgpflow.load(self.root / f"{name}.zarr", verify=verify)
-        pre = self.info(name).get("preprocess") if name in self.list() else None
-        if pre and getattr(est, "scaling_", None) is None:
-            _adopt_preprocess(est, pre)
+        info = self.info(name) if name in self.list() else {}
+        if info.get("preprocess") and getattr(est, "scaling_", None) is None:
+            _adopt_preprocess(est, info)
         return est
 
     def remove_unpublished(self, keep: str | None = None, *, dry_run: bool = False) -> list[str]:
