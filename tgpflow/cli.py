@@ -339,6 +339,7 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
         "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
         "diagnostics": _diagnostics_summary(est),
         "suggested_bounds": getattr(est, "pilot_", {}).get("suggested_bounds") or None,
+        "column_kinds": getattr(est, "pilot_", {}).get("column_kinds"),
         "seconds": seconds}, default=str))
 
 

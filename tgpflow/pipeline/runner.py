@@ -4,12 +4,17 @@ A run (under the store's lock):
 
 1. lists the source's partitions (Parquet files, Zarr stores, or the dates of Zarr stores with a date
    dimension, keyed relative to the source's root: :mod:`tgpflow.pipeline.discover`) and fingerprints them
-   (a store written with absolute keys is migrated first, once);
+   (a store written with absolute keys is migrated first, once); those with zero rows are committed empty and
+   those not ready to read are left for a later run (:mod:`tgpflow.pipeline.arrivals`);
 2. on the store's first run (or ``refit: full``) freezes the preprocessing (centre/scale from
    a pilot sample) and each model's feature draw / basis, and stores them: every later
-   partition's statistics use the same ones, so they stay mergeable;
+   partition's statistics use the same ones, so they stay mergeable. The estimators read raw rows and
+   apply the preprocessing themselves, with their bounds in the data's units, and every version they
+   write carries it (:mod:`tgpflow.features.scaling`): loaded anywhere, it takes and gives the data's units;
 3. accumulates the statistics of the partitions it has not seen (new or changed) — one Dask
-   graph for all of them, one pass over each — and writes them to the store;
+   graph for all of them, one pass over each — and writes them to the store, counting the rows each model
+   drops (bad values, rows beyond its bounds); a partition that loses more than
+   ``source.max_dropped_fraction`` of its rows fails the run before anything is committed;
 4. updates each model's running total: ``total + new − (changed, disappeared, left the window)``;
    the old partitions are never re-read;
 5. solves each model from its total and writes a new, unpublished, model version. A model without
@@ -20,10 +25,12 @@ A run (under the store's lock):
    version, anomaly threshold and run info are recorded like any other model's;
 6. swaps the store's manifest: the commit point, and the journal of the steps that follow
    (:mod:`tgpflow.pipeline.journal`) — publish each version (its run info, then ``CURRENT``),
-   score the new partitions (the columns ``tgpflow score`` writes: the per-row log density of the raw
-   rows, its negative as the anomaly score, and the anomaly flag by the estimators' own rule,
-   :func:`~tgpflow.models.anomaly.anomaly_threshold` at ``threshold_quantile`` of the raw training
-   rows' log density; one Parquet file per partition, each written atomically) and write the reports.
+   score the new partitions with the version current before the run (``scores.version: previous``) or the
+   new one (the columns ``tgpflow score`` writes: each row's position and kept columns, the normalised log
+   density of the raw rows, its negative as the anomaly score, and the anomaly flag by the estimators' own
+   rule, :func:`~tgpflow.models.anomaly.anomaly_threshold` at ``threshold_quantile`` of the raw training
+   rows' log density; one Parquet file per partition, each written atomically; a partition flagged more
+   than 5× the quantile is warned about) and write the reports.
 
 Before it looks for new partitions a run removes what a killed run left uncommitted and
 finishes the steps the last committed run left undone, each output once (a run killed while

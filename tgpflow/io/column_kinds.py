@@ -1,0 +1,112 @@
+"""What kind of values each column holds, read off the pilot sample: lattices, binary flags, point masses, edges.
+
+A density fitted to real tables meets values that are not continuous: integer codes (hour, weekday, season),
+binary flags, meters that read exactly 0 most of the time, values recorded to 3 decimals, counts that stop at
+a hard minimum. Each makes a smooth density put its mass where there are no data, or collapse onto the
+points. The fit reports what the pilot shows, per column (``pilot_["column_kinds"]``, the fit JSON,
+``tgpflow info``), so that a user sees why a fit is unhealthy and which remedy applies:
+
+* ``binary``: exactly two distinct values;
+* ``lattice``: every value is ``origin + k·step`` for integers k (integer codes, and values recorded to a
+  fixed number of decimals: step 0.001); ``values`` counts the distinct ones and ``step_over_spread`` compares
+  the step with the column's standard deviation (near 1: codes, where a smooth density is a poor model;
+  near 0: fine rounding, which a smooth density absorbs);
+* ``continuous``: neither;
+* ``point_masses``: the values that each carry at least :data:`MIN_MASS` of the rows (a spike at 0), largest
+  share first, at most :data:`MAX_LISTED`; listed for continuous columns and lattices of more than 1/MIN_MASS
+  values (on a coarser lattice every value may carry that much);
+* ``edges``: the minimum or maximum when at least :data:`MIN_MASS` of the rows sit exactly on it (a hard edge,
+  one- or two-sided).
+
+The step is the greatest common divisor of the gaps between distinct values, found by Euclid's algorithm
+with a tolerance relative to the column's scale (float64 values written to a fixed decimal are not exact
+multiples of the step), and accepted only when every distinct value lies within that tolerance of the
+lattice and the lattice has at most :data:`MAX_CELLS` cells over the range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["column_kinds", "lattice_step", "MIN_MASS", "MAX_CELLS", "MAX_LISTED"]
+
+#: A value (or an edge) that carries at least this share of the rows is a point mass (an edge).
+MIN_MASS = 0.01
+#: A lattice has at most this many cells between the column's minimum and maximum.
+MAX_CELLS = 1_000_000
+#: At most this many point masses are listed per column.
+MAX_LISTED = 10
+#: Tolerance of the lattice test, relative to the step.
+_TOL = 1e-6
+
+
+def _fgcd(a: float, b: float, floor: float) -> float:
+    """The greatest common divisor of two positive floats up to rounding (Euclid with the symmetric remainder, a
+    remainder within :data:`_TOL` of the divisor counting as 0); 0 once it falls to ``floor``."""
+    while b > floor:
+        r = abs(a - b * round(a / b))
+        if r <= _TOL * b:
+            return b
+        a, b = b, r
+    return 0.0
+
+
+def lattice_step(values: np.ndarray) -> float | None:
+    """The step of the lattice ``origin + k·step`` the distinct sorted ``values`` lie on, or None (fewer than two
+    values, or no lattice with at most :data:`MAX_CELLS` cells over their range)."""
+    if values.size < 2:
+        return None
+    span = float(values[-1] - values[0])
+    floor = span / MAX_CELLS
+    gaps = np.unique(np.diff(values))
+    step = float(gaps[0])
+    for gap in gaps[1:]:
+        step = _fgcd(float(gap), step, floor)
+        if step == 0.0:
+            return None
+    if step <= floor:
+        return None
+    for digits in range(16):  # a step written to a number of decimals, as it was meant (0.001, not 0.000999…)
+        if 0 < round(step, digits) and abs(round(step, digits) - step) <= 1e-6 * step:
+            step = round(step, digits)
+            break
+    k = (values - values[0]) / step
+    return step if np.all(np.abs(k - np.round(k)) <= 1e-4) else None
+
+
+def column_kinds(rows: np.ndarray, columns: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each column's kind, lattice, point masses and edges in the pilot ``rows`` (n, d) (module docstring)."""
+    rows = np.asarray(rows, dtype=np.float64)
+    n = rows.shape[0]
+    out: dict[str, dict[str, Any]] = {}
+    for j, name in enumerate(columns):
+        values, counts = np.unique(rows[:, j], return_counts=True)
+        info: dict[str, Any] = {"distinct": int(values.size)}
+        if values.size == 2:
+            info["kind"] = "binary"
+        else:
+            step = lattice_step(values) if values.size < n else None  # all distinct: no lattice to speak of
+            if step is not None:
+                sd = float(rows[:, j].std())
+                info["kind"] = "lattice"
+                info["lattice"] = {"origin": float(values[0]), "step": step,
+                                   "step_over_spread": step / sd if sd > 0 else None}
+            else:
+                info["kind"] = "continuous"
+        share = counts / max(n, 1)
+        heavy = np.flatnonzero(share >= MIN_MASS)
+        if (info["kind"] == "continuous" or values.size > 1 / MIN_MASS) and heavy.size:  # a spike among many values
+            order = heavy[np.argsort(-share[heavy], kind="stable")][:MAX_LISTED]
+            info["point_masses"] = [{"value": float(values[i]), "share": float(share[i])} for i in order]
+        edges = {}
+        if values.size > 2 and share[0] >= MIN_MASS:
+            edges["lower"] = {"value": float(values[0]), "share": float(share[0])}
+        if values.size > 2 and share[-1] >= MIN_MASS:
+            edges["upper"] = {"value": float(values[-1]), "share": float(share[-1])}
+        if edges:
+            info["edges"] = edges
+        out[str(name)] = info
+    return out
