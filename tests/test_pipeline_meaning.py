@@ -91,18 +91,26 @@ def test_the_published_model_takes_raw_rows_everywhere(tmp_path):
     write_parquet(tmp_path / "kept.parquet", kept.to_numpy(), COLUMNS[:2])
     r = runner.invoke(main, ["score", str(tmp_path / "models" / "density"), str(tmp_path / "kept.parquet"),
                              "--out", str(tmp_path / "cli-scores"), "--progress", "none"])
+    assert r.exit_code == 1 and "has no column 'n_requests'" in r.output and "--no-filters" in r.output
+    r = runner.invoke(main, ["score", str(tmp_path / "models" / "density"), str(tmp_path / "kept.parquet"),
+                             "--no-filters", "--out", str(tmp_path / "cli-scores"), "--progress", "none"])
     assert r.exit_code == 0, r.output
     cli = pd.read_parquet(tmp_path / "cli-scores")
     np.testing.assert_allclose(cli["log_density"], pipeline["log_density"], rtol=1e-9)
     np.testing.assert_array_equal(cli["anomaly"], pipeline["anomaly"])
-    # the partition itself: the same scores for the rows its filter keeps, with their ids
+    # the partition itself: the model directory's version applies the spec's filters, as the pipeline did, so
+    # the file is the pipeline's own, ids and positions included
     r = runner.invoke(main, ["score", str(tmp_path / "models" / "density"), str(tmp_path / "data" / "d0.parquet"),
-                             "--columns", "latency_ms,bytes_in", "--keep-columns", "id", "--out",
-                             str(tmp_path / "day-scores"), "--progress", "none"])
+                             "--keep-columns", "id,n_requests", "--out", str(tmp_path / "day-scores"),
+                             "--progress", "none"])
     assert r.exit_code == 0, r.output
-    day = pd.read_parquet(tmp_path / "day-scores").set_index("row").loc[positions]
-    np.testing.assert_allclose(day["log_density"], pipeline["log_density"], rtol=1e-9)
-    assert day["id"].tolist() == pipeline["id"].tolist()
+    assert json.loads(r.stdout)["filters"] == [["n_requests", ">", 0]]
+    day = pd.read_parquet(tmp_path / "day-scores")
+    pd.testing.assert_frame_equal(day, pipeline, check_exact=False, rtol=1e-9)
+    r = runner.invoke(main, ["score", str(tmp_path / "models" / "density"), str(tmp_path / "data" / "d0.parquet"),
+                             "--no-filters", "--out", str(tmp_path / "every-row"), "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    assert len(pd.read_parquet(tmp_path / "every-row")) == len(days["d0"])
 
     r = runner.invoke(main, ["sample", str(tmp_path / "models" / "density"), "-n", "4000",
                              "--out", str(tmp_path / "s.parquet")])

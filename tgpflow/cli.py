@@ -372,11 +372,14 @@ def _diagnostics_summary(est: Any) -> dict[str, Any] | None:
 @click.option("--keep-columns", default=None, metavar="A,B",
               help="Columns of SOURCE (Parquet; any type, e.g. an id and a timestamp) written beside each row's "
                    "scores, to join them back.")
+@click.option("--no-filters", is_flag=True, help="MODEL is a pipeline's model directory: score every row of SOURCE, "
+                                                 "not only those its spec's source.filters keep (the default, as "
+                                                 "the pipeline scored them).")
 @_scheduler
 @_bad_rows
 @_progress_opt
 def score(model: str, source: str, out: str, overwrite: bool, columns: str | None, keep_columns: str | None,
-          scheduler: str | None, on_bad_rows: str, progress_mode: str) -> None:
+          no_filters: bool, scheduler: str | None, on_bad_rows: str, progress_mode: str) -> None:
     """Stream SOURCE through MODEL and write, per row, its position in SOURCE (row), the --keep-columns, the log
     density (normalised: the model's log density minus its log normaliser, as scikit-learn's score_samples, so
     that scores of different models and versions compare; unnormalised for a model without one), the anomaly
@@ -399,12 +402,13 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
                                        f"it has no log density to write")
         names = getattr(est, "feature_names_in_", None)
         cols = _split(columns) or ([str(c) for c in names] if names is not None else None)
-        src = as_source(source, columns=cols, on_bad_rows=on_bad_rows)
+        filters = None if no_filters else _pipeline_filters(model, source)
+        src = as_source(source, columns=cols, on_bad_rows=on_bad_rows, filters=filters)
         if src.n_columns != est.n_features_in_:
             raise click.ClickException(f"{source}: X has {src.n_columns} features, but {model} (a "
                                        f"{type(est).__name__}) is expecting {est.n_features_in_} features as input; "
                                        f"name its columns with --columns")
-        contexts = row_context(source, src, _split(keep_columns))
+        contexts = row_context(source, src, _split(keep_columns), filters=filters)
         work = float(src.n_rows or 0) * getattr(est, "n_features", 0) ** 2 if src.n_rows is not None else None
         with dask_client(scheduler, work=work) as client, progress_display(progress_mode, client) as progress, \
                 atomic_path(out, "scores", overwrite=overwrite, marker=True, directory=True) as tmp:
@@ -419,11 +423,31 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
                      for i, (v, c) in enumerate(zip(src.chunks(), contexts, strict=True))]
             _, dropped = compute(parts, dask.delayed(sum, pure=True)(src.dropped_counts()), progress=progress)
         info = {"scores": out, "model": model, "source": source, "rows_dropped": int(dropped),
-                "normalized": model_log_normalizer(est) is not None}
+                "normalized": model_log_normalizer(est) is not None, "filters": filters}
         data = resolve(out)
         if not is_local(data):  # off the local filesystem the dataset is the version its pointer names
             info["data"] = str(data)
         click.echo(json.dumps(info))
+
+
+def _pipeline_filters(model: str, source: str) -> list[tuple[str, str, Any]] | None:
+    """The row filters of the pipeline run that wrote ``model``'s current version (a model directory; None for a
+    model file, or a version written before run infos recorded them); refused, naming the column and
+    ``--no-filters``, when SOURCE lacks a column they filter on."""
+    from tgpflow.io.parquet import ParquetLayout
+    from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
+
+    if not is_versions_dir(model):
+        return None
+    filters = [tuple(f) for f in ModelVersions(model).info().get("filters") or []]
+    if filters:
+        names = ParquetLayout(source, None, numeric=False).columns
+        missing = [c for c, _, _ in filters if c not in names]
+        if missing:
+            raise click.ClickException(f"{source}: has no column {missing[0]!r}, which the pipeline that wrote "
+                                       f"{model} filters its rows on (source.filters {[list(f) for f in filters]}); "
+                                       f"to score every row of SOURCE, pass --no-filters")
+    return filters or None
 
 
 def _part_name(i: int, n: int) -> str:

@@ -382,6 +382,8 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
             est.anomaly_threshold_ = threshold
         run_info = {"run": run, "date": date, "rows": float(rows), "partitions": sorted(partitions),
                     "preprocess": pre, "columns": columns, "anomaly_threshold": threshold,
+                    # the rows the model describes: `tgpflow score MODELDIR` applies the same filters
+                    "filters": [list(f) for f in spec.source.filters] if spec.source.filters else None,
                     "threshold_of": "anomaly_score", "policy": policy,
                     "threshold_quantile": spec.outputs.scores.threshold_quantile if spec.outputs.scores else None,
                     # score files hold log p − log Z (model_log_normalizer): comparable across versions
