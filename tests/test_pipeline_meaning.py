@@ -360,3 +360,31 @@ def test_tgpflow_score_numbers_the_rows_of_a_zarr_store_without_the_suffix(tmp_p
     scores = pd.read_parquet(tmp_path / "s")
     np.testing.assert_array_equal(scores["row"], np.arange(500))
     np.testing.assert_allclose(scores["log_density"], est.log_density(X, normalized=True), rtol=1e-12)
+
+
+def test_what_a_new_user_got_wrong_is_said_plainly(tmp_path):
+    """Expected pipeline errors are one sentence (not "internal error"); a spec that changes the store's columns or a
+    model's parameter is refused naming what changed; keep_columns a scores file cannot hold are refused by
+    validate; the version that scored a day rescores it exactly, filters included."""
+    for k in range(2):
+        _day(tmp_path / "data" / f"d{k}.parquet", k)
+    runner = CliRunner()
+    assert runner.invoke(main, ["run", str(_spec(tmp_path)), "--progress", "none"]).exit_code == 0
+    _day(tmp_path / "data" / "d2.parquet", 2)
+    fewer = _spec(tmp_path, source={"columns": ["latency_ms"]})
+    r = runner.invoke(main, ["run", str(fewer), "--progress", "none"])
+    assert r.exit_code == 1 and "internal error" not in r.output
+    assert "source.columns ['latency_ms'] differ from the columns the store was built with" in r.output
+    other = _spec(tmp_path, models=[{"name": "density", "estimator": "GPTiltedDensity",
+                                     "params": {"method": "fd", "n_features": 64, "lam": 1.0, "bandwidth": 1.0}}])
+    r = runner.invoke(main, ["run", str(other), "--progress", "none"])
+    assert r.exit_code == 1 and "density: bounds {'bytes_in': [0, None], 'latency_ms': [0, None]} → None" in r.output
+    bad = _spec(tmp_path, outputs={"store": "s", "models": "m", "scores": {"path": "x", "keep_columns": ["row"]}})
+    r = runner.invoke(main, ["validate", str(bad)])
+    assert r.exit_code != 0 and "keep_columns cannot name 'row'" in r.output
+    r = runner.invoke(main, ["score", str(tmp_path / "models" / "density" / "v000001.zarr"),
+                             str(tmp_path / "data" / "d0.parquet"), "--keep-columns", "id,n_requests", "--out",
+                             str(tmp_path / "again"), "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "again"), _read(tmp_path / "scores" / "d0.parquet"),
+                                  check_exact=False, rtol=1e-12)

@@ -20,13 +20,15 @@ import click
 import numpy as np
 
 from tgpflow.cluster import DEFAULT_CONNECT_TIMEOUT, progress_display
+from tgpflow.errors import TgpflowError
 
 logger = logging.getLogger("tgpflow")
 
 #: Draws each MCMC chain keeps at least (split-R̂ halves every chain).
 MIN_DRAWS_PER_CHAIN = 50
 
-_RUNTIME_ERRORS = (ValueError, OSError, FloatingPointError, MemoryError, NotImplementedError, ImportError, RuntimeError)
+_RUNTIME_ERRORS = (TgpflowError, ValueError, OSError, FloatingPointError, MemoryError, NotImplementedError, ImportError,
+                   RuntimeError)
 
 
 def _setup_logging(level: str) -> None:
@@ -431,15 +433,23 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
 
 
 def _pipeline_filters(model: str, source: str) -> list[tuple[str, str, Any]] | None:
-    """The row filters of the pipeline run that wrote ``model``'s current version (a model directory; None for a
-    model file, or a version written before run infos recorded them); refused, naming the column and
-    ``--no-filters``, when SOURCE lacks a column they filter on."""
+    """The row filters of the pipeline run that wrote ``model`` (a model directory: its current version; or one
+    version, ``<dir>/vNNNNNN.zarr``; None for another model file, or a version written before run infos recorded
+    them); refused, naming the column and ``--no-filters``, when SOURCE lacks a column they filter on."""
+    import re
+
     from tgpflow.io.parquet import ParquetLayout
     from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
 
-    if not is_versions_dir(model):
+    path = model.rstrip("/")
+    version = re.fullmatch(r"(.*)/(v\d{6})\.zarr", path)  # one version of a model directory: its own run info
+    if version and is_versions_dir(version[1]) and version[2] in ModelVersions(version[1]).list():
+        info = ModelVersions(version[1]).info(version[2])
+    elif is_versions_dir(path):
+        info = ModelVersions(path).info()
+    else:
         return None
-    filters = [tuple(f) for f in ModelVersions(model).info().get("filters") or []]
+    filters = [tuple(f) for f in info.get("filters") or []]
     if filters:
         names = ParquetLayout(source, None, numeric=False).columns
         missing = [c for c, _, _ in filters if c not in names]

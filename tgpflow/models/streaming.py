@@ -92,6 +92,9 @@ class StreamingMixin:
         ``preprocess``), else with ``scale=True`` the mean and standard deviation of a pilot sample of the raw
         rows (the estimator's seed), else none."""
         if scaling is not None:
+            if not isinstance(scaling, Scaling):
+                raise TypeError(f"scaling must be a tgpflow.features.scaling.Scaling (e.g. Scaling(center, scale), or "
+                                f"est.scaling_ of a fitted model); got {type(scaling).__name__}")
             if scaling.n_dims != source.n_columns:
                 raise ValueError(f"{source.description}: the scaling is for {scaling.n_dims} columns, the data have "
                                  f"{source.n_columns}")

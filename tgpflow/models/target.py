@@ -81,3 +81,24 @@ def as_target(obj: Any) -> Target:
     if callable(obj):
         return Target(obj)
     raise TypeError(f"cannot sample from {type(obj).__name__}: it has no grad_log_density")
+
+
+def model_scale(obj: Any, scale: Any = None) -> np.ndarray | None:
+    """The diagonal preconditioner of a sampler: ``scale`` as given (one positive number per column), else the
+    standardization of a model that has one (``scaling_``: ``scale=True`` or a pipeline's preprocess), else None."""
+    if scale is None and getattr(obj, "scaling_", None) is not None:
+        scale = obj.scaling_.scale
+    if scale is None:
+        return None
+    scale = np.asarray(scale, dtype=np.float64)
+    if scale.ndim != 1 or not np.all(np.isfinite(scale)) or not np.all(scale > 0):
+        raise ValueError("scale must be one finite positive number per column")
+    return scale
+
+
+def preconditioned(target: Target, scale: np.ndarray) -> Target:
+    """``target`` in ``z = x / scale``: score ``scale ⊙ s(scale ⊙ z)``, log density ``log p(scale ⊙ z)`` (up to the
+    constant Jacobian, which cancels in a Metropolis ratio): a sampler's one step size then serves columns of
+    very different spreads."""
+    logp = None if not target.has_log_density else (lambda z: target.logp(z * scale))
+    return Target(lambda z: target.score(z * scale) * scale, logp)

@@ -212,8 +212,12 @@ def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None
                for k, v in manifest["models"].items()}
         if old != params:
             raise TgpflowError(f"{store.root}: the spec's models differ from those the store was built with "
-                               f"({sorted(old)} vs {sorted(params)} or their params); run once with "
-                               f"--set refit.policy=full to rebuild the store")
+                               f"({_model_changes(old, params)}); run once with --set refit.policy=full to rebuild "
+                               f"the store")
+        if spec.source.columns is not None and list(spec.source.columns) != manifest["columns"]:
+            raise TgpflowError(f"{store.root}: source.columns {list(spec.source.columns)} differ from the columns the "
+                               f"store was built with {manifest['columns']}; run once with --set refit.policy=full "
+                               f"to rebuild the store")
         if manifest["preprocess_spec"] != spec.preprocess.model_dump():
             raise TgpflowError(f"{store.root}: preprocessing changed since the store was built; rebuild with "
                                f"--set refit.policy=full")
@@ -228,6 +232,20 @@ def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None
                  old_parts=old_parts,
                  added=[f for f in files if f not in old_parts or old_parts[f]["fingerprint"] != fps[f]],
                  removed=[f for f in old_parts if f not in fps or old_parts[f]["fingerprint"] != fps[f]])
+
+
+def _model_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """What differs between the store's models and the spec's, in words (models, estimators, parameters)."""
+    if sorted(old) != sorted(new):
+        return f"models {sorted(old)} in the store, {sorted(new)} in the spec"
+    out = []
+    for name in sorted(old):
+        if old[name]["estimator"] != new[name]["estimator"]:
+            out.append(f"{name}: estimator {old[name]['estimator']} → {new[name]['estimator']}")
+            continue
+        a, b = old[name]["params"], new[name]["params"]
+        out += [f"{name}: {k} {a.get(k)!r} → {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return "; ".join(out)
 
 
 def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
@@ -253,8 +271,9 @@ def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
                    f"− {len(plan.removed)}")
         refit[m.name] = {"estimator": m.estimator, "refit": how}
     scores = spec.outputs.scores
-    score = ({"path": scores.path, "model": scores.model or spec.models[0].name, "partitions": sorted(plan.added)}
-             if scores is not None and plan.added else None)
+    scored = sorted(f for f in plan.added if f not in arrived.empty)  # an empty partition has no scores file
+    score = ({"path": scores.path, "model": scores.model or spec.models[0].name, "partitions": scored}
+             if scores is not None and scored else None)
     gone = [f for f in committed if f not in plan.fps]  # disappeared, or out of the window
     checked = check_source(spec)  # the spec's columns and bounds against the newest partition's metadata
     return RunResult(dry_run=True, changed=not plan.nothing_new, run=plan.run, root=parts.root, format=parts.format,
@@ -488,5 +507,6 @@ def _first_bad_chunk(spec: PipelineSpec, key: str, columns: list[str], fmt: str 
         try:
             dask.compute(block, scheduler="sync")
         except Exception as exc:  # noqa: BLE001 - the chunk's own error names its columns and counts
-            return f"the first: {exc}; "
+            said = str(exc).split("; clean the data")[0].split(". A log/logit transform")[0]  # not its advice
+            return f"the first: {said}; "
     return ""

@@ -33,7 +33,7 @@ __all__ = ["check_source"]
 
 def _missing(where: str, what: str, name: str, names: list[str]) -> SourceError:
     close = difflib.get_close_matches(name, names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
+    hint = f"; did you mean {close[0]!r}?" if close else "."
     return SourceError(f"{where}: {what} names column {name!r}, which it does not have{hint} It has {names}")
 
 
@@ -61,7 +61,11 @@ def check_source(spec: PipelineSpec) -> dict[str, Any]:
     for name in dict.fromkeys(c for c, _, _ in spec.source.filters or []):
         if name not in names:
             raise _missing(where, "source.filters", name, names)
-    for name in (spec.outputs.scores.keep_columns or []) if spec.outputs.scores else []:
+    keep = (spec.outputs.scores.keep_columns or []) if spec.outputs.scores else []
+    if keep and parts.format != "parquet":
+        raise SourceError(f"{where}: outputs.scores.keep_columns ({keep}) are read from Parquet partitions only; "
+                          f"this source's are Zarr stores")
+    for name in keep:
         if name not in names:
             raise _missing(where, "outputs.scores.keep_columns", name, names)
     warnings = []

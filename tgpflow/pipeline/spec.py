@@ -148,6 +148,17 @@ class ScoresSpec(_Strict):
     keep_columns: list[str] | None = Field(
         default=None, description="Columns of the partitions (Parquet; any type, e.g. an id and a timestamp) written "
                                   "beside each row's scores, after its position in the partition (row).")
+
+    @field_validator("keep_columns")
+    @classmethod
+    def _keepable(cls, names: list[str] | None) -> list[str] | None:
+        taken = [c for c in names or [] if c in ("row", "log_density", "anomaly_score", "anomaly")]
+        if taken:
+            raise ValueError(f"keep_columns cannot name {taken[0]!r}: a scores file has a column of that name (row, "
+                             f"log_density, anomaly_score, anomaly)")
+        if names and len(set(names)) != len(names):
+            raise ValueError(f"keep_columns names a column twice: {names}")
+        return names
     version: Literal["previous", "current"] = Field(
         default="previous", description="Which version scores a run's new partitions: the one that was current "
                                         "before the run (a detector should not learn an anomaly before it flags "

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from tgpflow.models.target import as_target
+from tgpflow.models.target import as_target, model_scale, preconditioned
 from tgpflow.sample.chains import Draws, mh_probability
 
 __all__ = ["ChainResult", "langevin", "mala", "DualAveraging"]
@@ -87,14 +87,24 @@ def _log_q(to: np.ndarray, frm: np.ndarray, score_frm: np.ndarray, eps: float) -
 
 def langevin(target, x0: np.ndarray, n_steps: int, *, step_size: float = 0.1, n_warmup: int = 500,
              adapt: bool = True, metropolis: bool = False, target_accept: float | None = None,
-             thin: int = 1, random_state: int | np.random.Generator | None = 0) -> ChainResult:
+             thin: int = 1, random_state: int | np.random.Generator | None = 0,
+             scale: np.ndarray | None = None) -> ChainResult:
     """Run ``len(x0)`` Langevin chains for ``n_warmup`` + ``n_steps`` steps; keep every ``thin``-th draw.
 
     ``metropolis=True`` is MALA (needs ``log_density``). ``target`` is a fitted model, a
-    :class:`~tgpflow.models.target.Target` or a score callable.
+    :class:`~tgpflow.models.target.Target` or a score callable. ``scale`` (one positive number per column):
+    a diagonal preconditioner — the chains move in ``z = x / scale``, so that one step size serves columns of
+    very different spreads (the draws are returned in ``x``; the step size is ``z``'s). By default a model
+    with a standardization (``scaling_``: ``scale=True`` or a pipeline's preprocess) uses its scales.
     """
-    tgt = as_target(target)
+    tgt, scale = as_target(target), model_scale(target, scale)
+    if scale is not None:
+        tgt = preconditioned(tgt, scale)
     x = np.array(x0, dtype=np.float64, ndmin=2, copy=True)
+    if scale is not None:
+        if x.shape[1] != scale.shape[0]:
+            raise ValueError(f"scale has {scale.shape[0]} entries, the chains {x.shape[1]} columns")
+        x = x / scale
     if not np.all(np.isfinite(x)):
         raise ValueError("x0 has non-finite values")
     if step_size <= 0 or n_steps < 1 or n_warmup < 0 or not 1 <= thin <= n_steps:
@@ -147,7 +157,8 @@ def langevin(target, x0: np.ndarray, n_steps: int, *, step_size: float = 0.1, n_
         raise FloatingPointError(f"{int(np.sum(~np.isfinite(x).all(axis=1)))} chains diverged (non-finite "
                                  f"states) at step size {eps:.3g}: lower step_size or enable adaptation")
     acc = acc_sum / n_steps if use_logp else None
-    return ChainResult(np.stack(kept), eps, None if acc is None else float(acc.mean()), acc,
+    draws = np.stack(kept) if scale is None else np.stack(kept) * scale
+    return ChainResult(draws, eps, None if acc is None else float(acc.mean()), acc,
                        float(np.mean(warm_acc)) if warm_acc else None, n_warmup,
                        "mala" if metropolis else "ula")
 

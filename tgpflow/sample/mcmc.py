@@ -91,7 +91,8 @@ def mcmc_sample(model: Any, n_samples: int, *, method: str = "mala", n_chains: i
     diag = chain_diagnostics(chains.samples)
     problems = []
     if float(diag["rhat"].max()) > RHAT_MAX:
-        problems.append(f"MCMC chains started at the model's base disagree: R̂ up to {diag['rhat'].max():.3g} "
+        where = "at the model's base" if how == "base" else "at the given rows"
+        problems.append(f"MCMC chains started {where} disagree: R̂ up to {diag['rhat'].max():.3g} "
                         f"(> {RHAT_MAX}); the model may have separated modes, or the chains need more steps "
                         f"(raise n_warmup or thin)")
     if float(diag["ess_bulk"].min()) < ESS_MIN:

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sps
 
 from tgpflow.features.local_kernels import local_kernels, median_bandwidths, neighbourhood_matrix
-from tgpflow.models.target import as_target
+from tgpflow.models.target import as_target, model_scale, preconditioned
 
 __all__ = ["SVGDResult", "svgd", "svgd_direction", "grid_graph"]
 
@@ -99,13 +99,17 @@ def _direction(x: np.ndarray, s: np.ndarray, closed: np.ndarray | sps.csr_matrix
 def svgd(target, x0: np.ndarray, n_iter: int = 1000, *, step_size: float = 0.1, graph: Any = None,
          bandwidth: Any = "median", optimizer: str = "adagrad", alpha: float = 0.9, block: int | None = None,
          client: Any = None, median_rows: int = 1000,
-         random_state: int | np.random.Generator | None = 0) -> SVGDResult:
+         random_state: int | np.random.Generator | None = 0, scale: np.ndarray | None = None) -> SVGDResult:
     """Move the particles ``x0`` (n, d) for ``n_iter`` SVGD iterations towards ``target``.
 
     ``target`` is a fitted model, a :class:`~tgpflow.models.target.Target` or a score callable;
-    only its score is used. ``graph`` switches on graphical SVGD (seed 002 Algorithm 1).
+    only its score is used. ``graph`` switches on graphical SVGD (seed 002 Algorithm 1). ``scale``: a
+    diagonal preconditioner, as :func:`~tgpflow.sample.langevin.langevin`'s (the particles move, and the kernel's
+    bandwidth is taken, in ``x / scale``; by default a standardized model's scales).
     """
-    tgt = as_target(target)
+    tgt, scale = as_target(target), model_scale(target, scale)
+    if scale is not None:
+        tgt = preconditioned(tgt, scale)
     if optimizer not in ("adagrad", "sgd"):
         raise ValueError(f"optimizer must be 'adagrad' or 'sgd'; got {optimizer!r}")
     if n_iter < 1 or step_size <= 0:
@@ -113,6 +117,8 @@ def svgd(target, x0: np.ndarray, n_iter: int = 1000, *, step_size: float = 0.1, 
     x = np.array(x0, dtype=np.float64, ndmin=2, copy=True)
     if x.shape[0] < 2 or not np.all(np.isfinite(x)):
         raise ValueError("SVGD needs at least 2 particles with finite coordinates")
+    if scale is not None:
+        x = x / scale
     rng = np.random.default_rng(random_state)
     hist = None
     closed = neighbourhood_matrix(graph, x.shape[1])
@@ -124,8 +130,9 @@ def svgd(target, x0: np.ndarray, n_iter: int = 1000, *, step_size: float = 0.1, 
         hist = phi**2 if hist is None else alpha * hist + (1 - alpha) * phi**2
         x += step_size * phi / (1e-6 + np.sqrt(hist))
     if not np.all(np.isfinite(x)):
-        raise FloatingPointError("SVGD diverged (non-finite particles): lower step_size")
-    return SVGDResult(x, n_iter, h, float(np.sqrt(np.mean(phi**2))))
+        raise FloatingPointError(f"SVGD diverged (non-finite particles) at step_size={step_size:g}: lower it "
+                                 f"(tgpflow sample --step-size)")
+    return SVGDResult(x if scale is None else x * scale, n_iter, h, float(np.sqrt(np.mean(phi**2))))
 
 
 def grid_graph(rows: int, cols: int) -> list[Sequence[int]]:
