@@ -107,12 +107,9 @@ class ScaledFitted(Fitted):
 
     def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
         s = self.scaling.scale
-        if np.all(s == s[0]) and not hasattr(self.inner, "score_hessian_diag"):  # div s(x) = div s_q(z) / s²
-            z = self.scaling.forward(x)
-            score = self.inner.grad_log_density(z) / s
-            terms = self.inner.hyvarinen_terms(z)  # ½‖s_q‖² + div s_q
-            inner_sq = 0.5 * np.einsum("nd,nd->n", score * s, score * s)
-            return 0.5 * np.einsum("nd,nd->n", score, score) + (terms - inner_sq) / (s[0] * s[0])
+        if np.all(s == s[0]) and not hasattr(self.inner, "score_hessian_diag"):
+            # one scale: ½‖s‖² and div s are both the standardized model's over s², and so is their sum
+            return self.inner.hyvarinen_terms(self.scaling.forward(x)) / (s[0] * s[0])
         score, diag = self.score_hessian_diag(x)
         return 0.5 * np.einsum("nd,nd->n", score, score) + diag.sum(axis=1)
 

@@ -7,14 +7,14 @@ run plans its work, :func:`arrivals` sorts the partitions it has not committed (
 * **ready**: read by this run;
 * **empty**: readable, with no rows: committed with 0 rows (no statistics, no scores), so that a refit is not
   blocked and the day is not read again;
-* **held back** for this run, with a one-line warning naming each and why, and looked at again by the next run
-  (a committed partition being rewritten keeps its committed statistics meanwhile; the plan,
-  :func:`tgpflow.pipeline.runner`'s, skips a new one, after the window is taken over every listed partition):
+* **held back** for this run, with a one-line warning naming each and why, and looked at again by the next run:
   modified less than ``source.settle_seconds`` ago (still being written); without the marker file
   ``source.marker`` in its directory (a Zarr store: inside it) when the spec names one; or not readable yet (not
   a Parquet file, no footer, no Zarr metadata). A partition that is still unreadable after
   ``source.max_retries`` runs is refused by name: the run fails until it is fixed or removed.
 
+The run's plan (:mod:`tgpflow.pipeline.runner`) takes its window over every listed partition, then leaves out the
+new ones held back, while a committed one being rewritten keeps its committed statistics until it can be read.
 The unreadable partitions' counts of runs live in the store beside the manifest (``pending.json``, written under
 the run's lock, atomically); a partition that becomes readable, or changes, starts again from 0. Committed
 partitions are not probed again: a committed partition that becomes unreadable is found when it is read.
