@@ -421,8 +421,11 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
             table = dask.delayed(score_table, pure=True)
             write = dask.delayed(_write_scores, pure=True)
             args = (est.fitted().log_density, getattr(est, "anomaly_threshold_", None), model_log_normalizer(est))
-            parts = [write(table(v, c, *args), f"{tmp}/{_part_name(i, src.n_chunks)}", options)
-                     for i, (v, c) in enumerate(zip(src.chunks(), contexts, strict=True))]
+            tables = [table(v, c, *args) for v, c in zip(src.chunks(), contexts, strict=True)]
+            # every chunk scored before any is written: a bad chunk's error ends the compute while other tasks
+            # still run, and a write landing after the atomic output's cleanup left a file behind (4 in 150)
+            scored = dask.delayed(sum, pure=True)([dask.delayed(_rows_of, pure=True)(t) for t in tables])
+            parts = [write(t, f"{tmp}/{_part_name(i, src.n_chunks)}", options, scored) for i, t in enumerate(tables)]
             _, dropped = compute(parts, dask.delayed(sum, pure=True)(src.dropped_counts()), progress=progress)
         info = {"scores": out, "model": model, "source": source, "rows_dropped": int(dropped),
                 "normalized": model_log_normalizer(est) is not None, "filters": filters}
@@ -465,8 +468,13 @@ def _part_name(i: int, n: int) -> str:
     return f"part.{i:0{max(len(str(n - 1)), 5)}d}.parquet"
 
 
-def _write_scores(table: Any, path: str, storage_options: dict[str, Any] | None) -> int:
-    """Write one chunk's scores table (:func:`~tgpflow.models.anomaly.score_table`) to ``path``; returns its rows."""
+def _rows_of(table: Any) -> int:
+    return int(table.num_rows)
+
+
+def _write_scores(table: Any, path: str, storage_options: dict[str, Any] | None, after: Any = None) -> int:
+    """Write one chunk's scores table (:func:`~tgpflow.models.anomaly.score_table`) to ``path``; returns its rows.
+    ``after``: a task this write waits for (every chunk scored)."""
     import fsspec
     import pyarrow.parquet as pq
 
