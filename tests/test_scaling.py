@@ -147,6 +147,7 @@ def test_bounds_are_in_the_datas_units_with_a_scaling():
     mass = np.trapezoid(np.exp(logp + u), u)
     assert mass == pytest.approx(1.0, abs=4 * est.normalizer_.std_error + 1e-3)
     assert est.bounds_.to_dict() == {"latency_ms": [0.0, None]}  # reported in the data's units
+    assert est.fitted().draw is est.features_  # the wrappers' draw is the inner model's (it raised before)
     # next to the bound the transform is taken in the data's units: no cancellation against the standardized bound
     near = np.array([[1e-14], [1e-12], [1e-9]])
     logp = est.fitted().log_density(near)

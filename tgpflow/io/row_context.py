@@ -18,10 +18,13 @@ import numpy as np
 
 from tgpflow.errors import SourceError
 
-__all__ = ["row_context", "context_rows", "ROW"]
+__all__ = ["row_context", "context_rows", "ROW", "RESERVED"]
 
 #: The name of the position column of scores files.
 ROW = "row"
+#: The columns of a scores file besides the kept ones (``row`` and :func:`tgpflow.models.anomaly.score_columns`'):
+#: a kept column may not take one of these names.
+RESERVED = (ROW, "log_density", "anomaly_score", "anomaly")
 
 
 def row_context(path: Any, source: Any, keep: list[str] | None = None, *, filters: list[Any] | None = None,
@@ -29,7 +32,7 @@ def row_context(path: Any, source: Any, keep: list[str] | None = None, *, filter
     """Delayed pyarrow tables, one per chunk of ``source`` (what :func:`~tgpflow.io.sources.as_source` made of
     ``path`` with these ``filters``): ``row`` and the ``keep`` columns of the rows the filters keep."""
     keep = list(keep or [])
-    taken = [c for c in keep if c in (ROW, "log_density", "anomaly_score", "anomaly")]
+    taken = [c for c in keep if c in RESERVED]
     if taken:
         raise SourceError(f"{path}: a kept column cannot be named {taken[0]!r}: a scores file has a column of that "
                           f"name (row, log_density, anomaly_score, anomaly)")

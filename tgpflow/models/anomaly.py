@@ -21,10 +21,7 @@ import numpy as np
 from tgpflow.errors import DiagnosticWarning
 
 __all__ = ["AnomalyMixin", "anomaly_threshold", "is_anomalous", "model_log_normalizer", "score_columns",
-           "score_table", "SCORE_COLUMNS"]
-
-#: The columns :func:`score_columns` writes (a kept column may not take one of these names).
-SCORE_COLUMNS = ("log_density", "anomaly_score", "anomaly")
+           "score_table"]
 
 
 def anomaly_threshold(log_density: Any, quantile: float) -> float:

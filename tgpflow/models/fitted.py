@@ -15,7 +15,8 @@ the time it takes to read it. Metrics, reports, samplers and the pipeline evalua
 ``est.fitted()``. The kinds: :class:`~tgpflow.models.tgp_fitted.TGPFitted` (FD, NCFD, FVPD, MAP,
 KDE-RFF; MATH.md §2–§5), :class:`~tgpflow.models.tgp_fitted.BoundedFitted` (one of them on bounded
 columns), :class:`~tgpflow.models.scaled_fitted.ScaledFitted` (any of them on standardized columns),
-:class:`~tgpflow.models.kernel_fitted.KernelFitted` (NKEF, lite and the score estimators; §6–§7) and :class:`~tgpflow.models.rsr_fitted.RSRFitted` (RSR and KDE-SDO; §8).
+:class:`~tgpflow.models.kernel_fitted.KernelFitted` (NKEF, lite and the score estimators; §6–§7) and
+:class:`~tgpflow.models.rsr_fitted.RSRFitted` (RSR and KDE-SDO; §8).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 from tgpflow.core.gaussian_base import importance_resample
 from tgpflow.core.proposal import weighted_draws
 
-__all__ = ["Fitted", "fitted_from_arrays", "prefixed"]
+__all__ = ["Fitted", "WrappedFitted", "fitted_from_arrays", "prefixed"]
 
 _KINDS: dict[str, type[Fitted]] = {}
 
@@ -118,6 +119,46 @@ class Fitted(abc.ABC):
         base = self._gaussian_base()
         return weighted_draws(self.log_density, base.mean, base.cov, int(n_samples),
                               np.random.default_rng(random_state))
+
+
+class WrappedFitted(Fitted):
+    """A fitted model of transformed rows, ``inner``, evaluated in the data's units: its base and draw are the inner
+    model's (in the transformed space), and its samples, base draws and reference draws are the inner model's
+    mapped back by :meth:`_to_data` (the weights and the normaliser are the same in both spaces). The kinds:
+    :class:`~tgpflow.models.tgp_fitted.BoundedFitted` (t⁻¹ of bounded columns) and
+    :class:`~tgpflow.models.scaled_fitted.ScaledFitted` (a standardization's inverse)."""
+
+    inner: Fitted
+
+    @abc.abstractmethod
+    def _to_data(self, rows: np.ndarray) -> np.ndarray:
+        """Rows of the inner model's space in the data's units."""
+
+    @property
+    def base(self) -> Any:
+        """The inner model's Gaussian base (or None), in its transformed space."""
+        return getattr(self.inner, "base", None)
+
+    @property
+    def draw(self) -> Any:
+        return self.inner.draw
+
+    @property
+    def has_log_density(self) -> bool:
+        return self.inner.has_log_density
+
+    def sample(self, n_samples: int, random_state: Any = None, *, n_proposals: int | None = None,
+               return_ess: bool = False) -> np.ndarray | tuple[np.ndarray, float]:
+        rows, ess = self.inner.sample(n_samples, random_state, n_proposals=n_proposals, return_ess=True)
+        rows = self._to_data(rows)
+        return (rows, ess) if return_ess else rows
+
+    def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
+        return self._to_data(self.inner.base_draws(n_samples, random_state))
+
+    def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0) -> tuple[np.ndarray, np.ndarray]:
+        points, weights = self.inner.reference_sample(n_samples, random_state)
+        return self._to_data(points), weights
 
 
 def fitted_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Fitted:

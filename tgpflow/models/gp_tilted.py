@@ -582,9 +582,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
     def _solve_stats(self, stats: TGPStats | NCFDStats | StatsBundle, features: RandomFourierFeatures | None) -> None:
         features = self._solve_draw(stats, features)
         if not hasattr(self, "features_"):  # no draw of its own yet: bounds= as set now (a failed call leaves none)
-            if self.scale and getattr(self, "scaling_", None) is None:
-                raise ValueError("scale=True: statistics are sums of standardized rows and do not carry the "
-                                 "standardization; solve them with the estimator that accumulated them")
+            self._refuse_unknown_scaling()
             self.bounds_ = self._fresh_bounds(features.n_dims)
         if isinstance(stats, StatsBundle):
             stats, features = self._select(stats, features)

@@ -277,9 +277,8 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         ``accumulate`` or a fit: the statistics are checked against it), else — on a fresh estimator — the basis
         the statistics carry. A proper density (Gaussian base, curl-free kernel) then gets its normaliser and fit
         diagnostics."""
-        if not hasattr(self, "basis_") and self.scale and getattr(self, "scaling_", None) is None:
-            raise ValueError("scale=True: statistics are sums of standardized rows and do not carry the "
-                             "standardization; solve them with the estimator that accumulated them")
+        if not hasattr(self, "basis_"):
+            self._refuse_unknown_scaling()
         self._solve_stats(stats, basis)
         self._diagnose()
         return self

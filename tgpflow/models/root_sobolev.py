@@ -208,7 +208,8 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
         (``est.draw_`` of an earlier fit or ``prepare``); by default one is drawn from the pilot rows.
         ``scaling``: a frozen standardization to fit in (with ``scale=True`` one is taken from the pilot; rows in
         and out stay in the data's units either way, :mod:`tgpflow.features.scaling`). ``progress`` is called
-        with the futures of each distributed compute of the fit (the pilot, every pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
+        with the futures of each distributed compute of the fit (the pilot, every pass), e.g.
+        ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
         self._forget("draw_", "features_", "stats_", "selection_", "smoothness_", "_fitted")
         source = self._source(X, columns, reset=True)
         self._fix_scaling(source, scaling, progress)
@@ -279,9 +280,8 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
             raise ValueError(NO_RSR_STATS)
         if not isinstance(stats, KDESDOStats):
             raise TypeError(f"method='kde_sdo' needs KDESDOStats, got {type(stats).__name__}")
-        if self.scale and getattr(self, "scaling_", None) is None and not hasattr(self, "draw_"):
-            raise ValueError("scale=True: statistics are sums of standardized rows and do not carry the "
-                             "standardization; solve them with the estimator that accumulated them")
+        if not hasattr(self, "draw_"):
+            self._refuse_unknown_scaling()
         if features is None and not hasattr(self, "features_"):
             # prepared (or restored by a pipeline), not yet fitted; else, fresh, the features the statistics carry
             features = getattr(self, "draw_", None)

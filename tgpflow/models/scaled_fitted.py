@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tgpflow.features.scaling import Scaling
-from tgpflow.models.fitted import Fitted, fitted_from_arrays, prefixed
+from tgpflow.models.fitted import Fitted, WrappedFitted, fitted_from_arrays, prefixed
 
 __all__ = ["ScaledFitted", "in_data_units"]
 
@@ -37,7 +37,7 @@ def in_data_units(fitted: Fitted, scaling: Scaling | None) -> Fitted:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class ScaledFitted(Fitted):
+class ScaledFitted(WrappedFitted):
     """See the module docstring."""
 
     kind: ClassVar[str] = "scaled"
@@ -50,18 +50,8 @@ class ScaledFitted(Fitted):
         if d != self.scaling.n_dims:
             raise ValueError(f"the scaling is for d = {self.scaling.n_dims} columns, the model for d = {d}")
 
-    @property
-    def base(self) -> Any:
-        """The inner model's Gaussian base, in the standardized units."""
-        return getattr(self.inner, "base", None)
-
-    @property
-    def draw(self) -> Any:
-        return self.inner.draw
-
-    @property
-    def has_log_density(self) -> bool:
-        return self.inner.has_log_density
+    def _to_data(self, rows: np.ndarray) -> np.ndarray:
+        return self.scaling.inverse(rows)
 
     def at_level(self, sigma: float) -> ScaledFitted:
         """The NCFD model at noise level σ, where σ is in the standardized units the model was fitted in."""
@@ -112,17 +102,3 @@ class ScaledFitted(Fitted):
             return self.inner.hyvarinen_terms(self.scaling.forward(x)) / (s[0] * s[0])
         score, diag = self.score_hessian_diag(x)
         return 0.5 * np.einsum("nd,nd->n", score, score) + diag.sum(axis=1)
-
-    # -- drawing: in the standardized units, mapped back ------------------------------------
-    def sample(self, n_samples: int, random_state: Any = None, *, n_proposals: int | None = None,
-               return_ess: bool = False) -> np.ndarray | tuple[np.ndarray, float]:
-        rows, ess = self.inner.sample(n_samples, random_state, n_proposals=n_proposals, return_ess=True)
-        rows = self.scaling.inverse(rows)
-        return (rows, ess) if return_ess else rows
-
-    def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
-        return self.scaling.inverse(self.inner.base_draws(n_samples, random_state))
-
-    def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0) -> tuple[np.ndarray, np.ndarray]:
-        points, weights = self.inner.reference_sample(n_samples, random_state)
-        return self.scaling.inverse(points), weights

@@ -111,6 +111,13 @@ class StreamingMixin:
         else:
             self.scaling_ = None
 
+    def _refuse_unknown_scaling(self) -> None:
+        """Statistics are sums of standardized rows and do not carry the standardization: a fresh estimator with
+        ``scale=True`` that was given none cannot solve them."""
+        if getattr(self, "scale", False) and getattr(self, "scaling_", None) is None:
+            raise ValueError("scale=True: statistics are sums of standardized rows and do not carry the "
+                             "standardization; solve them with the estimator that accumulated them")
+
     def fitting_source(self, source: Source) -> Source:
         """``source`` in the space the model is fitted in: standardized by ``scaling_`` where there is one
         (GPTiltedDensity also transforms bounded columns)."""

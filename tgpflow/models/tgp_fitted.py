@@ -35,7 +35,7 @@ from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.blocked_score import BlockedScore
-from tgpflow.models.fitted import Fitted, fitted_from_arrays, prefixed
+from tgpflow.models.fitted import Fitted, WrappedFitted, fitted_from_arrays, prefixed
 from tgpflow.solve.linalg import gemm_is_safe
 from tgpflow.solve.ncfd import level_base
 from tgpflow.stats.tgp import block_rows_for
@@ -345,7 +345,7 @@ class TGPFitted(BlockedScore, Fitted):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class BoundedFitted(Fitted):
+class BoundedFitted(WrappedFitted):
     """A fitted model of transformed rows t(x), evaluated in the data's units (:mod:`tgpflow.features.bounds`).
 
     ``log p(x) = log q_T(t(x)) + Σ log t'(x)``; rows on or beyond a bound have log density −inf and a
@@ -357,14 +357,8 @@ class BoundedFitted(Fitted):
     inner: Fitted  # a TGPFitted, or one standardized in the transformed space (ScaledFitted)
     bounds: ColumnBounds
 
-    @property
-    def base(self) -> Base:
-        """The inner model's base, in the transformed space."""
-        return self.inner.base
-
-    @property
-    def draw(self) -> RandomFourierFeatures:
-        return self.inner.features
+    def _to_data(self, rows: np.ndarray) -> np.ndarray:
+        return self.bounds.inverse(rows)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         out = {f"inner.{k}": v for k, v in self.inner.to_arrays().items()}
@@ -381,19 +375,7 @@ class BoundedFitted(Fitted):
         return cls(fitted_from_arrays(prefixed(arrays, "inner."), meta["inner"]), bounds)
 
     def at_level(self, sigma: float) -> BoundedFitted:
-        return BoundedFitted(self.inner.at_level(sigma), self.bounds)
-
-    def sample(self, n_samples: int, random_state: Any = None, *, n_proposals: int | None = None,
-               return_ess: bool = False) -> np.ndarray | tuple[np.ndarray, float]:
-        rows, ess = self.inner.sample(n_samples, random_state, n_proposals=n_proposals, return_ess=True)
-        return (self.bounds.inverse(rows), ess) if return_ess else self.bounds.inverse(rows)
-
-    def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
-        return self.bounds.inverse(self.inner.base_draws(n_samples, random_state))
-
-    def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0) -> tuple[np.ndarray, np.ndarray]:
-        points, weights = self.inner.reference_sample(n_samples, random_state)
-        return self.bounds.inverse(points), weights
+        return BoundedFitted(self.inner.at_level(sigma), self.bounds)  # type: ignore[attr-defined]
 
     def _split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         inside = self.bounds.inside(x)

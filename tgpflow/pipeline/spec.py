@@ -34,6 +34,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tgpflow.errors import validation_message
+from tgpflow.io.row_context import RESERVED
 from tgpflow.models.registry import model_kinds, pipeline_estimators, refits_from_rows
 
 __all__ = ["PipelineSpec", "load_spec", "SpecError"]
@@ -152,7 +153,7 @@ class ScoresSpec(_Strict):
     @field_validator("keep_columns")
     @classmethod
     def _keepable(cls, names: list[str] | None) -> list[str] | None:
-        taken = [c for c in names or [] if c in ("row", "log_density", "anomaly_score", "anomaly")]
+        taken = [c for c in names or [] if c in RESERVED]
         if taken:
             raise ValueError(f"keep_columns cannot name {taken[0]!r}: a scores file has a column of that name (row, "
                              f"log_density, anomaly_score, anomaly)")
