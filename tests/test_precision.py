@@ -84,7 +84,7 @@ def test_mixed_level_products_keep_the_float64_sums(rng, scale):
     mix = level_products(x, f, 700, cos_gram=True, precision="mixed")
     for a, b in zip(ref[:2], mix[:2]):  # sin sinᵀ and cos cosᵀ: float32 products
         assert 1e-10 < np.abs(a - b).max() / np.abs(a).max() < 1e-6
-    for a, b in zip(ref[2:], mix[2:]):  # Σ sin, Σ sin (x − x₀)ᵀ, Σ cos: float64
+    for a, b in zip(ref[2:5], mix[2:5]):  # Σ sin, Σ sin (x − x₀)ᵀ, Σ cos: float64
         np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12 * np.abs(a).max())
 
 

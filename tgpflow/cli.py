@@ -336,13 +336,22 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
     click.echo(json.dumps({
         "model": out, "method": method, "rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_,
         "columns": src.columns, "n_features": getattr(est, "n_features", None), "bandwidth": est.bandwidth_,
-        "lam": est.lam_ if math.isfinite(est.lam_) else None, "n_rows_dropped": getattr(est, "last_rows_dropped_", 0),
-        "selected": getattr(est, "selection_", {}).get("chosen"),
+        "lam": _json_number(est.lam_), "n_rows_dropped": getattr(est, "last_rows_dropped_", 0),
+        "selected": {k: _json_number(v)
+                     for k, v in (getattr(est, "selection_", {}).get("chosen") or {}).items()} or None,
         "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
         "diagnostics": _diagnostics_summary(est),
         "suggested_bounds": getattr(est, "pilot_", {}).get("suggested_bounds") or None,
         "column_kinds": getattr(est, "pilot_", {}).get("column_kinds"),
+        "base_mixture": getattr(est, "pilot_", {}).get("mixture"),
         "seconds": seconds}, default=str))
+
+
+def _json_number(value: Any) -> Any:
+    """A number as strict JSON has it: λ = ∞ (the base alone) as "inf", NaN (no λ) as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
 
 
 def _fit_work(kind: str, est: Any, src: Any) -> float | None:

@@ -12,7 +12,9 @@ that drops them, before any linear algebra fails on it.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -21,7 +23,7 @@ from tgpflow.core.moments import Moments
 from tgpflow.core.proposal import weighted_draws
 from tgpflow.errors import SourceError
 
-__all__ = ["Base", "base_from_moments", "check_covariance", "COLLINEAR_TOL", "importance_resample"]
+__all__ = ["Base", "base_from_moments", "mixture_base", "check_covariance", "COLLINEAR_TOL", "importance_resample"]
 
 #: A column whose 1 − R² on the columns before it is at most this is called collinear with them.
 COLLINEAR_TOL = 1e-10
@@ -29,11 +31,73 @@ COLLINEAR_TOL = 1e-10
 
 @dataclasses.dataclass(frozen=True)
 class Base:
-    """The Gaussian base measure N(μ, Σ) with its precision P = Σ⁻¹."""
+    """The base measure under the tilt: the Gaussian N(μ, Σ) with its precision P = Σ⁻¹, or — with ``mixture`` — a
+    Gaussian mixture m (:class:`~tgpflow.features.mixture_base.GaussianMixtureBase`) whose mean and covariance
+    are μ and Σ (docs/gp_tilted.md, "A mixture base").
+
+    What a tilted density needs of its base, for either kind: :meth:`quad` (−log of the unnormalised base and
+    its gradient), :meth:`neg_divergence` and :meth:`neg_hess_diag`. The unnormalised log base is
+    ``−½(x−μ)ᵀP(x−μ)`` for the Gaussian and ``log m(x) + ½ log|2πΣ|`` for a mixture: the same function for a
+    mixture of one component.
+    """
 
     mean: np.ndarray
     cov: np.ndarray
     precision: np.ndarray
+    mixture: Any = None
+
+    @property
+    def is_mixture(self) -> bool:
+        return self.mixture is not None
+
+    @property
+    def log_norm(self) -> float:
+        """½ log|2πΣ|: the unnormalised Gaussian base's log normaliser."""
+        _, log_det = np.linalg.slogdet(self.cov)
+        return 0.5 * (log_det + self.mean.shape[0] * math.log(2 * math.pi))
+
+    def quad(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(−log of the unnormalised base, its gradient) at the rows of ``x``: (½(x−μ)ᵀP(x−μ), P(x−μ)) for the
+        Gaussian, (−log m(x) − ½ log|2πΣ|, −∇ log m(x)) for a mixture."""
+        if self.mixture is not None:
+            log_m, score, _, _ = self.mixture.derivatives(x)
+            return -log_m - self.log_norm, -score
+        r = x - self.mean
+        Pr = r @ self.precision
+        return 0.5 * np.einsum("nd,nd->n", r, Pr), Pr
+
+    def neg_log(self, x: np.ndarray) -> np.ndarray:
+        """−log of the unnormalised base alone (the first part of :meth:`quad`, without the gradient)."""
+        if self.mixture is not None:
+            return -self.mixture.log_pdf(x) - self.log_norm
+        r = x - self.mean
+        return 0.5 * np.einsum("nd,nd->n", r, r @ self.precision)
+
+    def neg_divergence(self, x: np.ndarray) -> np.ndarray | float:
+        """−Δ log base: tr P (a number) for the Gaussian, per row for a mixture."""
+        if self.mixture is not None:
+            return -self.mixture.derivatives(x)[2]
+        return float(np.trace(self.precision))
+
+    def neg_hess_diag(self, x: np.ndarray) -> np.ndarray:
+        """−∂²_j log base per column: diag P (d,) for the Gaussian, (n, d) for a mixture."""
+        if self.mixture is not None:
+            return -self.mixture.derivatives(x, hess_diag=True)[3]
+        return np.diag(self.precision)
+
+    def draws(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` draws of the base (one seeded stream)."""
+        if self.mixture is not None:
+            return self.mixture.draw(int(n), rng)[0]
+        z = rng.standard_normal((int(n), self.mean.shape[0]))
+        return self.mean + z @ np.linalg.cholesky(self.cov).T
+
+
+def mixture_base(mixture: Any) -> Base:
+    """The base of a Gaussian mixture: its mean and covariance beside it."""
+    cov = mixture.cov
+    precision = scipy.linalg.cho_solve((scipy.linalg.cholesky(cov, lower=True), True), np.eye(cov.shape[0]))
+    return Base(mixture.mean.copy(), cov, 0.5 * (precision + precision.T), mixture)
 
 
 def base_from_moments(moments: Moments, columns: tuple[str, ...] | None = None) -> Base:
@@ -104,13 +168,14 @@ def check_covariance(n: int, mean: np.ndarray, cov: np.ndarray, columns: Sequenc
 
 
 def importance_resample(log_density: Callable[[np.ndarray], np.ndarray], mean: np.ndarray, cov: np.ndarray,
-                        n_samples: int, n_proposals: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+                        n_samples: int, n_proposals: int, rng: np.random.Generator,
+                        mixture: Any = None) -> tuple[np.ndarray, float]:
     """``n_samples`` rows resampled from ``n_proposals`` draws of the defensive proposal around N(``mean``,
-    ``cov``) (:mod:`tgpflow.core.proposal`), weighted by ``exp(log_density − log q)`` (MATH.md §5); returns
-    (rows, ESS of the weights)."""
+    ``cov``) — or around a ``mixture`` base with that mean and covariance — (:mod:`tgpflow.core.proposal`),
+    weighted by ``exp(log_density − log q)`` (MATH.md §5); returns (rows, ESS of the weights)."""
     if n_samples < 1 or n_proposals < 1:
         raise ValueError(f"n_samples and n_proposals must be >= 1; got {n_samples}, {n_proposals}")
-    proposals, w = weighted_draws(log_density, mean, cov, n_proposals, rng)
+    proposals, w = weighted_draws(log_density, mean, cov, n_proposals, rng, mixture)
     ess = float(1.0 / np.sum(w * w))
     idx = rng.choice(n_proposals, size=n_samples, replace=True, p=w)
     return proposals[idx], ess

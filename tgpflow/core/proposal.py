@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import scipy.linalg
 
 __all__ = ["WIDE_SHARE", "WIDE_SCALE", "proposal_draws", "proposal_blocks", "weighted_draws", "DRAW_BLOCK"]
 
@@ -45,9 +46,13 @@ def _log_q(r2: np.ndarray, d: int, log_det_chol: float) -> np.ndarray:
     return np.logaddexp(log_base, log_wide)
 
 
-def proposal_draws(mean: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` draws of the defensive proposal around N(mean, chol cholᵀ) and their log densities log q."""
+def proposal_draws(mean: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Generator,
+                   mixture: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` draws of the defensive proposal around N(mean, chol cholᵀ) — or around a mixture base with that mean
+    and covariance (module docstring) — and their log densities log q."""
     d = mean.shape[0]
+    if mixture is not None:
+        return _mixture_draws(mixture, mean, chol, int(n), rng)
     z = rng.standard_normal((int(n), d))
     wide = rng.random(int(n)) < WIDE_SHARE
     z[wide] *= WIDE_SCALE
@@ -55,12 +60,27 @@ def proposal_draws(mean: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Ge
     return mean + z @ chol.T, _log_q(r2, d, float(np.log(np.diag(chol)).sum()))
 
 
-def weighted_draws(log_density: Callable[[np.ndarray], np.ndarray], mean: np.ndarray, cov: np.ndarray, n: int,
+def _mixture_draws(mixture: Any, mean: np.ndarray, chol: np.ndarray, n: int,
                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    d = mean.shape[0]
+    wide = rng.random(n) < WIDE_SHARE
+    points = np.empty((n, d))
+    points[~wide] = mixture.draw(int((~wide).sum()), rng)[0]
+    z = rng.standard_normal((int(wide.sum()), d)) * WIDE_SCALE
+    points[wide] = mean + z @ chol.T
+    r = scipy.linalg.solve_triangular(chol, (points - mean).T, lower=True)
+    c = -0.5 * d * math.log(2.0 * math.pi) - float(np.log(np.diag(chol)).sum())
+    log_wide = math.log(WIDE_SHARE) + c - d * math.log(WIDE_SCALE) - 0.5 * np.einsum("dn,dn->n", r, r) / WIDE_SCALE**2
+    return points, np.logaddexp(math.log1p(-WIDE_SHARE) + mixture.log_pdf(points), log_wide)
+
+
+def weighted_draws(log_density: Callable[[np.ndarray], np.ndarray], mean: np.ndarray, cov: np.ndarray, n: int,
+                   rng: np.random.Generator, mixture: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """``n`` draws ζ of the proposal around N(``mean``, ``cov``) and their self-normalised importance weights
     ∝ exp(log p̃(ζ) − log q(ζ)) for an unnormalised ``log_density`` (MATH.md §5). A draw where the log
-    density is not finite (e.g. KDE-RFF's estimate ≤ 0) gets weight 0; none finite raises."""
-    points, log_q = proposal_draws(mean, np.linalg.cholesky(cov), int(n), rng)
+    density is not finite (e.g. KDE-RFF's estimate ≤ 0) gets weight 0; none finite raises. ``mixture``: the
+    mixture base (with that mean and covariance) the proposal is built on."""
+    points, log_q = proposal_draws(mean, np.linalg.cholesky(cov), int(n), rng, mixture)
     log_w = log_density(points) - log_q
     finite = np.isfinite(log_w)
     if not finite.any():
@@ -78,7 +98,7 @@ def _seed_sequence(random_state: Any) -> np.random.SeedSequence:
 
 
 def proposal_blocks(mean: np.ndarray, cov: np.ndarray, n_draws: int, random_state: Any,
-                    block_rows: int = DRAW_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+                    block_rows: int = DRAW_BLOCK, mixture: Any = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Blocks of (ζ, log q(ζ)) for ``n_draws`` draws of the proposal; block b from child seed b, so the
     draws depend only on (seed, n_draws), not on how they are consumed."""
     if n_draws < 1:
@@ -87,4 +107,4 @@ def proposal_blocks(mean: np.ndarray, cov: np.ndarray, n_draws: int, random_stat
     n_blocks = -(-int(n_draws) // block_rows)
     for b, seed in enumerate(_seed_sequence(random_state).spawn(n_blocks)):
         rows = min(block_rows, int(n_draws) - b * block_rows)
-        yield proposal_draws(mean, chol, rows, np.random.default_rng(seed))
+        yield proposal_draws(mean, chol, rows, np.random.default_rng(seed), mixture)

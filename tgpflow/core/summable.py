@@ -65,7 +65,8 @@ class AdditiveStats(Summable):
 
     * the fields named in :attr:`CARRIED` (by default ``fingerprint`` and ``draw``) are the same in both parts —
       checked by fingerprint in :meth:`_check_combinable` — and carried over, not summed (the draw of either
-      part: one read from an old file has none);
+      part: one read from an old file has none); a carried value with ``to_arrays``/``from_arrays`` (a mixture
+      base) is saved as ``<field>.<name>`` like a nested one;
     * an array or a number (the row count ``n``) is added, subtracted or multiplied by the factor;
     * a statistics value (a :class:`~tgpflow.core.moments.Moments`) uses its own ``+``, ``−`` and ``scaled``;
     * a field that is None in either part (an optional sum) is None in the result.
@@ -206,7 +207,7 @@ class AdditiveStats(Summable):
                 continue
             if f.name == "draw":
                 arrays.update({f"{self.DRAW_PREFIX}{k}": np.asarray(v) for k, v in self._draw_arrays(a).items()})
-            elif isinstance(a, Summable):
+            elif isinstance(a, Summable) or (f.name in self.CARRIED and hasattr(a, "to_arrays")):  # (a mixture base)
                 arrays.update({f"{f.name}.{k}": v for k, v in a.to_arrays().items()})
             elif isinstance(a, np.ndarray):
                 arrays[f.name] = a
@@ -238,11 +239,20 @@ class AdditiveStats(Summable):
                 prefix = f"{f.name}."
                 values[f.name] = kind.from_arrays({k[len(prefix):]: v for k, v in arrays.items()
                                                    if k.startswith(prefix)})
+            elif f.name in cls.CARRIED and _readable(kind):  # an optional carried value (a mixture base)
+                prefix = f"{f.name}."
+                own = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+                values[f.name] = _readable(kind).from_arrays(own) if own else None
             elif set(typing.get_args(kind) or (kind,)) <= {int, float}:
                 values[f.name] = count_value(arrays[f.name])
             elif f.name in arrays or f.default is dataclasses.MISSING:
                 values[f.name] = np.asarray(arrays[f.name], dtype=np.float64)
         return cls(**values)
+
+
+def _readable(kind: Any) -> Any:
+    """The type of an optional field's hint that reads itself back (``from_arrays``), else None."""
+    return next((t for t in typing.get_args(kind) or (kind,) if hasattr(t, "from_arrays")), None)
 
 
 def nbytes(stats: Any) -> int:

@@ -36,14 +36,16 @@ DEFAULT_PILOT_CHUNKS = 16
 
 @dataclasses.dataclass(frozen=True)
 class PilotSample:
-    """Pilot rows, the total row count N (exact or estimated) and what was read (chunks, and the rows
-    of those chunks that validation dropped)."""
+    """Pilot rows, the total row count N (exact or estimated), what was read (chunks, and the rows
+    of those chunks that validation dropped) and each row's key (:meth:`~tgpflow.io.sources.Source.row_keys`: the
+    key the pass's hashed train/validation split uses)."""
 
     rows: np.ndarray
     n_total: int
     n_total_exact: bool
     chunks_read: int
     rows_dropped: int = 0
+    keys: np.ndarray | None = None
 
     @property
     def moments(self) -> Moments:
@@ -84,25 +86,32 @@ def pilot_sample(source: Source, rows: int = DEFAULT_PILOT_ROWS, random_state: i
             per = max(1, rows // max_chunks)
             wanted = {int(c): np.sort(rng.choice(int(sizes[c]), size=min(per * h, int(sizes[c])), replace=False))
                       for c, h in zip(chosen, hits, strict=True)}
-        data, dropped = _read(source, list(wanted), progress)
-        parts = []
-        for (c, r), block in zip(wanted.items(), data, strict=True):
+        data, dropped, keys = _read(source, list(wanted), progress)
+        parts, part_keys = [], []
+        for (c, r), block, key in zip(wanted.items(), data, keys, strict=True):
             # Rows dropped as bad shift positions; keep the draw inside the rows that remain.
             parts.append(block[r[r < block.shape[0]]])
+            part_keys.append(key[r[r < block.shape[0]]])
         sample = np.concatenate(parts) if parts else np.empty((0, source.n_columns))
-        return PilotSample(sample, n_total, True, len(wanted), dropped)
+        sample_keys = np.concatenate(part_keys) if part_keys else np.empty(0, dtype=np.int64)
+        return PilotSample(sample, n_total, True, len(wanted), dropped, sample_keys)
     chosen, _ = _systematic(np.ones(k_all), min(max_chunks, k_all), rng)
-    data, dropped = _read(source, [int(c) for c in chosen], progress)
+    data, dropped, keys = _read(source, [int(c) for c in chosen], progress)
     per = max(1, rows // len(chosen))
-    parts = [b[np.sort(rng.choice(b.shape[0], size=min(per, b.shape[0]), replace=False))] for b in data]
-    sample = np.concatenate(parts)
+    picks = [np.sort(rng.choice(b.shape[0], size=min(per, b.shape[0]), replace=False)) for b in data]
+    sample = np.concatenate([b[p] for b, p in zip(data, picks, strict=True)])
+    sample_keys = np.concatenate([k[p] for k, p in zip(keys, picks, strict=True)])
     mean_size = float(np.mean([b.shape[0] for b in data]))
     n_est = max(1, int(round(mean_size * k_all)))
-    return PilotSample(sample, n_est, False, len(chosen), dropped)
+    return PilotSample(sample, n_est, False, len(chosen), dropped, sample_keys)
 
 
-def _read(source: Source, chunks: list[int], progress: Progress | None) -> tuple[list[np.ndarray], int]:
-    """The validated rows of the given chunks, and how many rows validation dropped from them (one compute)."""
-    blocks, counts = source.blocks(), source.dropped_counts()
-    out = compute(*[blocks[c] for c in chunks], *[counts[c] for c in chunks], progress=progress)
-    return list(out[:len(chunks)]), int(sum(out[len(chunks):]))
+def _read(source: Source, chunks: list[int],
+          progress: Progress | None) -> tuple[list[np.ndarray], int, list[np.ndarray]]:
+    """The validated rows of the given chunks, how many rows validation dropped from them, and their rows' keys
+    (one compute)."""
+    blocks, counts, keys = source.blocks(), source.dropped_counts(), source.row_keys()
+    k = len(chunks)
+    out = compute(*[blocks[c] for c in chunks], *[counts[c] for c in chunks], *[keys[c] for c in chunks],
+                  progress=progress)
+    return list(out[:k]), int(sum(out[k:2 * k])), list(out[2 * k:])

@@ -103,12 +103,14 @@ class Fitted(abc.ABC):
         base = self._gaussian_base()
         n_prop = int(n_proposals) if n_proposals is not None else max(20 * int(n_samples), 10_000)
         rows, ess = importance_resample(self.log_density, base.mean, base.cov, int(n_samples), n_prop,
-                                        np.random.default_rng(random_state))
+                                        np.random.default_rng(random_state), getattr(base, "mixture", None))
         return (rows, ess) if return_ess else rows
 
     def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
         """``n_samples`` draws of the Gaussian base N(μ, Σ) (e.g. MCMC starts)."""
         base = self._gaussian_base()
+        if getattr(base, "mixture", None) is not None:
+            return base.draws(int(n_samples), np.random.default_rng(random_state))
         z = np.random.default_rng(random_state).standard_normal((int(n_samples), base.mean.shape[0]))
         return base.mean + z @ np.linalg.cholesky(base.cov).T
 
@@ -118,7 +120,7 @@ class Fitted(abc.ABC):
         them); draws where the log density is not finite (KDE-RFF's estimate ≤ 0) get weight 0."""
         base = self._gaussian_base()
         return weighted_draws(self.log_density, base.mean, base.cov, int(n_samples),
-                              np.random.default_rng(random_state))
+                              np.random.default_rng(random_state), getattr(base, "mixture", None))
 
 
 class WrappedFitted(Fitted):

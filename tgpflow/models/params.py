@@ -344,8 +344,9 @@ class GPTiltedParams(StreamingParams):
         "auto", "NCFD: the largest noise level; 'auto' is γ/4, 'paper' √(tr Σ)/d.", applies="noise_conditional")
     eta: Union[Literal["auto"], PositiveNumber, PositiveGrid] = param(
         "auto", "FVPD temperature η; 'auto' is 1/γ², a list is selected on held-out rows.", applies="uses_eta")
-    base: Literal["empirical", "learn"] = param(
-        "empirical", "The base N(μ, Σ): the exact data moments, or learnt from the statistics (eqs 12–16).")
+    base: Literal["empirical", "learn", "mixture"] = param(
+        "empirical", "The base: N(μ, Σ) of the exact data moments, that Gaussian learnt from the statistics "
+                     "(eqs 12–16), or a Gaussian mixture fitted on the pilot (K by held-out log-likelihood).")
     lam_grid: Union[None, PositiveGrid] = param(
         None, "The λ values of lam='auto' (default: 10⁻³ … 10⁴; 10⁻⁴ … 10² for 'hyvarinen').", applies="selects")
     criterion: Literal[CRITERIA] = param(  # type: ignore[valid-type]
@@ -377,6 +378,10 @@ class GPTiltedParams(StreamingParams):
             learners = [m for m in method_names() if get_method(m).learns_base]
             raise ValueError(f"base='learn' is defined for method {' and '.join(map(repr, learners))} (eqs 12–16); "
                              f"got {self.method!r}")
+        if self.base == "mixture" and not method.mixture_base:
+            takers = [m for m in method_names() if get_method(m).mixture_base]
+            raise ValueError(f"base='mixture' is defined for method {', '.join(map(repr, takers))}; got "
+                             f"{self.method!r} (use base='empirical')")
         if not method.selects and (isinstance(self.bandwidth, list) or isinstance(self.eta, list)):
             raise ValueError(f"{self.method} has no λ or η to select; give the bandwidth as a number, 'scott' or "
                              f"'auto'")

@@ -32,6 +32,7 @@ from scipy.linalg.lapack import dtrtri
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.bounds import ColumnBounds
+from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.blocked_score import BlockedScore
@@ -49,8 +50,12 @@ INV_PANELS = 4
 
 
 def base_arrays(base: Base) -> dict[str, np.ndarray]:
-    """A Gaussian base as arrays (``base.mean``, ``base.cov``, ``base.precision``)."""
-    return {"base.mean": base.mean, "base.cov": base.cov, "base.precision": base.precision}
+    """A base as arrays (``base.mean``, ``base.cov``, ``base.precision``, and a mixture's
+    ``base.mixture.weights``, ``.means``, ``.covariances``)."""
+    out = {"base.mean": base.mean, "base.cov": base.cov, "base.precision": base.precision}
+    if base.mixture is not None:
+        out.update({f"base.mixture.{k}": v for k, v in base.mixture.to_arrays().items()})
+    return out
 
 
 def base_from_arrays(arrays: dict[str, np.ndarray]) -> Base:
@@ -61,7 +66,8 @@ def base_from_arrays(arrays: dict[str, np.ndarray]) -> Base:
     if mean.shape != (d,) or cov.shape != (d, d) or precision.shape != (d, d):
         raise ValueError(f"the base has inconsistent shapes: mean {mean.shape}, cov {cov.shape}, "
                          f"precision {precision.shape}")
-    return Base(mean, cov, precision)
+    mixture = prefixed(part, "mixture.")
+    return Base(mean, cov, precision, GaussianMixtureBase.from_arrays(mixture) if mixture else None)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -152,9 +158,9 @@ class TGPFitted(BlockedScore, Fitted):
         return scipy.linalg.cho_solve((self.M_chol, True), cols, check_finite=False)
 
     def _quad(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        r = xb - self.base.mean
-        Pr = r @ self.base.precision
-        return 0.5 * np.einsum("nd,nd->n", r, Pr), Pr
+        """(−log of the unnormalised base, its gradient): ½(x−μ)ᵀP(x−μ) and P(x−μ) for a Gaussian base
+        (:meth:`~tgpflow.core.gaussian_base.Base.quad`)."""
+        return self.base.quad(xb)
 
     def log_density(self, x: np.ndarray) -> np.ndarray:
         """Unnormalised log density: T(x) − ½(x−μ)ᵀP(x−μ), or log(φᵀψ/N) for KDE-RFF.
@@ -169,7 +175,7 @@ class TGPFitted(BlockedScore, Fitted):
             if self.kde_weights is not None:
                 with np.errstate(divide="ignore", invalid="ignore"):
                     return np.where(f > 0, np.log(np.where(f > 0, f, 1.0)), -np.inf)
-            return f - self._quad(x)[0]
+            return f - self.base.neg_log(x)
         out = np.empty(x.shape[0])
         S = self.features.n_features
         rows = min(x.shape[0], self._block_rows)
@@ -181,7 +187,7 @@ class TGPFitted(BlockedScore, Fitted):
             phi_t = self.features.cos_features(xb, out=buf[:S * nb].reshape(S, nb))  # φᵀ (S, nb)
             # vᵀφ in the BLAS of the product after it (see _inv_chol_norms): not NumPy's beside SciPy's
             lin = dgemv(1.0, phi_t.T, self.v) if way == "dtrmm" else self.v @ phi_t
-            out[start:start + nb] = 0.5 * self._inv_chol_norms(phi_t, way, work) - lin - self._quad(xb)[0]
+            out[start:start + nb] = 0.5 * self._inv_chol_norms(phi_t, way, work) - lin - self.base.neg_log(xb)
         return out
 
     @staticmethod
@@ -261,7 +267,7 @@ class TGPFitted(BlockedScore, Fitted):
         c, score = self._fused_sums(x, [-w * self._sq_norms / g**2] if with_div else [], [wZ])
         _, Pr = self._quad(x)
         score -= Pr
-        return score, (c[:, 0] - np.trace(self.base.precision)) if with_div else None
+        return score, (c[:, 0] - self.base.neg_divergence(x)) if with_div else None
 
     def grad_log_density(self, x: np.ndarray) -> np.ndarray:
         """The score ∇ log q(x), (n, d) (θ and KDE-RFF tilts: the fused kernel on all rows at once; FVPD:
@@ -305,7 +311,7 @@ class TGPFitted(BlockedScore, Fitted):
         score = (dphi * w) @ Z / g - Pr
         if not with_div:
             return score, None
-        div = -np.einsum("ns,ns,s->n", phi, w, self._sq_norms) / g**2 - np.trace(self.base.precision)
+        div = -np.einsum("ns,ns,s->n", phi, w, self._sq_norms) / g**2 - self.base.neg_divergence(xb)
         div += np.einsum("ns,ns->n", dphi @ self._minv_zz, dphi) / g**2  # w depends on x through M⁻¹φ
         return score, div
 
@@ -336,7 +342,7 @@ class TGPFitted(BlockedScore, Fitted):
             _, w = self._tilt(phi)
             _, Pr = self._quad(xb)
             score[rows] = (dphi * w) @ Z / g - Pr
-            diag[rows] = -((phi * w) @ Z2) / g**2 - np.diag(self.base.precision)
+            diag[rows] = -((phi * w) @ Z2) / g**2 - self.base.neg_hess_diag(xb)
             if self.theta is None:
                 for j in range(Z.shape[1]):
                     a = dphi * Z[:, j]

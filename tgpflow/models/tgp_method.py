@@ -24,7 +24,11 @@ from tgpflow.models.tgp_fitted import TGPFitted
 from tgpflow.solve.select import score_tilts
 from tgpflow.stats.tgp import TGPStats, tgp_chunk_stats
 
-__all__ = ["TGPMethod", "Hyper", "Solution", "GridContext", "with_tilt_scores"]
+__all__ = ["TGPMethod", "Hyper", "Solution", "GridContext", "with_tilt_scores", "NO_TILT"]
+
+#: The solver report of λ = ∞ (θ = 0): the model is its base. Under a mixture base a held-out selection scores
+#: this candidate beside the grid, so that it never chooses a tilt that does worse than the mixture alone.
+NO_TILT = "none: lam = inf, the base alone (θ = 0)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +89,8 @@ class TGPMethod:
     selects: ClassVar[bool] = True
     #: Whether ``base="learn"`` (eqs 12–16) applies.
     learns_base: ClassVar[bool] = False
+    #: Whether ``base="mixture"`` applies (its statistics sum the base's score: docs/gp_tilted.md, "A mixture base").
+    mixture_base: ClassVar[bool] = False
     #: Whether the model is noise-conditional (a ladder of levels, evaluated at any σ ≥ 0; MATH.md §3).
     noise_conditional: ClassVar[bool] = False
     #: Whether it has the FVPD temperature η.
@@ -99,15 +105,23 @@ class TGPMethod:
     hyvarinen_criterion: ClassVar[str] = "held-out Hyvärinen loss (data level)"
 
     def chunk_stats(self, *, block_bytes: int, precision: str, noise_levels: np.ndarray | None = None,
-                    validation: bool = False) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
+                    validation: bool = False, mixture: Any = None) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
         """The chunk statistics function and its arguments after (rows, features). ``validation``: for
-        held-out rows, None when they need nothing more than the training rows."""
+        held-out rows, None when they need nothing more than the training rows. ``mixture``: the mixture base
+        the statistics are summed under (methods with ``mixture_base``)."""
         if validation:
             return None
-        return tgp_chunk_stats, (int(block_bytes), precision)
+        return tgp_chunk_stats, (int(block_bytes), precision, False, mixture)
 
     def solve(self, stats: Any, hyper: Hyper) -> Solution:
         raise NotImplementedError
+
+    @staticmethod
+    def no_tilt(hyper: Hyper) -> Solution:
+        """The solution at λ = ∞: θ = 0, the base alone (:data:`NO_TILT`)."""
+        theta = np.zeros(hyper.features.n_features)
+        fitted = TGPFitted(hyper.features, hyper.base, theta=theta, block_bytes=hyper.block_bytes)
+        return Solution(fitted, {"method": NO_TILT}, 0.0, theta=theta)
 
     def score_grid(self, train: Any, val: Any, feats: RandomFourierFeatures, base: Base,
                    ctx: GridContext) -> list[dict[str, float]]:

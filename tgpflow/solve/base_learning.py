@@ -25,26 +25,17 @@ import numpy as np
 from tgpflow.core.gaussian_base import Base
 from tgpflow.errors import TgpflowWarning
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.solve.tgp import fd_system, solve_fd
+from tgpflow.solve.tgp import base_hyvarinen_sum, fd_system, scatter, solve_fd
 from tgpflow.stats.tgp import TGPStats
 
 __all__ = ["fd_loss", "update_mean", "update_cov", "solve_lyapunov", "learn_base"]
-
-
-def _scatter(stats: TGPStats, mean: np.ndarray) -> np.ndarray:
-    """C = Σ_i (x_i − μ)(x_i − μ)ᵀ from the centred moments."""
-    m = stats.moments
-    dm = m.mean - mean
-    return m.m2 + m.n * np.outer(dm, dm)
 
 
 def fd_loss(stats: TGPStats, features: RandomFourierFeatures, base: Base, theta: np.ndarray, lam: float = 0.0) -> float:
     """The FD objective L(θ, μ, P) as a SUM over the rows of ``stats`` (see module docstring)."""
     A, b = fd_system(stats, features, base, lam)
     g2 = features.gamma**2
-    P = base.precision
-    base_term = 0.5 * float(np.sum((P @ P) * _scatter(stats, base.mean))) - stats.n * float(np.trace(P))
-    return float((0.5 * theta @ (A @ theta) - theta @ b) / g2) + base_term
+    return float((0.5 * theta @ (A @ theta) - theta @ b) / g2) + base_hyvarinen_sum(stats, base)
 
 
 def update_mean(stats: TGPStats, features: RandomFourierFeatures, base: Base, theta: np.ndarray) -> Base:
@@ -63,7 +54,7 @@ def solve_lyapunov(Sbar: np.ndarray, Q: np.ndarray) -> np.ndarray:
 def update_cov(stats: TGPStats, features: RandomFourierFeatures, base: Base, theta: np.ndarray) -> Base:
     """Σ ← P⁻¹ with Σ̄P + PΣ̄ = Q, Q = 2I + (ZᵀΥ + ΥᵀZ)/γ, Υ = diag(θ)(U − u(μ − x₀)ᵀ)/N (eqs 13–16)."""
     n, d = stats.n, base.mean.shape[0]
-    Sbar = _scatter(stats, base.mean) / n
+    Sbar = scatter(stats, base.mean) / n
     Ups = theta[:, None] * (stats.U - np.outer(stats.u, base.mean - features.shift)) / n
     ZU = features.Z.T @ Ups
     Q = 2.0 * np.eye(d) + (ZU + ZU.T) / features.gamma

@@ -37,8 +37,10 @@ class PointSet:
 
 
 def base_draws(base: Base, n_draws: int, random_state: int | np.random.Generator | None) -> PointSet:
-    """S₂ draws ζ ~ N(μ, Σ) from an explicit seed, each of weight 1/S₂."""
+    """S₂ draws ζ of the base (N(μ, Σ), or a mixture) from an explicit seed, each of weight 1/S₂."""
     rng = np.random.default_rng(random_state)
+    if base.mixture is not None:
+        return PointSet(base.draws(int(n_draws), rng), np.full(int(n_draws), -np.log(n_draws)))
     chol = np.linalg.cholesky(base.cov)
     pts = base.mean + rng.standard_normal((int(n_draws), base.mean.shape[0])) @ chol.T
     return PointSet(pts, np.full(int(n_draws), -np.log(n_draws)))
@@ -46,14 +48,12 @@ def base_draws(base: Base, n_draws: int, random_state: int | np.random.Generator
 
 def proposal_point_set(base: Base, n_draws: int, random_state: int | np.random.Generator | None) -> PointSet:
     """S₂ draws ζ of the defensive proposal q around the base (:mod:`tgpflow.core.proposal`), each of weight
-    N(ζ | μ, Σ) / (S₂ q(ζ)): an importance rule for the same base expectation that also reaches where a
+    base(ζ) / (S₂ q(ζ)): an importance rule for the same base expectation that also reaches where a
     runaway tilt puts its mass, so the fit's log E e^{θᵀφ} sees that mass and pays for it."""
-    draws = list(proposal_blocks(base.mean, base.cov, int(n_draws), random_state))
+    draws = list(proposal_blocks(base.mean, base.cov, int(n_draws), random_state, mixture=base.mixture))
     points = np.concatenate([p for p, _ in draws])
     log_q = np.concatenate([lq for _, lq in draws])
-    r = points - base.mean
-    _, log_det = np.linalg.slogdet(base.cov)
-    log_base = -0.5 * (np.einsum("nd,nd->n", r @ base.precision, r) + log_det + r.shape[1] * np.log(2 * np.pi))
+    log_base = -base.neg_log(points) - base.log_norm  # the normalised base (a Gaussian, or a mixture)
     return PointSet(points, log_base - log_q - np.log(n_draws))
 
 

@@ -21,16 +21,18 @@ __all__ = ["ncfd_system", "solve_ncfd", "level_base"]
 
 
 def level_base(base: Base, sigma: float) -> Base:
-    """The base at noise level σ: N(μ, Σ + σ²I)."""
+    """The base at noise level σ: N(μ, Σ + σ²I) (a mixture base: every component's Σ_k + σ²I)."""
     if sigma == 0.0:
         return base
     cov = base.cov + sigma * sigma * np.eye(base.cov.shape[0])
     precision = np.linalg.inv(cov)
-    return Base(base.mean, cov, 0.5 * (precision + precision.T))
+    mixture = None if base.mixture is None else base.mixture.at_level(sigma)
+    return Base(base.mean, cov, 0.5 * (precision + precision.T), mixture)
 
 
 def ncfd_system(stats: NCFDStats, features: RandomFourierFeatures, base: Base, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """A = λH I + ZZᵀ ⊙ Ā and b of Alg 3 (MATH.md §3)."""
+    """A = λH I + ZZᵀ ⊙ Ā and b of Alg 3 (MATH.md §3); under a mixture base, b is that of the Gaussian with the
+    mixture's mean and covariance (``base.mean``, ``base.cov``) plus the pass's estimate of the rest."""
     stats.check_features(features)
     Z, H = features.Z, stats.n_levels
     A = (Z @ Z.T) * stats.abar
@@ -38,11 +40,14 @@ def ncfd_system(stats: NCFDStats, features: RandomFourierFeatures, base: Base, l
     q = np.einsum("sd,sd->s", Z, Z)
     b = np.zeros(features.n_features)
     offset = base.mean - features.shift
+    stats.check_mixture(base.mixture)
     for h, sigma in enumerate(stats.sigmas):
         sigma = float(sigma)
         g_h = level_bandwidth(features.gamma, sigma)
-        lb = level_base(base, sigma)
         delta = np.exp(-0.5 * (sigma * sigma / (g_h * g_h)) * q)
+        if base.mixture is not None:  # the departure from the mixture's Gaussian: −(1/γ_h) rowsum(V_h ⊙ Z)
+            b -= np.einsum("sd,sd->s", stats.V[h], Z) / g_h  # (docs/gp_tilted.md, "NCFD")
+        lb = level_base(base, sigma)
         ZP = Z @ lb.precision
         kappa = np.einsum("sd,sd->s", ZP @ base.cov, Z)  # z_sᵀ P_h Σ z_s
         psi_prime = np.einsum("sd,sd->s", stats.U[h] - np.outer(stats.u[h], offset), ZP)

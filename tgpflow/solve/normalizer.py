@@ -76,8 +76,8 @@ class NormalizerEstimate:
 def base_proposal_blocks(base: Base, n_draws: int, random_state: Any,
                      block_rows: int = DRAW_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Blocks of (ζ, log q(ζ)) for ``n_draws`` draws ζ of the defensive proposal around the base
-    N(μ, Σ) (:func:`tgpflow.core.proposal.proposal_blocks`); block b from child seed b."""
-    return proposal_blocks(base.mean, base.cov, n_draws, random_state, block_rows)
+    (N(μ, Σ) or a mixture, :func:`tgpflow.core.proposal.proposal_blocks`); block b from child seed b."""
+    return proposal_blocks(base.mean, base.cov, n_draws, random_state, block_rows, base.mixture)
 
 
 class WeightSums:

@@ -27,12 +27,11 @@ from scipy.linalg.lapack import dgtsv, dormqr, dsytrd, dsytrd_lwork
 
 from tgpflow.core.engine import Progress
 from tgpflow.core.gaussian_base import Base
-from tgpflow.core.moments import Moments
 from tgpflow.core.proposal import DRAW_BLOCK
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.base_learning import fd_loss
 from tgpflow.solve.normalizer import WeightSums, base_proposal_blocks
-from tgpflow.solve.tgp import fd_system, feature_moments_under_base
+from tgpflow.solve.tgp import base_hyvarinen_sum, base_log_sum, fd_system, feature_moments_under_base
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, ks_by_direction, projection_counts
 from tgpflow.stats.support import SupportBox, mass_outside_limit
 from tgpflow.stats.tgp import TGPStats
@@ -133,11 +132,9 @@ class GridScorer:
         A_val, b_val = fd_system(val, features, base, 0.0)
         self.B = self.V.T @ A_val @ self.V
         self.c = self.V.T @ b_val
-        g2, P = features.gamma**2, base.precision
         m = val.moments
-        dm = m.mean - base.mean
-        self.const = (0.5 * float(np.sum((P @ P) * (m.m2 + m.n * np.outer(dm, dm)))) - m.n * float(np.trace(P))) / m.n
-        self.scale = 1.0 / (g2 * m.n)
+        self.const = base_hyvarinen_sum(val, base) / m.n
+        self.scale = 1.0 / (features.gamma**2 * m.n)
         self.n_val = m.n
 
     def theta(self, r: float) -> np.ndarray:
@@ -167,11 +164,10 @@ MIN_SELECT_ESS_FRACTION = 0.01
 KS_MEDIAN_SE = 0.3180
 
 
-def heldout_base_term(val_moments: Moments, base: Base) -> float:
-    """Mean over the held-out rows of ½(x−μ)ᵀP(x−μ), from their moments."""
-    dm = val_moments.mean - base.mean
-    scatter = val_moments.m2 + val_moments.n * np.outer(dm, dm)
-    return 0.5 * float(np.sum(base.precision * scatter)) / val_moments.n
+def heldout_base_term(val: TGPStats, base: Base) -> float:
+    """Mean over the held-out rows of −log of the unnormalised base: ½(x−μ)ᵀP(x−μ) from their moments, or a
+    mixture's from the pass's sums (:func:`~tgpflow.solve.tgp.base_log_sum`)."""
+    return -base_log_sum(val, base) / val.n
 
 
 def _candidate_rows(sums: WeightSums, data_terms: np.ndarray, projections: ProjectionCounts | None,
@@ -226,11 +222,10 @@ def score_tilts(val: TGPStats, features: RandomFourierFeatures, base: Base, thet
     phi_t = None
     for points, log_prop in base_proposal_blocks(base, n_draws, random_state):
         phi_t = _cos_features(features, points, phi_t)
-        r = points - base.mean
-        quad = 0.5 * np.einsum("nd,nd->n", r @ base.precision, r)
+        quad = base.neg_log(points)
         sums.add((thetas @ phi_t).T - (quad + log_prop)[:, None], points, _box_mask(box, data_units, points),
                  bins=grid.bins(points) if hist else None)
-    data = thetas @ val.psi / val.n - heldout_base_term(val.moments, base)
+    data = thetas @ val.psi / val.n - heldout_base_term(val, base)
     return _candidate_rows(sums, data, projections, grid, box)
 
 
@@ -264,13 +259,12 @@ def score_fvpd(val: TGPStats, features: RandomFourierFeatures, base: Base, A0: n
     for points, log_prop in base_proposal_blocks(base, n_draws, random_state):
         phi_t = _cos_features(features, points, phi_t)
         pu = phi_t.T @ U
-        r = points - base.mean
-        quad = 0.5 * np.einsum("nd,nd->n", r @ base.precision, r)
+        quad = base.neg_log(points)
         log_q = 0.5 * (pu * pu) @ inv.T - pu @ v_u.T - quad[:, None]
         sums.add(log_q - log_prop[:, None], points, _box_mask(box, data_units, points),
                  bins=grid.bins(points) if hist else None)
     c_u = np.einsum("sk,sk->k", U, val.phi_gram @ U)  # diag(Uᵀ Σ_val φφᵀ U), one GEMM
-    data = (0.5 * inv @ c_u - (U @ v_u.T).T @ val.psi) / val.n - heldout_base_term(val.moments, base)
+    data = (0.5 * inv @ c_u - (U @ v_u.T).T @ val.psi) / val.n - heldout_base_term(val, base)
     return _candidate_rows(sums, data, projections, grid, box)
 
 
@@ -340,14 +334,16 @@ AUTO_BANDWIDTH_FOLDS = 3
 def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourierFeatures, gammas: list[float],
                     lams: list[float], *, criterion: str, n_draws: int, random_state: Any, grid: ProjectionGrid,
                     block_bytes: int, data_units: Callable[[np.ndarray], np.ndarray] | None = None,
-                    progress: Progress | None = None) -> tuple[float, list[dict[str, float]]]:
+                    progress: Progress | None = None, mixture: Any = None) -> tuple[float, list[dict[str, float]]]:
     """The γ of ``gammas`` whose best FD fit (over ``lams``) scores best by ``criterion`` ("loglik" or
     "sliced"; "hyvarinen" uses the log-likelihood here), cross-validated over the pilot rows' ``folds``
     (an integer fold per row, :func:`~tgpflow.stats.split.fold_index`). Every γ shares the draw (Z, c);
     the normalisers' proposal draws come from ``random_state`` in the order (γ, fold) — a SeedSequence
     spawns new children for each (:func:`_serial_seeds`). Returns γ and, per γ, its best row (scores averaged over folds).
     ``progress`` is called with the futures of its one distributed compute
-    (:data:`tgpflow.core.engine.Progress`).
+    (:data:`tgpflow.core.engine.Progress`). ``mixture``: the mixture base of every fold's fit (else each fold's
+    training rows' N(μ, Σ); a column constant within one fold's training rows takes the Gaussian of all the
+    pilot rows instead, which the pilot check has seen to vary).
 
     Why folds: the held-out log-likelihood is flat in γ near its peak, so one split's choice moves
     with the split (measured on the demo mixture, 3 feature draws × 2 sizes: one 20 % split picked
@@ -381,8 +377,8 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
     shared = [dask.delayed(a, pure=True) for a in (parts_rows, counts, boxes, features, lams, grid)]
     seeds = _serial_seeds(random_state, len(gammas) * n_folds, n_draws)
     curves = compute(*[task(*shared, g, n_draws=n_draws, random_states=seeds[i * n_folds:(i + 1) * n_folds],
-                            block_bytes=block_bytes, data_units=data_units) for i, g in enumerate(gammas)],
-                     progress=progress)
+                            block_bytes=block_bytes, data_units=data_units, mixture=mixture)
+                       for i, g in enumerate(gammas)], progress=progress)
     best_rows = [rows_g[choose(rows_g, criterion)] for rows_g in curves]
     chosen = best_rows[choose(best_rows, criterion)]
     return float(chosen["bandwidth"]), best_rows
@@ -413,21 +409,28 @@ def _copy_seed(seq: np.random.SeedSequence) -> np.random.SeedSequence:
 def _bandwidth_rows(parts_rows: list[np.ndarray], counts: list[ProjectionCounts], boxes: list[SupportBox],
                     features: RandomFourierFeatures, lams: list[float], grid: ProjectionGrid, gamma: float, *,
                     n_draws: int, random_states: list[Any], block_bytes: int,
-                    data_units: Callable[[np.ndarray], np.ndarray] | None) -> list[dict[str, float]]:
+                    data_units: Callable[[np.ndarray], np.ndarray] | None,
+                    mixture: Any = None) -> list[dict[str, float]]:
     """The fold-averaged scores of every λ at one γ of :func:`pilot_bandwidth` (a task: the folds' S×S
     statistics never leave it). Each fold's statistics are computed once; a fold's training statistics
     are the sum of the others'. ``counts``: each fold's projection counts on ``grid`` (the held-out side of the
     sliced KS), the same for every γ."""
-    from tgpflow.core.gaussian_base import base_from_moments
+    from tgpflow.core.gaussian_base import base_from_moments, mixture_base
     from tgpflow.stats.tgp import tgp_chunk_stats
 
     n_folds = len(parts_rows)
     feats = features.with_bandwidth(gamma)
-    fold_stats = [tgp_chunk_stats(part, feats, block_bytes) for part in parts_rows]
+    fold_stats = [tgp_chunk_stats(part, feats, block_bytes, "float64", False, mixture) for part in parts_rows]
     per_fold = []
     for k in range(n_folds):
         train = sum(fold_stats[j] for j in range(n_folds) if j != k)
-        base = base_from_moments(train.moments)
+        if mixture is not None:
+            base = mixture_base(mixture)
+        else:
+            try:
+                base = base_from_moments(train.moments)
+            except ValueError:  # a column constant in these folds' rows (mnist's pixels): all the pilot's rows
+                base = base_from_moments(sum(fold_stats).moments)
         A0, b = fd_system(train, feats, base, 0.0)
         thetas = RidgePath(A0, b).thetas([lam * gamma * gamma for lam in lams])  # θ only: no eigenvectors
         per_fold.append(score_tilts(fold_stats[k], feats, base, thetas, n_draws=n_draws, random_state=random_states[k],

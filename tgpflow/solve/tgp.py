@@ -17,14 +17,45 @@ from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.linalg import SPDFactor, spd_factor, spd_solve
 from tgpflow.stats.tgp import TGPStats
 
-__all__ = ["psi_prime", "fd_system", "solve_fd", "FVPDSolution", "solve_fvpd",
+__all__ = ["psi_prime", "base_log_sum", "base_hyvarinen_sum", "fd_system", "solve_fd", "FVPDSolution", "solve_fvpd",
            "feature_moments_under_base", "fvpd_predictive"]
 
 
 def psi_prime(stats: TGPStats, features: RandomFourierFeatures, base: Base) -> np.ndarray:
-    """ψ' = rowsum((U − u(μ − x₀)ᵀ) ⊙ Z P) = Σ_i φ'(x_i) ⊙ Z P (x_i − μ)  (MATH.md §2)."""
+    """ψ' = rowsum((U − u(μ − x₀)ᵀ) ⊙ Z P) = Σ_i φ'(x_i) ⊙ Z P (x_i − μ)  (MATH.md §2); under a mixture base,
+    ψ' = −Σ_i φ'(x_i) ⊙ Z s₀(x_i) = −rowsum(V ⊙ Z) with the pass's V = Σ φ' s₀ᵀ (docs/gp_tilted.md, "A mixture
+    base"): the same sum, since a Gaussian's s₀ is −P(x − μ)."""
+    stats.check_mixture(base.mixture)
+    if base.mixture is not None:
+        return -np.einsum("sd,sd->s", stats.V, features.Z)
     centred = stats.U - np.outer(stats.u, base.mean - features.shift)
     return np.einsum("sd,sd->s", centred, features.Z @ base.precision)
+
+
+def scatter(stats: TGPStats, mean: np.ndarray) -> np.ndarray:
+    """Σ_i (x_i − μ)(x_i − μ)ᵀ from the moments."""
+    m = stats.moments
+    dm = m.mean - mean
+    return m.m2 + m.n * np.outer(dm, dm)
+
+
+def base_log_sum(stats: TGPStats, base: Base) -> float:
+    """Σ_i of the unnormalised log base at the rows (:class:`~tgpflow.core.gaussian_base.Base`): −½ Σ (x−μ)ᵀP(x−μ)
+    from the moments, or a mixture's Σ log m(x) (the pass's ``base_sums``) + N · ½ log|2πΣ|."""
+    stats.check_mixture(base.mixture)
+    if base.mixture is not None:
+        return float(stats.base_sums[0]) + stats.n * base.log_norm
+    return -0.5 * float(np.sum(base.precision * scatter(stats, base.mean)))
+
+
+def base_hyvarinen_sum(stats: TGPStats, base: Base) -> float:
+    """Σ_i ½‖s₀(x_i)‖² + Δ log base(x_i): the base's own score-matching terms (½ Σ (x−μ)ᵀP²(x−μ) − N tr P for a
+    Gaussian; the pass's ``base_sums`` for a mixture)."""
+    stats.check_mixture(base.mixture)
+    if base.mixture is not None:
+        return float(stats.base_sums[1])
+    P = base.precision
+    return 0.5 * float(np.sum((P @ P) * scatter(stats, base.mean))) - stats.n * float(np.trace(P))
 
 
 def fd_system(stats: TGPStats, features: RandomFourierFeatures, base: Base, lam: float) -> tuple[np.ndarray, np.ndarray]:
@@ -46,20 +77,36 @@ def solve_fd(stats: TGPStats, features: RandomFourierFeatures, base: Base, lam: 
 
 
 def feature_moments_under_base(features: RandomFourierFeatures, base: Base) -> tuple[np.ndarray, np.ndarray]:
-    """μ_φ = E φ(x) and Σ_φ = Cov φ(x) for x ~ N(μ, Σ), exactly (MATH.md §4, eqs 32–33)."""
+    """μ_φ = E φ(x) and Σ_φ = Cov φ(x) for x ~ N(μ, Σ), exactly (MATH.md §4, eqs 32–33); under a mixture base,
+    the mixture of its components' first and second moments: μ_φ = Σ π_k μ_φ,k and
+    Σ_φ = Σ π_k (Σ_φ,k + μ_φ,k μ_φ,kᵀ) − μ_φ μ_φᵀ."""
+    if base.mixture is None:
+        mu_phi, second = _feature_moments(features, base.mean, base.cov)
+    else:
+        mix = base.mixture
+        mu_phi, second = np.zeros(features.n_features), np.zeros((features.n_features, features.n_features))
+        for w, mean, cov in zip(mix.weights, mix.means, mix.covariances, strict=True):
+            m_k, s_k = _feature_moments(features, mean, cov)
+            mu_phi += w * m_k
+            second += w * s_k
+    cov_phi = second - np.outer(mu_phi, mu_phi)
+    return mu_phi, 0.5 * (cov_phi + cov_phi.T)
+
+
+def _feature_moments(features: RandomFourierFeatures, mean: np.ndarray,
+                     cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(E φ, E φφᵀ) for x ~ N(mean, cov) (MATH.md §4)."""
     Z, g = features.Z, features.gamma
-    K = Z @ base.cov @ Z.T
+    K = Z @ cov @ Z.T
     q = np.diag(K).copy()
-    phi, dphi = features.transform(base.mean[None, :])
+    phi, dphi = features.transform(mean[None, :])
     phi, dphi = phi[0], dphi[0]
     mu_phi = np.exp(-q / (2 * g * g)) * phi
     qq = q[:, None] + q[None, :]
     d_minus = np.exp(-(qq - 2 * K) / (2 * g * g))
     d_plus = np.exp(-(qq + 2 * K) / (2 * g * g))
-    cov_phi = (0.5 * (d_minus + d_plus) * np.outer(phi, phi)
-               + 0.5 * (d_minus - d_plus) * np.outer(dphi, dphi)
-               - np.outer(mu_phi, mu_phi))
-    return mu_phi, 0.5 * (cov_phi + cov_phi.T)
+    second = 0.5 * (d_minus + d_plus) * np.outer(phi, phi) + 0.5 * (d_minus - d_plus) * np.outer(dphi, dphi)
+    return mu_phi, second
 
 
 @dataclasses.dataclass(frozen=True)

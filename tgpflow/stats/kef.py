@@ -251,7 +251,6 @@ def diag_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLO
     x = _check(x, basis)
     out = DiagStats.zero(basis)
     moments = Moments.from_rows(x)
-    m, d = basis.n_basis, basis.n_dims
     rows = plan_blocks(diag_memory(basis), block_bytes, chunk_rows=x.shape[0], budget=task_budget()[0]).rows
     for start in range(0, x.shape[0], rows):
         xb = x[start:start + rows]

@@ -10,7 +10,16 @@ One pass accumulates, as sums over rows, for H noise levels σ_h (same Z, c; wid
 * ``gram0 = Σ φ'φ'ᵀ`` at σ = 0 (the level-1 product, kept rather than only weighted), so that
   one NCFD pass also holds the complete FD/FVPD statistics (:attr:`NCFDStats.fd`) — used by
   held-out scoring at the data level and by the baselines, at S² extra memory and no extra
-  product.
+  product;
+* under a mixture base m (docs/gp_tilted.md, "NCFD"), per level ``V_h = Σ_i φ'_h(y_i) (s_h(y_i) − g_h(y_i))ᵀ``
+  with ``y_i = x_i + ξ_ih``, one draw ``ξ_ih ~ N(0, σ_h² I)`` per row and level, s_h the score of m convolved
+  with that noise (every Σ_k + σ_h² I) and g_h that of the Gaussian with m's mean and covariance, convolved
+  likewise: an unbiased estimate of the part of the objective's expectations over the noise that the Gaussian's
+  closed form (from ``U_h``, ``u_h``) does not give. Subtracting g_h on the same draws is a control variate: the
+  estimate is exact for a mixture of one component, and its noise is that of the mixture's departure from its
+  Gaussian only. The noise is seeded by a digest of the chunk's bytes and the level, so a chunk's statistics do
+  not depend on where or when it is computed. At σ = 0 there is no noise, and :attr:`NCFDStats.fd` adds the
+  Gaussian's part back (its ``V`` is the FD sum); ``base_sums`` are the FD ones.
 
 The weights are recomputed per chunk and level (O(S²d + H S²), MATH.md §3) instead of being
 stored (2H·S² floats). Loop order is level-outer inside a chunk, so each level's weights
@@ -20,6 +29,7 @@ are formed once per chunk. Precision: float64 throughout.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from typing import Any, ClassVar
 
@@ -27,7 +37,9 @@ import numpy as np
 
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
+from tgpflow.core.backend import to_numpy
 from tgpflow.core.summable import AdditiveStats
+from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.tgp import RFFStats, TGPStats, level_products
@@ -95,7 +107,7 @@ class NCFDStats(RFFStats):
     +, −, ``scaled``, save/load — :class:`~tgpflow.core.summable.AdditiveStats`; the draw and the levels
     ``sigmas`` are carried, not summed)."""
 
-    CARRIED: ClassVar[tuple[str, ...]] = (*AdditiveStats.CARRIED, "sigmas")
+    CARRIED: ClassVar[tuple[str, ...]] = (*AdditiveStats.CARRIED, "sigmas", "mixture")
 
     draw: RandomFourierFeatures | None
     sigmas: np.ndarray
@@ -105,6 +117,9 @@ class NCFDStats(RFFStats):
     u: np.ndarray    # (H, S)
     U: np.ndarray    # (H, S, d)
     psi: np.ndarray  # (H, S)
+    V: np.ndarray | None = None  # (H, S, d): under a mixture base
+    base_sums: np.ndarray | None = None
+    mixture: GaussianMixtureBase | None = None
     fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     @property
@@ -118,8 +133,13 @@ class NCFDStats(RFFStats):
     @property
     def fd(self) -> TGPStats:
         """The FD/FVPD statistics at σ = 0 contained in this pass (MATH.md §2)."""
+        V = None
+        if self.mixture is not None:  # the departure from the mixture's Gaussian, plus that Gaussian's own sum
+            precision = np.linalg.inv(self.mixture.cov)
+            shift = self.draw.shift if self.draw is not None else self.moments.mean
+            V = self.V[0] - (self.U[0] - np.outer(self.u[0], self.mixture.mean - shift)) @ precision
         return TGPStats(self.draw, self.moments, self.gram0, self.u[0], self.U[0], self.psi[0],
-                        fingerprint=self.fingerprint)
+                        V=V, base_sums=self.base_sums, mixture=self.mixture, fingerprint=self.fingerprint)
 
     @classmethod
     def zero(cls, features: RandomFourierFeatures, sigmas: np.ndarray) -> NCFDStats:
@@ -142,11 +162,13 @@ class NCFDStats(RFFStats):
 
 
 def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray,
-                     block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64") -> NCFDStats:
+                     block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64",
+                     mixture: GaussianMixtureBase | None = None) -> NCFDStats:
     """NCFD statistics of one chunk of rows (MATH.md §3); any array-API namespace, host float64 out.
 
     ``precision`` and ``block_bytes`` (the cap on the per-row part of the task's memory) as for
-    :func:`tgpflow.stats.tgp.tgp_chunk_stats`; the whole task is planned by :func:`ncfd_memory`."""
+    :func:`tgpflow.stats.tgp.tgp_chunk_stats`; the whole task is planned by :func:`ncfd_memory`. ``mixture``: the
+    mixture base the per-level ``V_h`` are summed under (module docstring; evaluated on the host, float64)."""
     sigmas = np.asarray(sigmas, dtype=np.float64)
     if sigmas.ndim != 1 or sigmas.size < 1 or sigmas[0] != 0.0 or np.any(np.diff(sigmas) <= 0):
         raise ValueError(f"noise levels must start at 0 and increase; got {sigmas.tolist()}")
@@ -156,8 +178,15 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
     S = features.n_features
     moments = Moments.from_rows(x)
     out = NCFDStats.zero(features, sigmas)
+    V, base_sums, host = None, None, None
+    if mixture is not None:
+        V = np.zeros((sigmas.size, S, d))
+        host = to_numpy(x).astype(np.float64)
+        log_m, score0, lap, _ = mixture.derivatives(host)
+        base_sums = np.array([log_m.sum(), 0.5 * np.einsum("nd,nd->", score0, score0) + lap.sum()])
+        score0 = score0 - _gaussian_score(mixture, 0.0, host)  # the departure from the mixture's Gaussian
     if n == 0:
-        return dataclasses.replace(out, moments=moments)
+        return dataclasses.replace(out, moments=moments, V=V, base_sums=base_sums, mixture=mixture)
     rows = plan_blocks(ncfd_memory(features, sigmas.size, precision), block_bytes, chunk_rows=n,
                        budget=task_budget()[0]).rows
     scale2 = 2.0 / S  # φφᵀ = (2/S) cos cosᵀ, φ'φ'ᵀ = (2/S) sin sinᵀ
@@ -166,7 +195,11 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
     u, U, psi = out.u, out.U, out.psi
     for h, sigma in enumerate(sigmas):
         level = features.with_bandwidth(level_bandwidth(features.gamma, float(sigma)))
-        g_sin, g_cos, u_h, U_h, psi_h = level_products(x, level, rows, cos_gram=sigma > 0, precision=precision)
+        score = None if mixture is None or h > 0 else score0
+        g_sin, g_cos, u_h, U_h, psi_h, V_h = level_products(x, level, rows, cos_gram=sigma > 0, precision=precision,
+                                                            score=score)
+        if V is not None:
+            V[h] = -scale * (V_h if h == 0 else _noisy_sin_score(host, level, mixture, float(sigma), h, rows))
         w_plus, w_minus = ncfd_weights(features, float(sigma))
         g_sin *= scale2
         if h == 0:
@@ -180,11 +213,33 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
         u[h] = -scale * u_h
         U[h] = -scale * U_h
         psi[h] = scale * psi_h
-    return dataclasses.replace(out, moments=moments)
+    return dataclasses.replace(out, moments=moments, V=V, base_sums=base_sums, mixture=mixture)
+
+
+def _noisy_sin_score(x: np.ndarray, level: RandomFourierFeatures, mixture: GaussianMixtureBase, sigma: float,
+                     h: int, rows: int) -> np.ndarray:
+    """Σ_i sin_h(y_i) (s_h(y_i) − g_h(y_i))ᵀ (unscaled, S × d) at y_i = x_i + ξ_i, ξ_i ~ N(0, σ²I) seeded by the
+    chunk's bytes and the level (module docstring)."""
+    digest = hashlib.blake2b(np.ascontiguousarray(x).tobytes(), digest_size=8).digest()
+    rng = np.random.default_rng([int.from_bytes(digest, "little"), h])
+    y = x + sigma * rng.standard_normal(x.shape)
+    score = mixture.at_level(sigma).derivatives(y)[1] - _gaussian_score(mixture, sigma, y)
+    out = np.zeros((level.n_features, x.shape[1]))
+    for start in range(0, y.shape[0], rows):
+        sin, _ = level.sincos(y[start:start + rows] - level.shift)
+        out += sin @ score[start:start + rows]
+    return out
+
+
+def _gaussian_score(mixture: GaussianMixtureBase, sigma: float, y: np.ndarray) -> np.ndarray:
+    """The score −(Σ + σ²I)⁻¹(y − μ) of the Gaussian with the mixture's mean μ and covariance Σ, at level σ."""
+    cov = mixture.cov + sigma * sigma * np.eye(mixture.n_dims)
+    return -np.linalg.solve(cov, (y - mixture.mean).T).T
 
 
 def _ncfd_cost(n_dims: int, features: RandomFourierFeatures, sigmas: np.ndarray,
-               block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64") -> tuple[MemoryCost, int]:
+               block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64",
+               mixture: GaussianMixtureBase | None = None) -> tuple[MemoryCost, int]:
     return ncfd_memory(features, np.asarray(sigmas).size, precision), block_bytes
 
 

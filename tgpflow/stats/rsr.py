@@ -13,7 +13,6 @@ the blocked NumPy path below, which is also the reference the tests compare agai
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 

@@ -7,7 +7,11 @@ One pass accumulates, as sums over rows:
 * ``U = Σ φ'(x) (x − x₀)ᵀ`` (S×d) about the pilot shift x₀ of the features (MATH.md §1),
   so that ``U − u μᵀ`` is formed as ``U − u (μ − x₀)ᵀ`` without cancellation;
 * optionally ``phi_gram = Σ φ(x) φ(x)ᵀ`` (S×S): only for held-out rows of an FVPD selection,
-  whose log-likelihood needs the mean of ``φᵀM⁻¹φ`` (MATH.md §4).
+  whose log-likelihood needs the mean of ``φᵀM⁻¹φ`` (MATH.md §4);
+* under a mixture base m fixed before the pass (:mod:`tgpflow.features.mixture_base`; docs/gp_tilted.md,
+  "A mixture base"): ``V = Σ φ'(x) s₀(x)ᵀ`` (S×d) with the base's score s₀ = ∇ log m, which takes the place of
+  ``U − u μᵀ`` in ψ' (ψ' = −rowsum(V ⊙ Z)), and ``base_sums = (Σ log m(x), Σ ½‖s₀(x)‖² + Δ log m(x))``, the
+  held-out log-likelihood's and Hyvärinen loss's base terms. The statistics carry that mixture.
 
 μ and Σ of the base are not needed during the pass: they are combined afterwards
 (``tgpflow.solve.tgp``, ``tgpflow.core.gaussian_base``). Per chunk, rows are processed in blocks sized from a byte budget;
@@ -29,6 +33,8 @@ from tgpflow.core.backend import is_numpy, namespace, to_numpy
 from tgpflow.core.choices import PRECISIONS
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
+from tgpflow.errors import FeaturesMismatchError
+from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.stored import StoredStats
 
@@ -46,7 +52,8 @@ def block_rows_for(n_features: int, n_dims: int, block_bytes: int) -> int:
     return plan_blocks(cost, block_bytes).rows
 
 
-def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with_phi_gram: bool = False) -> MemoryCost:
+def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with_phi_gram: bool = False,
+               mixture: Any = None) -> MemoryCost:
     """The bytes of one :func:`tgp_chunk_stats` task (NumPy chunks; see :mod:`tgpflow.core.memory`).
 
     Fixed: the S×S accumulator ``gram`` (and ``gram_cos`` for Σφφᵀ) and the product buffers (float32
@@ -56,7 +63,8 @@ def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with
     products' precision; the kernel's three float64 rows; the transposed and the shifted row with its absolute
     value (3·d); two float64 rows for an eighth of the block where angles leave the compiled kernel's range
     (:func:`_libm_block`). Per chunk row: the centred copy of the moments (d). Other array namespaces (CuPy,
-    array_api_strict) form each product as a new S×S array: one more S².
+    array_api_strict) form each product as a new S×S array: one more S². A ``mixture`` base adds its sum ``V``,
+    its evaluation's blocks (about 32 MB) and, per chunk row, its score (d).
     """
     S, d = features.n_features, features.n_dims
     mixed = precision == "mixed"
@@ -68,9 +76,12 @@ def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with
     # absolute value (3·d) and the kernel's 3 rows, float64; the libm fallback's share (:func:`_libm_block`)
     per_row = ((F32 if mixed else F64) * (S * (2 if with_phi_gram else 1) + aug) + F64 * (3 * d + 3)
                + 2 * F64 * S // LIBM_PARTS)
+    if mixture is not None:
+        fixed += F64 * (S * d + 4 * (1 << 22))  # V, and the mixture's blocks (GaussianMixtureBase)
+    chunk_row = F64 * d * (2 if mixture is not None else 1)
     what = f"FD/FVPD statistics (S={S}, d={d}, {precision}{', with Σφφᵀ' if with_phi_gram else ''})"
     result = F64 * (S * S * (2 if with_phi_gram else 1) + S * d + 2 * S + d * d + d)
-    return MemoryCost(what, fixed, per_row, F64 * d, "use fewer features (n_features)", result)
+    return MemoryCost(what, fixed, per_row, chunk_row, "use fewer features (n_features)", result)
 
 
 # Shared with NCFDStats, which says it in the same words.
@@ -94,9 +105,26 @@ class RFFStats(StoredStats):
     def _draw_from_arrays(cls, arrays: dict[str, np.ndarray], meta: Mapping[str, Any]) -> RandomFourierFeatures:
         return RandomFourierFeatures.from_arrays(arrays, seed=meta.get("seed"))
 
+    MIXTURE_MISMATCH: ClassVar[str] = ("cannot combine statistics summed under different mixture bases ({a} and {b}); "
+                                       "accumulate every part with the estimator's base_mixture_, or refit")
+
     def check_features(self, features: RandomFourierFeatures) -> None:
         """Raise unless these statistics were accumulated with ``features``."""
         self.check_draw(features)
+
+    def _check_combinable(self, other: Any, sign: float) -> None:
+        super()._check_combinable(other, sign)
+        self.check_mixture(getattr(other, "mixture", None))
+
+    def check_mixture(self, mixture: GaussianMixtureBase | None) -> None:
+        """Raise unless these statistics were summed under the mixture base ``mixture`` (None: a Gaussian base;
+        docs/gp_tilted.md, "A mixture base")."""
+        own = getattr(self, "mixture", None)
+        mine = None if own is None else own.fingerprint[:12]
+        theirs = None if mixture is None else mixture.fingerprint[:12]
+        if mine != theirs:
+            raise FeaturesMismatchError(self.MIXTURE_MISMATCH.format(a=mine or "a Gaussian base",
+                                                                     b=theirs or "a Gaussian base"))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -112,7 +140,12 @@ class TGPStats(RFFStats):
     U: np.ndarray
     psi: np.ndarray
     phi_gram: np.ndarray | None = None
+    V: np.ndarray | None = None
+    base_sums: np.ndarray | None = None
+    mixture: GaussianMixtureBase | None = None
     fingerprint: str = dataclasses.field(default="", kw_only=True)
+
+    CARRIED: ClassVar[tuple[str, ...]] = ("fingerprint", "draw", "mixture")
 
     @property
     def n(self) -> int:
@@ -133,7 +166,8 @@ class TGPStats(RFFStats):
 
 
 def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = DEFAULT_BLOCK_BYTES,
-                    precision: str = "float64", with_phi_gram: bool = False) -> TGPStats:
+                    precision: str = "float64", with_phi_gram: bool = False,
+                    mixture: GaussianMixtureBase | None = None) -> TGPStats:
     """TGP statistics of one chunk of rows ``x`` (n, d), in blocks of rows (MATH.md §2).
 
     ``precision="mixed"``: the S×S products are float32 (angles and sin/cos still formed in
@@ -148,30 +182,42 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
     accumulators and S² temporaries come on top (:func:`tgp_memory`). Inside a distributed
     worker, rows per block also keep the whole task within the worker's memory limit per thread
     (:func:`tgpflow.core.memory.plan_blocks`).
+
+    ``mixture``: the mixture base the pass sums ``V`` and ``base_sums`` under (module docstring; its score is
+    evaluated on the host, in float64).
     """
     n, d = int(x.shape[0]), int(x.shape[1])
     if d != features.n_dims:
         raise ValueError(f"chunk has {d} columns but the features were drawn for d={features.n_dims}")
     S = features.n_features
     moments = Moments.from_rows(x)
+    score, base_sums = None, None
+    if mixture is not None:
+        log_m, score, lap, _ = mixture.derivatives(to_numpy(x).astype(np.float64))
+        base_sums = np.array([log_m.sum(), 0.5 * np.einsum("nd,nd->", score, score) + lap.sum()])
     if n == 0:
         zero = TGPStats.zero(features)
-        return dataclasses.replace(zero, moments=moments, phi_gram=np.zeros_like(zero.gram) if with_phi_gram else None)
-    rows = plan_blocks(tgp_memory(features, precision, with_phi_gram), block_bytes, chunk_rows=n,
+        return dataclasses.replace(zero, moments=moments, phi_gram=np.zeros_like(zero.gram) if with_phi_gram else None,
+                                   V=None if mixture is None else np.zeros((S, d)), base_sums=base_sums,
+                                   mixture=mixture)
+    rows = plan_blocks(tgp_memory(features, precision, with_phi_gram, mixture), block_bytes, chunk_rows=n,
                        budget=task_budget()[0]).rows
-    gram, gram_cos, u, U, psi = level_products(x, features, rows, cos_gram=with_phi_gram, precision=precision)
+    gram, gram_cos, u, U, psi, V = level_products(x, features, rows, cos_gram=with_phi_gram, precision=precision,
+                                                  score=score)
     scale = math.sqrt(2.0 / S)
     # φ = scale·cos, φ' = −scale·sin: fold the constants in once per chunk (in place: no second S²).
     gram *= scale * scale
     if gram_cos is not None:
         gram_cos *= scale * scale
-    return TGPStats(features, moments, gram, u * (-scale), U * (-scale), psi * scale, gram_cos)
+    return TGPStats(features, moments, gram, u * (-scale), U * (-scale), psi * scale, gram_cos,
+                    None if V is None else V * (-scale), base_sums, mixture)
 
 
 def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool,
-                   precision: str = "float64") -> tuple[Any, ...]:
+                   precision: str = "float64", score: np.ndarray | None = None) -> tuple[Any, ...]:
     """Unscaled sums over the rows of ``x`` for one width: ``sin sinᵀ``, ``cos cosᵀ`` (or None),
-    ``Σ sin``, ``Σ sin (x − x₀)ᵀ``, ``Σ cos`` — host float64, in blocks of ``rows`` rows.
+    ``Σ sin``, ``Σ sin (x − x₀)ᵀ``, ``Σ cos`` and, with ``score`` (n, d), ``Σ sin scoreᵀ`` (else None) — host
+    float64, in blocks of ``rows`` rows.
 
     ``sin``/``cos`` are of ``Z(x − x₀)/γ + c'`` (S × rows). NumPy chunks use the compiled
     sincos and NumPy's matmul (SYRK, GIL released) into reused buffers; any other array-API
@@ -181,18 +227,19 @@ def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram:
         raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
     xp = namespace(x)
     if is_numpy(xp):
-        return _products_numpy(np.asarray(x, dtype=np.float64), features, rows, cos_gram, precision == "mixed")
-    return _products_xp(x, features, rows, cos_gram, xp, precision == "mixed")
+        return _products_numpy(np.asarray(x, dtype=np.float64), features, rows, cos_gram, precision == "mixed", score)
+    return _products_xp(x, features, rows, cos_gram, xp, precision == "mixed", score)
 
 
 def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, cos_gram: bool,
-                    mixed: bool = False) -> tuple[Any, ...]:
+                    mixed: bool = False, score: np.ndarray | None = None) -> tuple[Any, ...]:
     S, d = features.n_features, features.n_dims
     gram = np.zeros((S, S))
     gram_cos = np.zeros((S, S)) if cos_gram else None
     u = np.zeros(S)
     U = np.zeros((S, d))
     psi = np.zeros(S)
+    V = None if score is None else np.zeros((S, d))
     W, phase = features.frequencies, features.phase
     from tgpflow.features.sincos import sin_sums_rows
 
@@ -230,7 +277,9 @@ def _products_numpy(x: np.ndarray, features: RandomFourierFeatures, rows: int, c
             u += prod[:S, S + d]
         if gram_cos is not None:
             gram_cos += np.matmul(cos, cos.T, out=prod_cos)
-    return gram, gram_cos, u, U, psi
+        if V is not None:  # Σ sin s₀ᵀ: the sin block read once more (mixture bases only), in its precision
+            V += A[:S] @ score[start:start + nb].astype(low)
+    return gram, gram_cos, u, U, psi, V
 
 
 #: The libm fallback of the pass works on 1/this of a block at a time (:func:`_libm_block`).
@@ -258,13 +307,15 @@ def _libm_block(xs: np.ndarray, W: np.ndarray, phase: np.ndarray, sin_out: np.nd
 
 
 def _products_xp(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool, xp: Any,
-                 mixed: bool = False) -> tuple[Any, ...]:
+                 mixed: bool = False, score: np.ndarray | None = None) -> tuple[Any, ...]:
     S, d = features.n_features, features.n_dims
     gram = xp.zeros((S, S), dtype=xp.float64)
     gram_cos = xp.zeros((S, S), dtype=xp.float64) if cos_gram else None
     u = xp.zeros((S,), dtype=xp.float64)
     U = xp.zeros((S, d), dtype=xp.float64)
     psi = xp.zeros((S,), dtype=xp.float64)
+    V = None if score is None else xp.zeros((S, d), dtype=xp.float64)
+    score_x = None if score is None else xp.asarray(score)
     xs_all = x - xp.asarray(features.shift)
     n = int(x.shape[0])
     for start in range(0, n, rows):
@@ -276,7 +327,9 @@ def _products_xp(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: b
         u = u + xp.sum(sin, axis=1)
         psi = psi + xp.sum(cos, axis=1)
         U = U + sin @ xs
-    return tuple(None if a is None else to_numpy(a).astype(np.float64) for a in (gram, gram_cos, u, U, psi))
+        if V is not None:
+            V = V + sin @ score_x[start:min(start + rows, n), ...]
+    return tuple(None if a is None else to_numpy(a).astype(np.float64) for a in (gram, gram_cos, u, U, psi, V))
 
 
 def _product(a: Any, xp: Any, mixed: bool) -> Any:
@@ -288,8 +341,9 @@ def _product(a: Any, xp: Any, mixed: bool) -> Any:
 
 
 def _tgp_cost(n_dims: int, features: RandomFourierFeatures, block_bytes: int = DEFAULT_BLOCK_BYTES,
-              precision: str = "float64", with_phi_gram: bool = False) -> tuple[MemoryCost, int]:
-    return tgp_memory(features, precision, with_phi_gram), block_bytes
+              precision: str = "float64", with_phi_gram: bool = False,
+              mixture: GaussianMixtureBase | None = None) -> tuple[MemoryCost, int]:
+    return tgp_memory(features, precision, with_phi_gram, mixture), block_bytes
 
 
 declare(tgp_chunk_stats, _tgp_cost)

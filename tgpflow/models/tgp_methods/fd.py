@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from tgpflow.core.gaussian_base import Base
@@ -17,8 +18,11 @@ from tgpflow.solve.tgp import fd_system, solve_fd
 class FD(TGPMethod):
     name = "fd"
     learns_base = True
+    mixture_base = True
 
     def solve(self, stats: Any, hyper: Hyper) -> Solution:
+        if math.isinf(hyper.lam):
+            return self.no_tilt(hyper)
         if hyper.params.get("base") == "learn":
             theta, base, info = learn_base(stats, hyper.features, hyper.base, hyper.lam)
             objective = float(info["history"][-1])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -19,17 +21,23 @@ from tgpflow.solve.tgp import fd_system, solve_fvpd
 class FVPD(TGPMethod):
     name = "fvpd"
     learns_base = True
+    mixture_base = True
     uses_eta = True
     extra_arrays = ("posterior_mean_", "posterior_precision_", "predictive_m_")
     hyvarinen_criterion = "posterior-expected held-out Hyvärinen loss"
 
     def chunk_stats(self, *, block_bytes: int, precision: str, noise_levels: np.ndarray | None = None,
-                    validation: bool = False) -> Any:
-        fn, args = super().chunk_stats(block_bytes=block_bytes, precision=precision)
-        return (fn, (*args, True)) if validation else (fn, args)  # held-out rows also sum φφᵀ
+                    validation: bool = False, mixture: Any = None) -> Any:
+        fn, (blocks, prec, _, mix) = super().chunk_stats(block_bytes=block_bytes, precision=precision, mixture=mixture)
+        return fn, (blocks, prec, validation, mix)  # held-out rows also sum φφᵀ
 
     def solve(self, stats: Any, hyper: Hyper) -> Solution:
         lam, eta, base = hyper.lam, hyper.eta, hyper.base
+        if math.isinf(lam):  # λ = ∞: the posterior is a point mass at θ = 0, and the predictive is the base
+            S, sol = hyper.features.n_features, self.no_tilt(hyper)
+            extra = {"posterior_mean_": np.zeros(S), "posterior_precision_": np.diag(np.full(S, np.inf)),
+                     "predictive_m_": np.zeros(S)}
+            return dataclasses.replace(sol, objective=None, extra=extra, eta=eta)
         info: dict[str, Any] = {}
         if hyper.params.get("base") == "learn":  # μ̂ = θ_FD at λη: learn the base on that objective
             _, base, info = learn_base(stats, hyper.features, base, lam * eta)

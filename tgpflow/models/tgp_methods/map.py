@@ -10,6 +10,7 @@ was chosen, at −3.5336 (sample KS 1.45 ×10⁻² against 1.68).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,8 +39,11 @@ def point_set(base: Base, n_draws: int, seed: Any, kind: str) -> PointSet:
 class MAP(TGPMethod):
     name = "map"
     solve_draws = True
+    mixture_base = True
 
     def solve(self, stats: Any, hyper: Hyper) -> Solution:
+        if math.isinf(hyper.lam):
+            return self.no_tilt(hyper)
         points = point_set(hyper.base, int(hyper.params["map_draws"]), hyper.seed, str(hyper.params["map_points"]))
         theta, objective, info = solve_map(stats.psi, stats.n, hyper.features, points, hyper.lam,
                                            max_iter=int(hyper.params["map_max_iter"]), block_bytes=hyper.block_bytes)
@@ -90,6 +94,8 @@ class MAP(TGPMethod):
         return with_tilt_scores(rows, thetas, val, feats, base, ctx)
 
     def diagnostics(self, info: dict[str, Any], params: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        if "n_draws" not in info:  # λ = ∞: no Newton solve ran
+            return {}, []
         n_fixed = int(info["n_draws"])
         extra = {"map_converged": bool(info["converged"]), "map_ess_fraction": float(info["ess"]) / n_fixed}
         warns = []

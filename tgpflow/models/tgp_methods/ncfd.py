@@ -20,13 +20,14 @@ class NCFD(TGPMethod):
     name = "ncfd"
     stats_type = NCFDStats
     noise_conditional = True
+    mixture_base = True
     extra_arrays = ("noise_levels_",)
 
     def chunk_stats(self, *, block_bytes: int, precision: str, noise_levels: np.ndarray | None = None,
-                    validation: bool = False) -> Any:
+                    validation: bool = False, mixture: Any = None) -> Any:
         if validation:
             return None
-        return ncfd_chunk_stats, (noise_levels, int(block_bytes), precision)
+        return ncfd_chunk_stats, (noise_levels, int(block_bytes), precision, mixture)
 
     def solve(self, stats: Any, hyper: Hyper) -> Solution:
         theta, objective, info = solve_ncfd(stats, hyper.features, hyper.base, hyper.lam)
