@@ -126,3 +126,21 @@ def test_the_per_gamma_tasks_equal_the_serial_loop_bit_for_bit(seed):
             Client(cluster):
         _, dist = pilot_bandwidth(rows, folds, feats, gammas, lams, random_state=copy(seed), **kwargs)
     assert threads == want and dist == want
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+def test_a_column_constant_in_some_folds_does_not_stop_the_bandwidth_search():
+    """A pixel that is 0 on every row but a few, all in one cross-validation fold (ADBench's mnist): the folds
+    whose training rows hold it constant take the Gaussian of all the pilot rows instead of refusing the table."""
+    from tgpflow import GPTiltedDensity
+
+    n = 3000
+    X = np.random.default_rng(0).normal(size=(n, 3))
+    X[:, 2] = 0.0
+    folds = fold_index(np.arange(n, dtype=np.int64), 3, SPLIT_SALT)
+    train = ~validation_mask(np.arange(n, dtype=np.int64), 0.1, SPLIT_SALT)
+    rare = np.flatnonzero((folds == 0) & train)[:5]
+    X[rare, 2] = 1.0
+    est = GPTiltedDensity(method="fd", n_features=64, random_state=0).fit(X)
+    assert est.bandwidth_selection_["chosen"] == est.bandwidth_
+    assert np.isfinite(est.log_density(X)).all()

@@ -7,13 +7,6 @@ that check: the model's normalised mass outside it (from the normaliser's import
 held-out rows is about ``1 − 0.998^d`` for independent columns and less for correlated ones.
 The box is computed from the pilot sample (≤ 100k rows: the 0.1 % quantile rests on ≥ 100 rows),
 stored with the model, and travels to the sample check (:mod:`tgpflow.metrics.sample_check`).
-
-Where a column's edge is a point mass — at least :data:`EDGE_MASS` of the rows exactly at its minimum or
-maximum (a meter that reads 0 most of the time) — that side is widened by :data:`BOX_MARGIN` of the column's
-quantile range: the quantile is the spike itself, and every smooth density — a tuned GaussianMixture too —
-puts about half of the spike's mass just beyond it. Mass that close to the data is not mass where there are
-no data; a runaway tilt's lies far beyond. (A spike the caller has dequantized over its cell is no longer at
-one value, and is not seen as one.)
 """
 
 from __future__ import annotations
@@ -23,16 +16,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SupportBox", "BOX_QUANTILE", "BOX_MARGIN", "EDGE_MASS", "OUTSIDE_FACTOR", "OUTSIDE_FLOOR",
-           "mass_outside_limit"]
+__all__ = ["SupportBox", "BOX_QUANTILE", "OUTSIDE_FACTOR", "OUTSIDE_FLOOR", "mass_outside_limit"]
 
 #: Lower tail quantile of the box in each column (the upper one is 1 − this).
 BOX_QUANTILE = 0.001
-#: A side of the box at a point mass is moved out by this share of the column's [q, 1 − q] range (module docstring).
-BOX_MARGIN = 0.005
-#: The share of the rows exactly at a column's minimum (maximum) that makes that edge a point mass (as
-#: :data:`tgpflow.io.column_kinds.MIN_MASS`).
-EDGE_MASS = 0.01
 #: A model may put up to this many times the data's share outside the box ...
 OUTSIDE_FACTOR = 5.0
 #: ... or this much, whichever is larger (a smooth density spills a little over any box). Broken fits
@@ -56,17 +43,11 @@ class SupportBox:
 
     @classmethod
     def from_rows(cls, rows: np.ndarray, quantile: float = BOX_QUANTILE) -> SupportBox:
-        """The [q, 1 − q] box of ``rows`` (n, d), a side at a point mass widened (module docstring), and the share
-        of those rows outside it."""
+        """The [q, 1 − q] box of ``rows`` (n, d) and the share of those rows outside it."""
         rows = np.asarray(rows, dtype=np.float64)
         if rows.ndim != 2 or rows.shape[0] < 2:
             raise ValueError(f"the support box needs at least 2 rows; got shape {rows.shape}")
         lower, upper = np.quantile(rows, [quantile, 1.0 - quantile], axis=0)
-        margin = BOX_MARGIN * (upper - lower)
-        least = max(2.0, EDGE_MASS * rows.shape[0])  # a value that repeats: one row is no point mass
-        at_min = (rows == rows.min(axis=0)).sum(axis=0) >= least
-        at_max = (rows == rows.max(axis=0)).sum(axis=0) >= least
-        lower, upper = np.where(at_min, lower - margin, lower), np.where(at_max, upper + margin, upper)
         box = cls(lower, upper, 0.0, int(rows.shape[0]))
         return dataclasses.replace(box, rate_outside=float(box.outside(rows).mean()))
 
