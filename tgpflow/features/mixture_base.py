@@ -160,7 +160,11 @@ class GaussianMixtureBase:
         comp = rng.choice(self.n_components, size=int(n), p=self.weights)
         z = rng.standard_normal((int(n), self.n_dims))
         chol = np.linalg.cholesky(self.covariances)
-        return self.means[comp] + np.einsum("nd,ned->ne", z, chol[comp]), comp
+        out = np.empty_like(z)
+        for k in np.unique(comp):  # a component's draws at once: no (n, d, d) gather of the factors
+            rows = comp == k
+            out[rows] = self.means[k] + z[rows] @ chol[k].T
+        return out, comp
 
     # -- storage --------------------------------------------------------------------------------
     def to_arrays(self) -> dict[str, np.ndarray]:
