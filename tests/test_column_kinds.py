@@ -55,3 +55,15 @@ def test_a_fit_reports_the_kinds_and_its_model_file_keeps_them(tmp_path):
     assert est.pilot_["column_kinds"]["load"]["kind"] == "continuous"
     est.save(tmp_path / "m.zarr")
     assert tgpflow.load(tmp_path / "m.zarr").pilot_["column_kinds"] == est.pilot_["column_kinds"]
+
+
+def test_values_recorded_to_three_decimals_stay_a_lattice_once_standardized():
+    """A meter read to 0.001, zero on most rows and lognormal otherwise, standardized: the step is 0.001/sd, not a
+    decimal, and the lattice holds every value to 10⁻⁴ of a cell (rounding that step to a decimal had lost it)."""
+    rng = np.random.default_rng(3)
+    raw = np.round(np.where(rng.random(60_000) < 0.6, 0.0, rng.lognormal(2.8, 0.5, 60_000)), 3)
+    z = (raw - raw.mean()) / raw.std()
+    kinds = column_kinds(z[:, None], ["meter"])
+    assert kinds["meter"]["kind"] == "lattice"
+    assert kinds["meter"]["lattice"]["step"] * raw.std() == pytest.approx(0.001, rel=1e-9)
+    assert lattice_step(np.unique(np.round(raw, 3))) == 0.001  # the raw column's step is still the decimal

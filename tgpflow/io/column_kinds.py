@@ -69,12 +69,18 @@ def lattice_step(values: np.ndarray) -> float | None:
             return None
     if step <= floor:
         return None
+    candidates = [step]
     for digits in range(16):  # a step written to a number of decimals, as it was meant (0.001, not 0.000999…)
         if 0 < round(step, digits) and abs(round(step, digits) - step) <= 1e-6 * step:
-            step = round(step, digits)
+            candidates.insert(0, round(step, digits))
             break
-    k = (values - values[0]) / step
-    return step if np.all(np.abs(k - np.round(k)) <= 1e-4) else None
+    # the decimal only where it is the lattice: a standardized step (0.001/sd) is no decimal, and rounding it to
+    # one moves the 10⁵th cell by a tenth of a step
+    for candidate in candidates:
+        k = (values - values[0]) / candidate
+        if np.all(np.abs(k - np.round(k)) <= 1e-4):
+            return candidate
+    return None
 
 
 def column_kinds(rows: np.ndarray, columns: Sequence[str]) -> dict[str, dict[str, Any]]:
