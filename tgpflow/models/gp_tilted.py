@@ -25,8 +25,8 @@ from tgpflow.core.logs import logger, phase
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.core.moments import Moments
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
-from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
 from tgpflow.features.mixture_base import fit_mixture_base
+from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
 from tgpflow.features.scaling import Scaling
 from tgpflow.io.column_kinds import column_kinds

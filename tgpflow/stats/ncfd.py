@@ -35,9 +35,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tgpflow.core.backend import to_numpy
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
-from tgpflow.core.backend import to_numpy
 from tgpflow.core.summable import AdditiveStats
 from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.noise import level_bandwidth
@@ -77,14 +77,17 @@ def ncfd_weights(features: RandomFourierFeatures, sigma: float) -> tuple[np.ndar
     return w_plus, w_minus
 
 
-def ncfd_memory(features: RandomFourierFeatures, n_levels: int, precision: str = "float64") -> MemoryCost:
+def ncfd_memory(features: RandomFourierFeatures, n_levels: int, precision: str = "float64",
+                mixture: Any = None) -> MemoryCost:
     """The bytes of one :func:`ncfd_chunk_stats` task (NumPy chunks; see :mod:`tgpflow.core.memory`).
 
     Fixed: the accumulators ``abar`` and ``gram0`` (2 S²) and, at a level σ > 0, the larger of
     the product phase (``sin sinᵀ``, ``cos cosᵀ`` and the product buffer: 3 S²) and the weight
     phase (both products held while :func:`ncfd_weights` builds W± in three S² arrays: 5 S²);
     the per-level sums ``u, U, psi`` (H·S·(d + 2)) and the S×d work arrays of a level. Per block
-    row and per chunk row: as for FD (:func:`tgpflow.stats.tgp.tgp_memory`).
+    row and per chunk row: as for FD (:func:`tgpflow.stats.tgp.tgp_memory`). A ``mixture`` base adds the per-level
+    sums ``V`` (H·S·d), its evaluation's blocks (about 32 MB) and, per chunk row, the host copy, the noisy rows
+    and two scores (4·d).
     """
     S, d, H = features.n_features, features.n_dims, int(n_levels)
     mixed = precision == "mixed"
@@ -92,7 +95,11 @@ def ncfd_memory(features: RandomFourierFeatures, n_levels: int, precision: str =
     level = max(F64 * 2 * S * S + prod * S * S, F64 * 5 * S * S) if H > 1 else F64 * S * S + prod * S * S
     fixed = F64 * 2 * S * S + level + F64 * (H * S * (d + 2) + 6 * S * d + 10 * S + 2 * d * d)
     per_row = F64 * (3 * S + 2 * d) + (F32 * S if mixed else 0)
-    return MemoryCost(f"NCFD statistics (S={S}, H={H}, d={d}, {precision})", fixed, per_row, F64 * d,
+    chunk_row = F64 * d
+    if mixture is not None:
+        fixed += F64 * (H * S * d + 4 * (1 << 22))
+        chunk_row += F64 * 4 * d
+    return MemoryCost(f"NCFD statistics (S={S}, H={H}, d={d}, {precision})", fixed, per_row, chunk_row,
                       "use fewer features (n_features) or fewer noise levels (noise_levels)",
                       F64 * (2 * S * S + H * S * (d + 2) + d * d + d))
 
@@ -187,7 +194,7 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
         score0 = score0 - _gaussian_score(mixture, 0.0, host)  # the departure from the mixture's Gaussian
     if n == 0:
         return dataclasses.replace(out, moments=moments, V=V, base_sums=base_sums, mixture=mixture)
-    rows = plan_blocks(ncfd_memory(features, sigmas.size, precision), block_bytes, chunk_rows=n,
+    rows = plan_blocks(ncfd_memory(features, sigmas.size, precision, mixture), block_bytes, chunk_rows=n,
                        budget=task_budget()[0]).rows
     scale2 = 2.0 / S  # φφᵀ = (2/S) cos cosᵀ, φ'φ'ᵀ = (2/S) sin sinᵀ
     scale = math.sqrt(scale2)
@@ -240,7 +247,7 @@ def _gaussian_score(mixture: GaussianMixtureBase, sigma: float, y: np.ndarray) -
 def _ncfd_cost(n_dims: int, features: RandomFourierFeatures, sigmas: np.ndarray,
                block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64",
                mixture: GaussianMixtureBase | None = None) -> tuple[MemoryCost, int]:
-    return ncfd_memory(features, np.asarray(sigmas).size, precision), block_bytes
+    return ncfd_memory(features, np.asarray(sigmas).size, precision, mixture), block_bytes
 
 
 declare(ncfd_chunk_stats, _ncfd_cost)
