@@ -151,11 +151,12 @@ def test_selection_scores_the_mixture_itself_and_never_does_worse_on_held_out_ro
     assert chosen and chosen[0]["loglik"] >= inf_rows[0]["loglik"]
 
 
-def test_lambda_infinity_model_is_the_mixture(tmp_path):
+@pytest.mark.parametrize("method", ["fd", "ncfd", "fvpd"])
+def test_lambda_infinity_model_is_the_mixture(tmp_path, method):
     """At λ = ∞ the model is its mixture base: the normalised log density equals log m(x), and the model file
     keeps the mixture (a load scores the same)."""
     x = _two_blobs(3000, 16)
-    est = GPTiltedDensity(method="fd", base="mixture", n_features=80, random_state=0).fit(x)
+    est = GPTiltedDensity(method=method, base="mixture", n_features=80, random_state=0).fit(x)
     est._resolve_at(np.inf)
     est._diagnose(warn=False)
     pts = _two_blobs(200, 17)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,8 @@ class NCFD(TGPMethod):
         return ncfd_chunk_stats, (noise_levels, int(block_bytes), precision, mixture)
 
     def solve(self, stats: Any, hyper: Hyper) -> Solution:
+        if math.isinf(hyper.lam):
+            return self.no_tilt(hyper)
         theta, objective, info = solve_ncfd(stats, hyper.features, hyper.base, hyper.lam)
         return Solution(TGPFitted(hyper.features, hyper.base, theta=theta, block_bytes=hyper.block_bytes), info,
                         objective, theta=theta)
