@@ -41,9 +41,13 @@ DRAW_BLOCK = 8192
 def _log_q(r2: np.ndarray, d: int, log_det_chol: float) -> np.ndarray:
     """log q at points of squared Mahalanobis radius ``r2`` (under Σ)."""
     c = -0.5 * d * math.log(2.0 * math.pi) - log_det_chol
-    log_base = math.log1p(-WIDE_SHARE) + c - 0.5 * r2
-    log_wide = math.log(WIDE_SHARE) + c - d * math.log(WIDE_SCALE) - 0.5 * r2 / WIDE_SCALE**2
-    return np.logaddexp(log_base, log_wide)
+    return np.logaddexp(math.log1p(-WIDE_SHARE) + c - 0.5 * r2, _log_wide(r2, d, log_det_chol))
+
+
+def _log_wide(r2: np.ndarray, d: int, log_det_chol: float) -> np.ndarray:
+    """log of the wide component's share α N(x | μ, κ²Σ) at points of squared Mahalanobis radius ``r2``."""
+    c = -0.5 * d * math.log(2.0 * math.pi) - log_det_chol
+    return math.log(WIDE_SHARE) + c - d * math.log(WIDE_SCALE) - 0.5 * r2 / WIDE_SCALE**2
 
 
 def proposal_draws(mean: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Generator,
@@ -69,8 +73,7 @@ def _mixture_draws(mixture: Any, mean: np.ndarray, chol: np.ndarray, n: int,
     z = rng.standard_normal((int(wide.sum()), d)) * WIDE_SCALE
     points[wide] = mean + z @ chol.T
     r = scipy.linalg.solve_triangular(chol, (points - mean).T, lower=True)
-    c = -0.5 * d * math.log(2.0 * math.pi) - float(np.log(np.diag(chol)).sum())
-    log_wide = math.log(WIDE_SHARE) + c - d * math.log(WIDE_SCALE) - 0.5 * np.einsum("dn,dn->n", r, r) / WIDE_SCALE**2
+    log_wide = _log_wide(np.einsum("dn,dn->n", r, r), d, float(np.log(np.diag(chol)).sum()))
     return points, np.logaddexp(math.log1p(-WIDE_SHARE) + mixture.log_pdf(points), log_wide)
 
 

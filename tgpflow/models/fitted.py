@@ -107,12 +107,8 @@ class Fitted(abc.ABC):
         return (rows, ess) if return_ess else rows
 
     def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:
-        """``n_samples`` draws of the Gaussian base N(μ, Σ) (e.g. MCMC starts)."""
-        base = self._gaussian_base()
-        if getattr(base, "mixture", None) is not None:
-            return base.draws(int(n_samples), np.random.default_rng(random_state))
-        z = np.random.default_rng(random_state).standard_normal((int(n_samples), base.mean.shape[0]))
-        return base.mean + z @ np.linalg.cholesky(base.cov).T
+        """``n_samples`` draws of the base — N(μ, Σ), or a mixture base (e.g. MCMC starts)."""
+        return self._gaussian_base().draws(int(n_samples), np.random.default_rng(random_state))
 
     def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0) -> tuple[np.ndarray, np.ndarray]:
         """Draws ζ of the defensive proposal q around the base (:mod:`tgpflow.core.proposal`) and their

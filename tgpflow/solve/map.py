@@ -38,12 +38,8 @@ class PointSet:
 
 def base_draws(base: Base, n_draws: int, random_state: int | np.random.Generator | None) -> PointSet:
     """S₂ draws ζ of the base (N(μ, Σ), or a mixture) from an explicit seed, each of weight 1/S₂."""
-    rng = np.random.default_rng(random_state)
-    if base.mixture is not None:
-        return PointSet(base.draws(int(n_draws), rng), np.full(int(n_draws), -np.log(n_draws)))
-    chol = np.linalg.cholesky(base.cov)
-    pts = base.mean + rng.standard_normal((int(n_draws), base.mean.shape[0])) @ chol.T
-    return PointSet(pts, np.full(int(n_draws), -np.log(n_draws)))
+    points = base.draws(int(n_draws), np.random.default_rng(random_state))
+    return PointSet(points, np.full(int(n_draws), -np.log(n_draws)))
 
 
 def proposal_point_set(base: Base, n_draws: int, random_state: int | np.random.Generator | None) -> PointSet:
