@@ -18,8 +18,11 @@ columns of a household meter table: three zero-inflated sub-meters, values recor
 ``rental`` (synthetic: hour, weekday, month codes, two binary flags, two skewed counts), and with
 ``--adbench`` the ADBench development sets (``../shared/data/adbench``, their X only).
 
+Each method is fitted on every base of ``--bases`` (``base=``: "empirical", the Gaussian of the data's moments,
+and "mixture", a Gaussian mixture fitted on the pilot under the tilt; docs/gp_tilted.md).
+
 Usage: python benchmarks/vs_mixture.py [--tables magic,meters,rental] [--methods fd,ncfd,fvpd] [--k-grid 1,2,4,...]
-       [--adbench] [--json out.json]
+       [--bases empirical,mixture] [--adbench] [--json out.json]
 """
 
 from __future__ import annotations
