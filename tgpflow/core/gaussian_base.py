@@ -35,8 +35,8 @@ class Base:
     Gaussian mixture m (:class:`~tgpflow.features.mixture_base.GaussianMixtureBase`) whose mean and covariance
     are μ and Σ (docs/gp_tilted.md, "A mixture base").
 
-    What a tilted density needs of its base, for either kind: :meth:`quad` (−log of the unnormalised base and
-    its gradient), :meth:`neg_divergence` and :meth:`neg_hess_diag`. The unnormalised log base is
+    What a tilted density needs of its base, for either kind: :meth:`neg_log` (−log of the unnormalised base) and
+    :meth:`neg_score` (its gradient, Laplacian and Hessian diagonal, negated). The unnormalised log base is
     ``−½(x−μ)ᵀP(x−μ)`` for the Gaussian and ``log m(x) + ½ log|2πΣ|`` for a mixture: the same function for a
     mixture of one component.
     """
@@ -56,34 +56,23 @@ class Base:
         _, log_det = np.linalg.slogdet(self.cov)
         return 0.5 * (log_det + self.mean.shape[0] * math.log(2 * math.pi))
 
-    def quad(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(−log of the unnormalised base, its gradient) at the rows of ``x``: (½(x−μ)ᵀP(x−μ), P(x−μ)) for the
-        Gaussian, (−log m(x) − ½ log|2πΣ|, −∇ log m(x)) for a mixture."""
-        if self.mixture is not None:
-            log_m, score, _, _ = self.mixture.derivatives(x)
-            return -log_m - self.log_norm, -score
-        r = x - self.mean
-        Pr = r @ self.precision
-        return 0.5 * np.einsum("nd,nd->n", r, Pr), Pr
-
     def neg_log(self, x: np.ndarray) -> np.ndarray:
-        """−log of the unnormalised base alone (the first part of :meth:`quad`, without the gradient)."""
+        """−log of the unnormalised base at the rows of ``x``: ½(x−μ)ᵀP(x−μ) for the Gaussian,
+        −log m(x) − ½ log|2πΣ| for a mixture."""
         if self.mixture is not None:
             return -self.mixture.log_pdf(x) - self.log_norm
         r = x - self.mean
         return 0.5 * np.einsum("nd,nd->n", r, r @ self.precision)
 
-    def neg_divergence(self, x: np.ndarray) -> np.ndarray | float:
-        """−Δ log base: tr P (a number) for the Gaussian, per row for a mixture."""
+    def neg_score(self, x: np.ndarray, *, div: bool = False,
+                  hess_diag: bool = False) -> tuple[np.ndarray, Any, np.ndarray | None]:
+        """(−∇ log base (n, d), −Δ log base or None, −∂²_j log base per column or None) at the rows of ``x``, from one
+        evaluation of a mixture: P(x−μ), tr P (a number) and diag P (d,) for the Gaussian; per row for a mixture."""
         if self.mixture is not None:
-            return -self.mixture.derivatives(x)[2]
-        return float(np.trace(self.precision))
-
-    def neg_hess_diag(self, x: np.ndarray) -> np.ndarray:
-        """−∂²_j log base per column: diag P (d,) for the Gaussian, (n, d) for a mixture."""
-        if self.mixture is not None:
-            return -self.mixture.derivatives(x, hess_diag=True)[3]
-        return np.diag(self.precision)
+            _, score, lap, diag = self.mixture.derivatives(x, hess_diag=hess_diag)
+            return -score, (-lap if div else None), (None if diag is None else -diag)
+        return ((x - self.mean) @ self.precision, float(np.trace(self.precision)) if div else None,
+                np.diag(self.precision) if hess_diag else None)
 
     def draws(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` draws of the base (one seeded stream)."""

@@ -157,11 +157,6 @@ class TGPFitted(BlockedScore, Fitted):
             return self._minv @ cols
         return scipy.linalg.cho_solve((self.M_chol, True), cols, check_finite=False)
 
-    def _quad(self, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(−log of the unnormalised base, its gradient): ½(x−μ)ᵀP(x−μ) and P(x−μ) for a Gaussian base
-        (:meth:`~tgpflow.core.gaussian_base.Base.quad`)."""
-        return self.base.quad(xb)
-
     def log_density(self, x: np.ndarray) -> np.ndarray:
         """Unnormalised log density: T(x) − ½(x−μ)ᵀP(x−μ), or log(φᵀψ/N) for KDE-RFF.
 
@@ -265,9 +260,9 @@ class TGPFitted(BlockedScore, Fitted):
                 div = lap_f / f - np.einsum("nd,nd->n", score, score) if with_div else None
             return score, div
         c, score = self._fused_sums(x, [-w * self._sq_norms / g**2] if with_div else [], [wZ])
-        _, Pr = self._quad(x)
+        Pr, trace, _ = self.base.neg_score(x, div=with_div)
         score -= Pr
-        return score, (c[:, 0] - self.base.neg_divergence(x)) if with_div else None
+        return score, (c[:, 0] - trace) if with_div else None
 
     def grad_log_density(self, x: np.ndarray) -> np.ndarray:
         """The score ∇ log q(x), (n, d) (θ and KDE-RFF tilts: the fused kernel on all rows at once; FVPD:
@@ -290,7 +285,7 @@ class TGPFitted(BlockedScore, Fitted):
             w *= scale
             w -= v  # (M⁻¹φ − v)ᵀ, (S, nb)
             w *= sin  # φ' ⊙ w up to −scale
-            out[start:start + xb.shape[0]] = (w.T @ self.features.Z) * (-scale / g) - self._quad(xb)[1]
+            out[start:start + xb.shape[0]] = (w.T @ self.features.Z) * (-scale / g) - self.base.neg_score(xb)[0]
         return out
 
     def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
@@ -307,11 +302,11 @@ class TGPFitted(BlockedScore, Fitted):
         Z, g = self.features.Z, self.features.gamma  # FVPD
         phi, dphi = self.features.transform(xb)
         _, w = self._tilt(phi)
-        _, Pr = self._quad(xb)
+        Pr, trace, _ = self.base.neg_score(xb, div=with_div)
         score = (dphi * w) @ Z / g - Pr
         if not with_div:
             return score, None
-        div = -np.einsum("ns,ns,s->n", phi, w, self._sq_norms) / g**2 - self.base.neg_divergence(xb)
+        div = -np.einsum("ns,ns,s->n", phi, w, self._sq_norms) / g**2 - trace
         div += np.einsum("ns,ns->n", dphi @ self._minv_zz, dphi) / g**2  # w depends on x through M⁻¹φ
         return score, div
 
@@ -340,9 +335,9 @@ class TGPFitted(BlockedScore, Fitted):
                     diag[rows] = (-(phi * self.kde_weights) @ Z2 / g**2) / f[:, None] - score[rows] ** 2
                 continue
             _, w = self._tilt(phi)
-            _, Pr = self._quad(xb)
+            Pr, _, pdiag = self.base.neg_score(xb, hess_diag=True)
             score[rows] = (dphi * w) @ Z / g - Pr
-            diag[rows] = -((phi * w) @ Z2) / g**2 - self.base.neg_hess_diag(xb)
+            diag[rows] = -((phi * w) @ Z2) / g**2 - pdiag
             if self.theta is None:
                 for j in range(Z.shape[1]):
                     a = dphi * Z[:, j]
