@@ -74,14 +74,6 @@ def adbench() -> dict[str, np.ndarray]:
     return {p.stem: np.load(p)["X"].astype(np.float64) for p in sorted((SHARED / "adbench").glob("*.npz"))}
 
 
-def dequantize(X: np.ndarray, steps: dict[int, float], rng: np.random.Generator) -> np.ndarray:
-    """Uniform noise over each lattice cell of the columns ``steps`` names (column → step)."""
-    out = X.copy()
-    for j, step in steps.items():
-        out[:, j] += rng.uniform(-step / 2, step / 2, X.shape[0])
-    return out
-
-
 def tuned_mixture(train: np.ndarray, k_grid: list[int], seed: int) -> tuple[Any, int, list[tuple[int, float]]]:
     """K by the validation log-likelihood of a fifth of ``train``, refitted on all of it."""
     from sklearn.mixture import GaussianMixture
@@ -108,7 +100,7 @@ def sliced(held: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
 def run_table(name: str, X: np.ndarray, methods: list[str], k_grid: list[int],
               bases: tuple[str, ...] = ("empirical",)) -> list[dict[str, Any]]:
     import tgpflow
-    from tgpflow.io.column_kinds import column_kinds
+    from tgpflow.io.column_kinds import cell_widths, column_kinds, dequantize
 
     rng = np.random.default_rng(0)
     X = X[np.all(np.isfinite(X), axis=1)]
@@ -119,9 +111,7 @@ def run_table(name: str, X: np.ndarray, methods: list[str], k_grid: list[int],
     mu, sd = train.mean(axis=0), train.std(axis=0)
     train, held = (train - mu) / sd, (held - mu) / sd
     kinds = column_kinds(train, [str(j) for j in range(train.shape[1])])
-    steps = {int(j): k["lattice"]["step"] for j, k in kinds.items() if k["kind"] == "lattice"}
-    steps.update({int(j): abs(train[:, int(j)].max() - train[:, int(j)].min()) for j, k in kinds.items()
-                  if k["kind"] == "binary"})
+    steps = cell_widths(train, kinds)
     train_q, held_q = dequantize(train, steps, rng), dequantize(held, steps, rng)
     half = held.shape[0] // 2
     floor = sliced(held[:half], held[half:])

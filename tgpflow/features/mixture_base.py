@@ -24,6 +24,7 @@ import numpy as np
 import scipy.special
 
 from tgpflow.features.digest import array_hash
+from tgpflow.io.column_kinds import dequantize
 
 __all__ = ["GaussianMixtureBase", "fit_mixture_base", "MIXTURE_COMPONENTS", "MIXTURE_FIT_ROWS", "MIXTURE_REG"]
 
@@ -201,9 +202,7 @@ def fit_mixture_base(rows: np.ndarray, random_state: Any = 0, components: tuple[
         rows = rows[np.sort(rng.choice(n, max_rows, replace=False))]
         n = max_rows
     if cells:
-        rows = rows.copy()
-        for j, width in cells.items():
-            rows[:, j] += (rng.random(n) - 0.5) * width
+        rows = dequantize(rows, cells, rng)
     center, scale = rows.mean(axis=0), rows.std(axis=0)
     scale = np.where(scale > 0, scale, 1.0)
     z = (rows - center) / scale

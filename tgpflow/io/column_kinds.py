@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["column_kinds", "lattice_step", "MIN_MASS", "MAX_CELLS", "MAX_LISTED"]
+__all__ = ["column_kinds", "lattice_step", "cell_widths", "dequantize", "MIN_MASS", "MAX_CELLS", "MAX_LISTED"]
 
 #: A value (or an edge) that carries at least this share of the rows is a point mass (an edge).
 MIN_MASS = 0.01
@@ -81,6 +81,21 @@ def lattice_step(values: np.ndarray) -> float | None:
         if np.all(np.abs(k - np.round(k)) <= 1e-4):
             return candidate
     return None
+
+
+def cell_widths(rows: np.ndarray, kinds: dict[str, dict[str, Any]]) -> dict[int, float]:
+    """Column position → the width of its values' cells, for the lattice and binary columns of :func:`column_kinds`
+    of ``rows`` (a lattice's step; a binary column's gap between its two values)."""
+    return {j: (k["lattice"]["step"] if k["kind"] == "lattice" else float(np.ptp(rows[:, j])))
+            for j, k in enumerate(kinds.values()) if k["kind"] in ("lattice", "binary")}
+
+
+def dequantize(rows: np.ndarray, cells: dict[int, float], rng: np.random.Generator) -> np.ndarray:
+    """A copy of ``rows`` with each column of ``cells`` moved by uniform noise over its cell, [−w/2, w/2)."""
+    out = np.array(rows, dtype=np.float64, copy=True)
+    for j, width in cells.items():
+        out[:, j] += rng.uniform(-width / 2, width / 2, out.shape[0])
+    return out
 
 
 def column_kinds(rows: np.ndarray, columns: Sequence[str]) -> dict[str, dict[str, Any]]:

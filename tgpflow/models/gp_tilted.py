@@ -29,7 +29,7 @@ from tgpflow.features.mixture_base import fit_mixture_base
 from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
 from tgpflow.features.scaling import Scaling
-from tgpflow.io.column_kinds import column_kinds
+from tgpflow.io.column_kinds import cell_widths, column_kinds
 from tgpflow.io.degenerate import check_pilot_rows, check_rows_left
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.io.sources import Source
@@ -289,9 +289,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         if self._selecting and keys is not None and len(keys) == len(rows):
             # not on the rows that the selection holds out: it compares the tilts with the mixture alone there
             rows = rows[~validation_mask(keys, float(self.validation_fraction), SPLIT_SALT)]
-        kinds = column_kinds(rows, [str(j) for j in range(rows.shape[1])])
-        cells = {int(j): (k["lattice"]["step"] if k["kind"] == "lattice" else float(np.ptp(rows[:, int(j)])))
-                 for j, k in kinds.items() if k["kind"] in ("lattice", "binary")}
+        cells = cell_widths(rows, column_kinds(rows, [str(j) for j in range(rows.shape[1])]))
         with phase("mixture base", rows=rows.shape[0], dequantized=len(cells)) as info:
             self.base_mixture_, curve = fit_mixture_base(rows, random_state=self._seeds()[5], cells=cells)
             info.update(components=self.base_mixture_.n_components)

@@ -42,7 +42,7 @@ from tgpflow.core.summable import AdditiveStats
 from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.stats.tgp import RFFStats, TGPStats, level_products
+from tgpflow.stats.tgp import RFFStats, TGPStats, level_products, mixture_terms
 
 __all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights", "ncfd_memory"]
 
@@ -189,8 +189,7 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
     if mixture is not None:
         V = np.zeros((sigmas.size, S, d))
         host = to_numpy(x).astype(np.float64)
-        log_m, score0, lap, _ = mixture.derivatives(host)
-        base_sums = np.array([log_m.sum(), 0.5 * np.einsum("nd,nd->", score0, score0) + lap.sum()])
+        score0, base_sums = mixture_terms(mixture, host)
         score0 = score0 - _gaussian_score(mixture, 0.0, host)  # the departure from the mixture's Gaussian
     if n == 0:
         return dataclasses.replace(out, moments=moments, V=V, base_sums=base_sums, mixture=mixture)

@@ -38,7 +38,8 @@ from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.stored import StoredStats
 
-__all__ = ["TGPStats", "RFFStats", "tgp_chunk_stats", "tgp_memory", "level_products", "block_rows_for", "PRECISIONS"]
+__all__ = ["TGPStats", "RFFStats", "tgp_chunk_stats", "mixture_terms", "tgp_memory", "level_products", "block_rows_for",
+           "PRECISIONS"]
 
 
 def block_rows_for(n_features: int, n_dims: int, block_bytes: int) -> int:
@@ -191,10 +192,7 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
         raise ValueError(f"chunk has {d} columns but the features were drawn for d={features.n_dims}")
     S = features.n_features
     moments = Moments.from_rows(x)
-    score, base_sums = None, None
-    if mixture is not None:
-        log_m, score, lap, _ = mixture.derivatives(to_numpy(x).astype(np.float64))
-        base_sums = np.array([log_m.sum(), 0.5 * np.einsum("nd,nd->", score, score) + lap.sum()])
+    score, base_sums = (None, None) if mixture is None else mixture_terms(mixture, to_numpy(x).astype(np.float64))
     if n == 0:
         zero = TGPStats.zero(features)
         return dataclasses.replace(zero, moments=moments, phi_gram=np.zeros_like(zero.gram) if with_phi_gram else None,
@@ -211,6 +209,13 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
         gram_cos *= scale * scale
     return TGPStats(features, moments, gram, u * (-scale), U * (-scale), psi * scale, gram_cos,
                     None if V is None else V * (-scale), base_sums, mixture)
+
+
+def mixture_terms(mixture: GaussianMixtureBase, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The mixture base's score s₀ at the rows of ``x`` (host float64) and the pass's ``base_sums``,
+    (Σ log m(x), Σ ½‖s₀(x)‖² + Δ log m(x)) (module docstring)."""
+    log_m, score, lap, _ = mixture.derivatives(x)
+    return score, np.array([log_m.sum(), 0.5 * np.einsum("nd,nd->", score, score) + lap.sum()])
 
 
 def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool,
