@@ -34,7 +34,7 @@ from tgpflow.solve.normalizer import WeightSums, base_proposal_blocks
 from tgpflow.solve.tgp import base_hyvarinen_sum, base_log_sum, fd_system, feature_moments_under_base
 from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, ks_by_direction, projection_counts
 from tgpflow.stats.support import SupportBox, mass_outside_limit
-from tgpflow.stats.tgp import TGPStats
+from tgpflow.stats.tgp import TGPStats, mixture_terms
 
 __all__ = ["DEFAULT_LAM_GRID", "DEFAULT_LOGLIK_LAM_GRID", "GRID_EXTENSION_DECADES", "heldout_loss", "RidgePath", "GridScorer", "MIN_SELECT_ESS_FRACTION", "KS_MEDIAN_SE",
            "heldout_base_term", "score_tilts", "score_fvpd", "healthy", "choose", "AUTO_BANDWIDTH_FACTORS", "AUTO_BANDWIDTH_ROWS", "AUTO_BANDWIDTH_FOLDS", "pilot_bandwidth",
@@ -368,6 +368,7 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
     criterion = "loglik" if criterion == "hyvarinen" else criterion
     parts_rows = [rows[folds == k] for k in range(n_folds)]
     counts = [projection_counts(part, grid) for part in parts_rows]  # γ-free: once, not in every γ's task
+    terms = None if mixture is None else [mixture_terms(mixture, part) for part in parts_rows]  # γ-free too
     boxes = []
     for k in range(n_folds):
         train_rows = np.concatenate([parts_rows[j] for j in range(n_folds) if j != k])
@@ -377,7 +378,8 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
     shared = [dask.delayed(a, pure=True) for a in (parts_rows, counts, boxes, features, lams, grid)]
     seeds = _serial_seeds(random_state, len(gammas) * n_folds, n_draws)
     curves = compute(*[task(*shared, g, n_draws=n_draws, random_states=seeds[i * n_folds:(i + 1) * n_folds],
-                            block_bytes=block_bytes, data_units=data_units, mixture=mixture)
+                            block_bytes=block_bytes, data_units=data_units, mixture=mixture,
+                            terms=None if terms is None else dask.delayed(terms, pure=True))
                        for i, g in enumerate(gammas)], progress=progress)
     best_rows = [rows_g[choose(rows_g, criterion)] for rows_g in curves]
     chosen = best_rows[choose(best_rows, criterion)]
@@ -410,17 +412,20 @@ def _bandwidth_rows(parts_rows: list[np.ndarray], counts: list[ProjectionCounts]
                     features: RandomFourierFeatures, lams: list[float], grid: ProjectionGrid, gamma: float, *,
                     n_draws: int, random_states: list[Any], block_bytes: int,
                     data_units: Callable[[np.ndarray], np.ndarray] | None,
-                    mixture: Any = None) -> list[dict[str, float]]:
+                    mixture: Any = None, terms: list[Any] | None = None) -> list[dict[str, float]]:
     """The fold-averaged scores of every λ at one γ of :func:`pilot_bandwidth` (a task: the folds' S×S
     statistics never leave it). Each fold's statistics are computed once; a fold's training statistics
-    are the sum of the others'. ``counts``: each fold's projection counts on ``grid`` (the held-out side of the
+    are the sum of the others'. ``terms``: each fold's :func:`~tgpflow.stats.tgp.mixture_terms` under a mixture
+    base, also the same for every γ. ``counts``: each fold's projection counts on ``grid`` (the held-out side of the
     sliced KS), the same for every γ."""
     from tgpflow.core.gaussian_base import base_from_moments, mixture_base
     from tgpflow.stats.tgp import tgp_chunk_stats
 
     n_folds = len(parts_rows)
     feats = features.with_bandwidth(gamma)
-    fold_stats = [tgp_chunk_stats(part, feats, block_bytes, "float64", False, mixture) for part in parts_rows]
+    fold_terms = terms if terms is not None else [None] * len(parts_rows)
+    fold_stats = [tgp_chunk_stats(part, feats, block_bytes, "float64", False, mixture, t)
+                  for part, t in zip(parts_rows, fold_terms, strict=True)]
     per_fold = []
     for k in range(n_folds):
         train = sum(fold_stats[j] for j in range(n_folds) if j != k)

@@ -168,7 +168,8 @@ class TGPStats(RFFStats):
 
 def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = DEFAULT_BLOCK_BYTES,
                     precision: str = "float64", with_phi_gram: bool = False,
-                    mixture: GaussianMixtureBase | None = None) -> TGPStats:
+                    mixture: GaussianMixtureBase | None = None,
+                    terms: tuple[np.ndarray, np.ndarray] | None = None) -> TGPStats:
     """TGP statistics of one chunk of rows ``x`` (n, d), in blocks of rows (MATH.md §2).
 
     ``precision="mixed"``: the S×S products are float32 (angles and sin/cos still formed in
@@ -185,14 +186,17 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
     (:func:`tgpflow.core.memory.plan_blocks`).
 
     ``mixture``: the mixture base the pass sums ``V`` and ``base_sums`` under (module docstring; its score is
-    evaluated on the host, in float64).
+    evaluated on the host, in float64). ``terms``: :func:`mixture_terms` of these rows, when the caller has them
+    (the bandwidth search sums the same rows for every γ).
     """
     n, d = int(x.shape[0]), int(x.shape[1])
     if d != features.n_dims:
         raise ValueError(f"chunk has {d} columns but the features were drawn for d={features.n_dims}")
     S = features.n_features
     moments = Moments.from_rows(x)
-    score, base_sums = (None, None) if mixture is None else mixture_terms(mixture, to_numpy(x).astype(np.float64))
+    if mixture is not None and terms is None:
+        terms = mixture_terms(mixture, to_numpy(x).astype(np.float64))
+    score, base_sums = (None, None) if mixture is None else terms
     if n == 0:
         zero = TGPStats.zero(features)
         return dataclasses.replace(zero, moments=moments, phi_gram=np.zeros_like(zero.gram) if with_phi_gram else None,
