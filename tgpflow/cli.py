@@ -343,8 +343,17 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
         "diagnostics": _diagnostics_summary(est),
         "suggested_bounds": getattr(est, "pilot_", {}).get("suggested_bounds") or None,
         "column_kinds": getattr(est, "pilot_", {}).get("column_kinds"),
+        "discrete": _discrete_columns(est),
         "base_mixture": getattr(est, "pilot_", {}).get("mixture"),
         "seconds": seconds}, default=str))
+
+
+def _discrete_columns(est: Any) -> dict[str, Any] | None:
+    """The columns a GP-tilted model treats as discrete, {column: {"origin", "step"}} in the data's units."""
+    cells = getattr(est, "discrete_", None)
+    if cells is None:
+        return None
+    return {c: {"origin": v["origin"], "step": v["step"]} for c, v in cells.to_dict()["columns"].items()}
 
 
 def _json_number(value: Any) -> Any:
@@ -782,7 +791,8 @@ def info(model: str) -> None:
             "fingerprint": draw.fingerprint, "columns": meta.get("feature_names_in"),
             "params": meta.get("params"), "solver": meta.get("solver_info"), "pilot": meta.get("pilot"),
             "selection": (meta.get("selection") or {}).get("chosen"), "diagnostics": _diagnostics_summary(est),
-            "bounds": (meta.get("bounds") or {}).get("bounds"), "preprocessing": _preprocessing(est, meta),
+            "bounds": (meta.get("bounds") or {}).get("bounds"), "discrete": _discrete_columns(est),
+            "preprocessing": _preprocessing(est, meta),
             "created": meta.get("created"), "tgpflow_version": meta.get("tgpflow_version"),
             "arrays": {k: list(v.shape) for k, v in arrays.items()}}, indent=2, default=str))
 

@@ -162,6 +162,7 @@ class WrappedFitted(Fitted):
 def fitted_from_arrays(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Fitted:
     """Any :class:`Fitted` value back from its arrays and meta (dispatch on ``meta["kind"]``)."""
     import tgpflow.models.kernel_fitted  # noqa: F401 - each module registers its kinds
+    import tgpflow.models.lattice_fitted  # noqa: F401
     import tgpflow.models.rsr_fitted  # noqa: F401
     import tgpflow.models.scaled_fitted  # noqa: F401
     import tgpflow.models.tgp_fitted  # noqa: F401

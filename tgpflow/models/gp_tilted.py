@@ -8,6 +8,7 @@ model), ``partial_fit`` (add statistics of new rows, re-solve).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import numbers
@@ -25,6 +26,7 @@ from tgpflow.core.logs import logger, phase
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.core.moments import Moments
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
+from tgpflow.features.lattice import LatticeCells, choose_discrete, dequantize_chunk
 from tgpflow.features.mixture_base import fit_mixture_base
 from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
@@ -37,6 +39,7 @@ from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning, fit_diagnostics, remedies
 from tgpflow.models.estimator_base import StatsEstimator, entry
 from tgpflow.models.fitted import Fitted
+from tgpflow.models.lattice_fitted import with_lattice
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
 from tgpflow.models.params import GPTiltedParams
 from tgpflow.models.scaled_fitted import in_data_units
@@ -57,21 +60,24 @@ from tgpflow.stats.tgp import TGPStats
 __all__ = ["GPTiltedDensity"]
 
 
-def _to_data_rows(rows: np.ndarray, bounds: ColumnBounds | None, scaling: Scaling | None) -> np.ndarray:
+def _to_data_rows(rows: np.ndarray, bounds: ColumnBounds | None, scaling: Scaling | None,
+                  cells: LatticeCells | None = None) -> np.ndarray:
     if bounds is None:
-        return rows if scaling is None else scaling.inverse(rows)
-    if scaling is not None:  # the fitting space is the transformed values, standardized
-        rows = bounds.transformed_scaling(scaling).inverse(rows)
-    return bounds.inverse(rows)
+        rows = rows if scaling is None else scaling.inverse(rows)
+    else:
+        if scaling is not None:  # the fitting space is the transformed values, standardized
+            rows = bounds.transformed_scaling(scaling).inverse(rows)
+        rows = bounds.inverse(rows)
+    return rows if cells is None else cells.snap(rows)
 
 
-def _data_units(bounds: ColumnBounds | None, scaling: Scaling | None) -> Any:
+def _data_units(bounds: ColumnBounds | None, scaling: Scaling | None, cells: LatticeCells | None = None) -> Any:
     """The map from the fitting space to the data's units (``bounds`` in the data's units: the transformed
-    values' scaling undone, then t⁻¹; without bounds the scaling's inverse) as a value that can go to the workers;
-    None for the identity."""
-    if bounds is None and scaling is None:
+    values' scaling undone, then t⁻¹; without bounds the scaling's inverse; discrete columns rounded to their
+    lattice, ``cells``) as a value that can go to the workers; None for the identity."""
+    if bounds is None and scaling is None and cells is None:
         return None
-    return functools.partial(_to_data_rows, bounds=bounds, scaling=scaling)
+    return functools.partial(_to_data_rows, bounds=bounds, scaling=scaling, cells=cells)
 
 #: λ when ``lam="auto"`` has no validation rows to select on (a few rows): a smooth fit.
 FALLBACK_LAM = 1.0
@@ -147,6 +153,13 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         Bounded columns are fitted after a log/logit transform and every output (densities,
         scores, samples) is in the data's units with the Jacobian (:mod:`tgpflow.features.bounds`).
         A fit suggests bounds for columns that look bounded at 0 (``pilot_["suggested_bounds"]``).
+    discrete : "auto", None or a list of columns — columns modelled as discrete by uniform dequantization over
+        their lattice's cells (:mod:`tgpflow.features.lattice`): the fit sees each row's value moved by fixed
+        noise within its cell, a row's density is its cell's average of the fitted density (a density in the
+        data's units, constant across a cell), and samples are rounded to the lattice. "auto" (the default) takes
+        the binary columns and the lattices the pilot shows whose step is at least 5 % of their spread (integer
+        codes such as hour, weekday, month; not values recorded to a few decimals), bounded columns excluded;
+        ``discrete_`` holds them (None: none). docs/gp_tilted.md, "Integer codes and other lattices".
     pilot : {"sample", "exact"} — a bounded pilot sample, or a full moments pass first.
     pilot_rows : int — rows in the pilot sample (default 100 000).
     on_bad_rows : {"raise", "drop"} — rows with missing/non-finite values.
@@ -184,7 +197,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                  normalizer_draws: int = DEFAULT_NORMALIZER_DRAWS, validation_fraction: float = 0.1,
                  map_draws: int = 100_000,
                  map_max_iter: int = 100, map_points: str = "proposal", kernel_cov: str = "paper", bounds: BoundsSpec = None,
-                 pilot: str = "sample",
+                 discrete: str | list[str] | None = "auto", pilot: str = "sample",
                  pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
                  device: str = "auto", precision: str = "float64", threshold_quantile: float = 0.01,
@@ -208,6 +221,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self.map_points = map_points
         self.kernel_cov = kernel_cov
         self.bounds = bounds
+        self.discrete = discrete
         self.pilot = pilot
         self.pilot_rows = pilot_rows
         self.on_bad_rows = on_bad_rows
@@ -228,8 +242,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return self._method.selects and (self.lam == "auto" or is_grid(self.bandwidth) or is_grid(self.eta))
 
     def _seeds(self) -> tuple[np.random.SeedSequence, ...]:
-        # pilot, features, MAP draws, normaliser draws, held-out projection directions, mixture base
-        return tuple(np.random.SeedSequence(self.random_state).spawn(6))
+        # pilot, features, MAP draws, normaliser draws, held-out projection directions, mixture base, lattice noise
+        return tuple(np.random.SeedSequence(self.random_state).spawn(7))
 
     # -- data entry -------------------------------------------------------------------
     def _pilot_moments(self, source: Source,
@@ -245,7 +259,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                 mean, cov = moments.mean, moments.covariance
                 info.update(rows=moments.n, chunks_read=source.n_chunks)
             else:
-                pilot = pilot_sample(source, rows=self.pilot_rows, random_state=pilot_seed, progress=progress)
+                pilot = getattr(self, "_pilot_sample", None) or pilot_sample(
+                    source, rows=self.pilot_rows, random_state=pilot_seed, progress=progress)
                 check_pilot_rows(pilot, source.description, 1, "the GP-tilted density")
                 n_total, n_rows, mean = pilot.n_total, pilot.rows.shape[0], pilot.rows.mean(axis=0)
                 self._pilot_rows, self._pilot_keys = pilot.rows, pilot.keys
@@ -346,7 +361,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4], units=self._fit_bounds())
         # the map to the data's units as a value of its own (it goes to the workers; self._to_data would take the
         # whole estimator there)
-        to_data = _data_units(getattr(self, "bounds_", None), getattr(self, "scaling_", None))
+        to_data = self._data_map()
         with phase("bandwidth", rows=rows.shape[0], candidates=len(gammas)) as info:
             try:
                 gamma, curve = pilot_bandwidth(rows, folds, features, gammas, self._lam_grid(),
@@ -395,18 +410,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         solves their sum (:meth:`fit_from_stats`). ``scaling``: a frozen standardization (a pipeline's
         ``preprocess``), else ``scale=`` decides. ``progress``: see :meth:`fit`.
         """
-        self._pilot_rows = None
-        source = self._source(X, columns, reset=True)
-        self._fix_scaling(source, scaling, progress)
-        self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
-        source = self.fitting_source(source)
+        source = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
         n_total, mean, cov, self.pilot_ = self._pilot_moments(source, progress)
         self.features_ = self._draw_features(n_total, mean, cov, source, progress)
         if self._selecting:
             self._make_heldout_grid(source, progress)
         if self._pilot_rows is not None:
             self.support_ = SupportBox.from_rows(self._to_data(self._pilot_rows))
-        self._pilot_rows = None
+        self._pilot_rows = self._pilot_sample = None
         self.n_features_in_ = source.n_columns
         if self._method.noise_conditional:
             self.noise_levels_ = self._levels(cov, self.features_)
@@ -443,10 +454,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         source = self._source(X, columns, reset=not fitted)
         if fitted:
             self._check_width(source)
-        else:
-            self._fix_scaling(source, None, progress)
-            self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
-        return self._accumulate_source(self.fitting_source(source), features, progress)
+            return self._accumulate_source(self.fitting_source(source), features, progress)
+        return self._accumulate_source(self._new_fitting_source(source, None, progress), features, progress)
 
     def _accumulate_source(self, source: Source, features: RandomFourierFeatures | None,
                            progress: Progress | None = None) -> Any:
@@ -498,13 +507,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         the fit (the pilot, the pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`).
         """
         self._forget("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_", "heldout_grid_",
-                     "bandwidth_selection_", "_fitted", "base_mixture_")
+                     "bandwidth_selection_", "_fitted", "base_mixture_", "discrete_")
+        source = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
         self.pilot_ = {"mode": "given"} if features is not None else {}
-        self._pilot_rows = None
-        source = self._source(X, columns, reset=True)
-        self._fix_scaling(source, scaling, progress)
-        self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
-        source = self.fitting_source(source)
         stats = self._accumulate_source(source, features, progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
         if self._pilot_rows is None:  # pilot="exact" or given features: a bounded sample for the checks
@@ -518,7 +523,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                         "%s; declare them with bounds=", self.pilot_["suggested_bounds"])
         self.fit_from_stats(stats)
         self._set_threshold(rows)
-        self._pilot_rows = None
+        self._pilot_rows = self._pilot_sample = None
         return self
 
     def _column_names(self, source: Source) -> list[str]:
@@ -526,14 +531,52 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         names = getattr(self, "feature_names_in_", None)
         return [str(c) for c in names] if names is not None else [str(c) for c in source.columns]
 
+    def _new_fitting_source(self, source: Source, scaling: Scaling | None, progress: Progress | None) -> Source:
+        """A first fit's fitting space: the standardization (``scaling``, or ``scale=``), the bounds and the discrete
+        columns (:meth:`_fix_discrete`)."""
+        self._fix_scaling(source, scaling, progress)
+        self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
+        self._pilot_rows = self._pilot_sample = self.discrete_ = None
+        return self._fix_discrete(self.fitting_source(source), progress)
+
+    def _fix_discrete(self, source: Source, progress: Progress | None) -> Source:
+        """``discrete_`` of a first fit from the column kinds of the pilot sample (the pilot the fit then uses:
+        no second read), and ``source`` (the fitting space) with those columns dequantized by each row's keyed
+        noise, the pilot rows too (:mod:`tgpflow.features.lattice`)."""
+        if self.discrete is None or self.discrete == "none":
+            return source
+        pilot = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0], progress=progress)
+        check_pilot_rows(pilot, source.description, 1, "the GP-tilted density")
+        rows, names = self._to_data(pilot.rows), self._column_names(source)
+        bounded = list(self.bounds_.to_dict()) if self.bounds_ is not None else []
+        seed = int(self._seeds()[6].generate_state(1, np.uint64)[0])
+        self.discrete_ = choose_discrete(self.discrete, column_kinds(rows, names), rows, bounded, seed)
+        if self.discrete_ is not None:
+            cells = self.discrete_.scaled(getattr(self, "scaling_", None))
+            pilot = dataclasses.replace(pilot, rows=cells.dequantize(pilot.rows, pilot.keys))
+            source = self._dequantized(source)
+            logger.info("discrete columns (dequantized over their cells; discrete=None to fit them as continuous): "
+                        "%s", ", ".join(f"{c} (step {s:g})" for c, s in zip(self.discrete_.columns,
+                                                                             self.discrete_.step, strict=True)))
+        self._pilot_sample, self._pilot_rows, self._pilot_keys = pilot, pilot.rows, pilot.keys
+        return source
+
+    def _dequantized(self, source: Source) -> Source:
+        """``source`` (the fitting space) with the ``discrete_`` columns moved by their rows' keyed noise."""
+        cells = self.discrete_.scaled(getattr(self, "scaling_", None))
+        return source.map_keyed(functools.partial(dequantize_chunk, cells=cells))
+
     def fitting_source(self, source: Source) -> Source:
         """``source`` in the fitting space: standardized (``scaling_``), bounded columns transformed (rows on or
-        beyond a bound, in the data's units, are bad rows)."""
+        beyond a bound, in the data's units, are bad rows), discrete columns dequantized (``discrete_``)."""
         bounds = getattr(self, "bounds_", None)
         if bounds is None:
-            return super().fitting_source(source)
-        return source.map_validated(functools.partial(bounded_chunk, bounds=bounds, on_bad_rows=source.on_bad_rows,
-                                                      scaling=getattr(self, "scaling_", None)))
+            out = super().fitting_source(source)
+        else:
+            out = source.map_validated(functools.partial(bounded_chunk, bounds=bounds,
+                                                         on_bad_rows=source.on_bad_rows,
+                                                         scaling=getattr(self, "scaling_", None)))
+        return out if getattr(self, "discrete_", None) is None else self._dequantized(out)
 
     def _fit_bounds(self) -> ColumnBounds | None:
         """``bounds_`` (in the data's units) in the standardized units: the held-out grid projects rows mapped
@@ -542,9 +585,15 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return None if bounds is None else bounds.scaled(getattr(self, "scaling_", None))
 
     def _to_data(self, rows: np.ndarray) -> np.ndarray:
-        """Rows of the fitting space in the data's units (the identity without bounds or scaling)."""
-        to_data = _data_units(getattr(self, "bounds_", None), getattr(self, "scaling_", None))
+        """Rows of the fitting space in the data's units (the identity without bounds, scaling or discrete
+        columns)."""
+        to_data = self._data_map()
         return rows if to_data is None else to_data(rows)
+
+    def _data_map(self) -> Any:
+        """:func:`_data_units` of this estimator's bounds, scaling and discrete columns."""
+        return _data_units(getattr(self, "bounds_", None), getattr(self, "scaling_", None),
+                           getattr(self, "discrete_", None))
 
     def _raw_log_density(self, rows: np.ndarray) -> np.ndarray:
         return self.fitted().log_density(rows)
@@ -864,9 +913,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         (NCFD only): the model at noise level σ ≥ 0 (MATH.md §3), in the standardized units with a scaling."""
         ev, bounds, scaling = self._level(sigma), getattr(self, "bounds_", None), getattr(self, "scaling_", None)
         if bounds is None:
-            return in_data_units(ev, scaling)
-        # the transform in the data's units, then its values standardized (ColumnBounds.transformed_scaling)
-        return BoundedFitted(in_data_units(ev, bounds.transformed_scaling(scaling)), bounds)
+            out = in_data_units(ev, scaling)
+        else:  # the transform in the data's units, then its values standardized (ColumnBounds.transformed_scaling)
+            out = BoundedFitted(in_data_units(ev, bounds.transformed_scaling(scaling)), bounds)
+        return with_lattice(out, getattr(self, "discrete_", None))
 
     def _level(self, sigma: float | None) -> TGPFitted:
         """The fitted model at level σ in the fitting space (bounded columns transformed)."""
@@ -966,6 +1016,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             "solver_info": self.solver_info_,
             "bounds": None if getattr(self, "bounds_", None) is None else {"columns": list(self.bounds_.columns),
                                                                             "bounds": self.bounds_.to_dict()},
+            "discrete": None if getattr(self, "discrete_", None) is None else self.discrete_.to_dict(),
             "pilot": getattr(self, "pilot_", {}),
         }
 
@@ -1009,3 +1060,4 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self.n_rows_dropped_ = meta.get("n_rows_dropped", 0)
         stored = meta.get("bounds")
         self.bounds_ = None if not stored else ColumnBounds.from_param(stored["bounds"], stored["columns"])
+        self.discrete_ = LatticeCells.from_dict(meta.get("discrete"))

@@ -35,7 +35,7 @@ from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.models.registry import RSR_METHODS
 
 __all__ = ["ParamTable", "GPTiltedParams", "ScoreParams", "NystromKEFParams", "RootSobolevParams", "FullKEFParams",
-           "ExactKDEParams", "Allowed", "CliText", "CRITERIA", "parse_bounds", "plain", "describe"]
+           "ExactKDEParams", "Allowed", "CliText", "CRITERIA", "parse_bounds", "parse_discrete", "plain", "describe"]
 
 #: Held-out selection criteria of the GP-tilted density (see its ``criterion``).
 CRITERIA = ("loglik", "sliced", "hyvarinen")
@@ -69,6 +69,16 @@ def parse_bounds(text: str) -> dict[str, list[float | None]]:
     return out
 
 
+def parse_discrete(text: str) -> str | list[str] | None:
+    """``auto``, ``none`` or ``COL,COL,...``: the command line's ``discrete``."""
+    if text.strip() in ("auto", "none"):
+        return None if text.strip() == "none" else "auto"
+    names = [c.strip() for c in text.split(",")]
+    if not all(names):
+        raise ValueError(f"expected auto, none or COL,COL,...; got {text!r}")
+    return names
+
+
 # -- the types, each with how it reads ------------------------------------------------------------
 Finite = AllowInfNan(False)
 PositiveInt = Annotated[int, Ge(1), Allowed("a positive integer")]
@@ -85,6 +95,9 @@ _Pair = Annotated[list[_Side], Len(2, 2)]
 Bounds = Annotated[Union[None, dict[Union[str, int], _Pair], list[_Pair]],
                    Allowed("None, a dict {column: (lower, upper)} or a list of (lower, upper) pairs (None: an open "
                            "side)"), CliText(parse_bounds, "COL:LO:HI,...")]
+Discrete = Annotated[Union[None, Literal["auto", "none"], Annotated[list[Union[str, int]], MinLen(1)]],
+                     Allowed("'auto', None ('none') or a non-empty list of columns"),
+                     CliText(parse_discrete, "auto|none|COL,...")]
 
 
 def at_least(n: int) -> Any:
@@ -363,6 +376,9 @@ class GPTiltedParams(StreamingParams):
                     "draws (seed 003 Alg 1, for reproduction).", applies="solve_draws")
     kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (seed 003 §IV) or the identity.")
     bounds: Bounds = param(None, "Hard column bounds, fitted after a log/logit transform.")
+    discrete: Discrete = param(
+        "auto", "Columns modelled as discrete (dequantized over their lattice's cells; samples rounded): 'auto' the "
+                "binary columns and coarse lattices of the pilot, None none, or a list.")
     pilot: Literal["sample", "exact"] = param("sample", "A bounded pilot sample, or a full moments pass first.")
     split_every: at_least(2) = param(8, "Fan-in of the reduction tree.")  # type: ignore[valid-type]
     precision: Literal[PRECISIONS] = param(  # type: ignore[valid-type]

@@ -58,6 +58,7 @@ from tgpflow.core.engine import Progress, compute, tree_reduce
 from tgpflow.core.logs import phase
 from tgpflow.errors import TgpflowError
 from tgpflow.features.bounds import ColumnBounds
+from tgpflow.features.lattice import LatticeCells
 from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.features.rff import RandomFourierFeatures
@@ -105,7 +106,10 @@ def _draw_arrays(est: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             arrays.update({f"heldout.{k}": v for k, v in est.heldout_grid_.to_arrays().items()})
         if getattr(est, "base_mixture_", None) is not None:  # base="mixture": the pass sums its score
             arrays.update({f"mixture.{k}": v for k, v in est.base_mixture_.to_arrays().items()})
-        return arrays, {"type": "rff", "seed": est.features_.seed, "fingerprint": est.features_.fingerprint}
+        meta = {"type": "rff", "seed": est.features_.seed, "fingerprint": est.features_.fingerprint}
+        if getattr(est, "discrete_", None) is not None:  # the pass dequantizes these columns by each row's key
+            meta["discrete"] = est.discrete_.to_dict()
+        return arrays, meta
     return dict(est.basis_.to_arrays()), {"type": "nystrom", "kernel": est.basis_.kernel_name,
                                           "fingerprint": est.basis_.fingerprint}
 
@@ -122,6 +126,8 @@ def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], column
             est.noise_levels_ = np.asarray(arrays["noise_levels"], dtype=np.float64)
         if hasattr(est, "bounds"):  # in the data's units; the fit applies them in the standardized ones
             est.bounds_ = ColumnBounds.from_param(est.bounds, columns)
+        if hasattr(est, "discrete"):  # a store drawn before discrete columns has none
+            est.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
         mixture = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("mixture.")}
         if mixture:
             est.base_mixture_ = GaussianMixtureBase.from_arrays(mixture)

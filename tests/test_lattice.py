@@ -1,0 +1,149 @@
+"""Lattice-valued columns modelled as discrete (tgpflow.features.lattice, tgpflow.models.lattice_fitted).
+
+Each numeric claim is checked against something independent: cell densities against brute-force integrals of the
+fitted density over the cell (a fine midpoint grid), cell probabilities against the frequencies of the model's
+own rounded samples and against their sum over the lattice, the noise against the uniform law."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sstats
+from scipy.special import logsumexp
+
+import tgpflow
+from tgpflow.features.lattice import AUTO_MIN_STEP_OVER_SPREAD, keyed_uniform
+from tgpflow.io.sources import as_source
+
+pytestmark = pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+
+
+def _codes_table(n: int, seed: int = 0) -> np.ndarray:
+    """An integer code with uneven frequencies (0…6) beside a continuous column that depends on it."""
+    rng = np.random.default_rng(seed)
+    code = rng.choice(7, size=n, p=[0.3, 0.2, 0.15, 0.12, 0.1, 0.08, 0.05]).astype(float)
+    return np.c_[code, 0.5 * code + rng.normal(size=n)]
+
+
+def _two_codes(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    a = rng.binomial(8, 0.3, n).astype(float)
+    b = np.clip(np.round(a / 2 + rng.normal(0, 1.2, n)), -3, 9)
+    return np.c_[a, b]
+
+
+def test_the_keyed_noise_is_uniform_independent_across_columns_and_a_function_of_the_key():
+    keys = np.arange(200_000, dtype=np.int64) * 7 + 3
+    u = keyed_uniform(keys, np.array([0, 3]), seed=11)
+    assert u.min() >= 0.0 and u.max() < 1.0
+    assert sstats.kstest(u[:, 0], "uniform").pvalue > 1e-3 and sstats.kstest(u[:, 1], "uniform").pvalue > 1e-3
+    assert abs(np.corrcoef(u[:, 0], u[:, 1])[0, 1]) < 0.01
+    assert abs(np.corrcoef(u[:-1, 0], u[1:, 0])[0, 1]) < 0.01  # neighbouring keys
+    again = keyed_uniform(keys[::-1], np.array([0, 3]), seed=11)[::-1]
+    np.testing.assert_array_equal(u, again)
+    assert not np.allclose(u, keyed_uniform(keys, np.array([0, 3]), seed=12))
+
+
+def test_every_chunking_sees_the_same_noise_for_the_same_row():
+    X = _codes_table(5000)
+    est = tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0).fit(X)
+    rows = []
+    for chunks in (1000, 1733):
+        source = est.fitting_source(as_source(da.from_array(X, chunks=(chunks, 2))))
+        rows.append(np.concatenate([b.compute() for b in source.blocks()]))
+    np.testing.assert_array_equal(rows[0], rows[1])
+    moved = rows[0][:, 0] - X[:, 0]
+    assert np.all(np.abs(moved) < 0.5) and sstats.kstest(moved + 0.5, "uniform").pvalue > 1e-3
+    np.testing.assert_array_equal(rows[0][:, 1], X[:, 1])  # the continuous column is untouched
+
+
+def test_auto_takes_codes_and_flags_not_fine_roundings_nor_bounded_columns():
+    rng = np.random.default_rng(3)
+    n = 6000
+    frame = pd.DataFrame({"hour": rng.integers(0, 24, n).astype(float), "flag": rng.integers(0, 2, n) * 5.0,
+                          "kwh": np.round(rng.lognormal(0, 0.5, n), 3), "count": rng.poisson(400, n).astype(float),
+                          "age": rng.integers(18, 90, n).astype(float), "z": rng.normal(size=n)})
+    est = tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0, bounds={"age": (0, None)}).fit(frame)
+    assert est.discrete_.columns == ("hour", "flag")
+    assert est.discrete_.step.tolist() == [1.0, 5.0] and est.discrete_.origin.tolist() == [0.0, 0.0]
+    kinds = est.pilot_["column_kinds"]
+    assert kinds["count"]["lattice"]["step_over_spread"] < AUTO_MIN_STEP_OVER_SPREAD  # 1/20: a smooth count
+    assert tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0, discrete=None).fit(frame).discrete_ is None
+    chosen = tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0, discrete=["count"]).fit(frame)
+    assert chosen.discrete_.columns == ("count",)
+    with pytest.raises(ValueError, match="'z' is not on a lattice"):
+        tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0, discrete=["z"]).fit(frame)
+    with pytest.raises(ValueError, match="'age' also has bounds"):
+        tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0, discrete=["age"],
+                                bounds={"age": (0, None)}).fit(frame)
+    with pytest.raises(ValueError, match="'nope', which is not among"):
+        tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0, discrete=["nope"]).fit(frame)
+
+
+@pytest.mark.parametrize("scale", [False, True])
+def test_a_rows_density_is_its_cells_average_by_brute_force(scale):
+    X = _codes_table(20_000)
+    est = tgpflow.GPTiltedDensity(n_features=200, scale=scale).fit(X)
+    assert est.discrete_.columns == ("0",)
+    inner = est.fitted().inner  # the density of the dequantized rows, in the data's units
+    rows = np.array([[0.0, -0.3], [2.0, 1.1], [6.0, 3.0], [3.0, -2.0], [2.4, 0.7]])  # 2.4 lies in the cell of 2
+    grid = (np.arange(2000) + 0.5) / 2000 - 0.5  # midpoints over the cell
+    for row, got in zip(rows, est.log_density(rows), strict=True):
+        points = np.repeat(row[None], grid.size, axis=0)
+        points[:, 0] = np.round(row[0]) + grid
+        brute = logsumexp(inner.log_density(points)) - np.log(grid.size)
+        assert got == pytest.approx(brute, abs=3e-4)  # 32 and 16 midpoints, extrapolated
+
+
+def test_with_every_column_discrete_the_cell_probabilities_match_brute_force_samples_and_sum_to_one():
+    X = _two_codes(30_000)
+    est = tgpflow.GPTiltedDensity(n_features=300).fit(X)
+    assert est.discrete_.columns == ("0", "1")
+    inner = est.fitted().inner
+    cells = np.array([[a, b] for a in range(0, 9) for b in range(-3, 10)], dtype=float)
+    log_p = est.log_density(cells, normalized=True)  # × cell volume 1: a probability
+    g = (np.arange(200) + 0.5) / 200 - 0.5
+    du, dv = np.meshgrid(g, g, indexing="ij")
+    for cell, got in zip(cells[::9], log_p[::9], strict=True):
+        points = cell + np.c_[du.ravel(), dv.ravel()]
+        brute = logsumexp(inner.log_density(points)) - np.log(points.shape[0]) - est.normalizer_.log_z
+        assert got == pytest.approx(brute, abs=3e-3)  # 8² and 4² midpoints, extrapolated, against 200²
+    probs = np.exp(log_p)
+    # the cells hold (almost) all the mass: the sum over the lattice against the normaliser's own error
+    se = est.fit_diagnostics_["log_normalizer_se"]
+    assert probs.sum() == pytest.approx(1.0, abs=4 * se + 0.01)
+    sample = est.sample(40_000, random_state=5)
+    np.testing.assert_array_equal(sample, np.round(sample))  # on the lattice
+    keys = sample[:, 0] * 100 + sample[:, 1]
+    freq = np.array([(keys == a * 100 + b).mean() for a, b in cells])
+    n_eff = min(est.last_sample_ess_, 40_000)
+    assert np.all(np.abs(freq - probs) <= 5 * np.sqrt(probs * (1 - probs) / n_eff) + 1e-3)
+    # and the model against the data it was fitted to (a held-out check of the cells, not of the model's claims)
+    held = _two_codes(30_000, seed=1)
+    hkeys = held[:, 0] * 100 + held[:, 1]
+    hfreq = np.array([(hkeys == a * 100 + b).mean() for a, b in cells])
+    assert 0.5 * np.abs(hfreq - probs).sum() < 0.05  # total variation over the cells
+
+
+def test_a_saved_model_keeps_its_cells(tmp_path):
+    X = _codes_table(4000)
+    est = tgpflow.GPTiltedDensity(n_features=32, lam=1.0, bandwidth=1.0).fit(X)
+    est.save(tmp_path / "m.zarr")
+    back = tgpflow.load(tmp_path / "m.zarr")
+    assert back.discrete_.to_dict() == est.discrete_.to_dict()
+    np.testing.assert_array_equal(back.log_density(X[:50]), est.log_density(X[:50]))
+    np.testing.assert_array_equal(back.sample(20, random_state=1), est.sample(20, random_state=1))
+
+
+def test_dequantized_codes_fit_held_out_rows_better_than_a_smooth_fit_of_the_points():
+    X, held = _codes_table(20_000), _codes_table(20_000, seed=1)
+    rng = np.random.default_rng(9)
+    held_dq = held + np.c_[rng.uniform(-0.5, 0.5, held.shape[0]), np.zeros(held.shape[0])]
+    lattice = tgpflow.GPTiltedDensity(n_features=200).fit(X)
+    smooth = tgpflow.GPTiltedDensity(n_features=200, discrete=None).fit(X)
+    ll_lattice = np.mean(lattice.log_density(held_dq, normalized=True))
+    ll_smooth = np.mean(smooth.log_density(held_dq, normalized=True))
+    assert ll_lattice > ll_smooth + 0.02, (ll_lattice, ll_smooth)
+    assert lattice.fit_diagnostics_["warnings"] == []

@@ -1,0 +1,195 @@
+"""Lattice-valued columns modelled as discrete: uniform dequantization and cell densities (docs/gp_tilted.md,
+"Integer codes and other lattices").
+
+A column whose values lie on a lattice ``origin + k·step`` (integer codes, binary flags, counts) has no density:
+a smooth model fitted to its points either collapses onto them or spreads between them. ``discrete=`` declares
+such columns (``"auto"``: the coarse lattices the pilot shows, :func:`choose_discrete`). For them
+
+* the fit sees each row moved by uniform noise over its cell, ``x_j + (u_j − ½)·step_j`` with ``u_j`` a fixed
+  function of the row's key (:meth:`~tgpflow.io.sources.Source.row_keys`) and the column, so that every pass,
+  the pilot and every refit see the same noise for the same row whatever the chunking;
+* the model q is a density of the dequantized rows, and a row's density is its cell's average of q,
+  ``p(x) = (1/|C(x)|) ∫_{C(x)} q``, where C(x) is the cell of the lattice point nearest x in the discrete
+  columns (the other columns at their values): piecewise constant across a cell, it is a density in the data's
+  units, comparable with any continuous model on dequantized rows, and ``p(x)·Π step_j`` is the probability of
+  the row's lattice point (for the discrete columns) times the density of the others;
+* the cell average is a weighted mean of q over fixed points of the cell (:meth:`LatticeCells.cell_rule`): for
+  up to three discrete columns the product midpoint rule on k and k/2 points a column, Richardson-extrapolated
+  (``(4·I_k − I_{k/2})/3``, its error O(k⁻⁴) against the midpoint's O(k⁻²); k = 32, 8, 4: 48, 80, 72 points),
+  scrambled Sobol points (:data:`CELL_POINTS`, a fixed seed) for more. A fitted q varies by 1–6 nats across a cell
+  (it learns the dequantized rows' steps at the cell edges): against a 4000-point rule in one column and 240 × 240
+  in two, the extrapolated rule missed by at most 1e-4 and 2e-3 nats, the plain 64-point midpoint rule by 2e-3 and
+  0.016. Scoring costs that many evaluations of q a row;
+* samples are the model's draws with those columns rounded to the nearest lattice point (their law is exactly
+  the cell probabilities), and the diagnostics (mass outside the training rows' box, the sample check) judge
+  the rounded values.
+
+The score of a discrete column is not defined; :meth:`grad_log_density` of such a model is the dequantized
+density's (q's), the field a sampler of the continuous relaxation needs. float64 throughout; the noise is
+float64 from 53 bits of a SplitMix64 hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LatticeCells", "choose_discrete", "keyed_uniform", "dequantize_chunk", "CELL_POINTS",
+           "AUTO_MIN_STEP_OVER_SPREAD"]
+
+#: Sobol points of a cell average beyond three discrete columns (a power of 2: the scrambled net's balance).
+CELL_POINTS = 64
+#: Midpoints a column of the finer of the two product rules, by the number of discrete columns (1, 2, 3).
+_MIDPOINTS = {1: 32, 2: 8, 3: 4}
+#: ``discrete="auto"`` takes a lattice whose step is at least this share of the column's standard deviation
+#: (integer codes: hour 0.14, month 0.29, weekday 0.5; a count of spread 200, 0.005, or values recorded to 3
+#: decimals stay continuous: there a smooth density already matches the cell averages), and every binary column.
+AUTO_MIN_STEP_OVER_SPREAD = 0.05
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_COLUMN = np.uint64(0xD1B54A32D192ED03)
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on uint64 (wrapping arithmetic; numpy arrays wrap without a warning)."""
+    z = z + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def keyed_uniform(keys: np.ndarray, positions: np.ndarray, seed: int) -> np.ndarray:
+    """Uniform [0, 1) numbers, (n, m): a fixed function of (``seed``, a row's key, the column position)."""
+    k = np.asarray(keys, dtype=np.int64).astype(np.uint64)[:, None]
+    j = np.asarray(positions, dtype=np.int64).astype(np.uint64)[None, :] + np.uint64(1)
+    z = _splitmix64(_splitmix64(k ^ np.uint64(seed)) ^ (j * _COLUMN))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LatticeCells:
+    """The discrete columns: their positions and names, each lattice's origin and step (in the units the value
+    is used in: the data's, or the fitting space's after :meth:`scaled`), and the noise seed."""
+
+    positions: np.ndarray
+    columns: tuple[str, ...]
+    origin: np.ndarray
+    step: np.ndarray
+    seed: int
+
+    @property
+    def log_volume(self) -> float:
+        """Σ_j log step_j: the log of a cell's volume."""
+        return float(np.sum(np.log(self.step)))
+
+    def snap(self, x: np.ndarray) -> np.ndarray:
+        """A copy of rows ``x`` with the discrete columns at their nearest lattice point."""
+        out = np.array(x, dtype=np.float64, copy=True)
+        cols = out[:, self.positions]
+        out[:, self.positions] = self.origin + self.step * np.round((cols - self.origin) / self.step)
+        return out
+
+    def dequantize(self, x: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """A copy of ``x`` with each discrete column moved by its row's noise, ``(u − ½)·step``."""
+        out = np.array(x, dtype=np.float64, copy=True)
+        u = keyed_uniform(keys, self.positions, self.seed)
+        out[:, self.positions] += (u - 0.5) * self.step
+        return out
+
+    def cell_rule(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """Offsets (K, m) over the centred cell and weights (K,) of its average, and how many of the first offsets
+        are a plain rule on their own (equal weights): Richardson-extrapolated product midpoints for m ≤ 3 (the fine
+        rule first, weights 4/(3·n_fine), then the coarse one, −1/(3·n_coarse)), scrambled Sobol points beyond
+        (module docstring)."""
+        m = len(self.positions)
+        if m > 3:
+            from scipy.stats import qmc
+
+            points = qmc.Sobol(d=m, scramble=True, seed=np.random.default_rng(self.seed)).random(CELL_POINTS)
+            return (points - 0.5) * self.step, np.full(CELL_POINTS, 1.0 / CELL_POINTS), CELL_POINTS
+        grids = []
+        for k in (_MIDPOINTS[m], _MIDPOINTS[m] // 2):
+            axis = (np.arange(k) + 0.5) / k
+            grids.append(np.stack(np.meshgrid(*([axis] * m), indexing="ij"), axis=-1).reshape(-1, m))
+        fine, coarse = grids
+        weights = np.r_[np.full(len(fine), 4.0 / (3 * len(fine))), np.full(len(coarse), -1.0 / (3 * len(coarse)))]
+        return (np.vstack(grids) - 0.5) * self.step, weights, len(fine)
+
+    def scaled(self, scaling: Any) -> LatticeCells:
+        """The lattices in a standardization's units, ``(origin − c)/s`` and ``step/s`` (None: unchanged)."""
+        if scaling is None:
+            return self
+        c, s = scaling.center[self.positions], scaling.scale[self.positions]
+        return dataclasses.replace(self, origin=(self.origin - c) / s, step=self.step / s)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON: ``{column: {"origin", "step"}}`` with the positions and the seed."""
+        return {"columns": {c: {"position": int(p), "origin": float(o), "step": float(s)}
+                            for c, p, o, s in zip(self.columns, self.positions, self.origin, self.step, strict=True)},
+                "seed": int(self.seed)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> LatticeCells | None:
+        if not data or not data.get("columns"):
+            return None
+        cols = data["columns"]
+        return cls(np.array([v["position"] for v in cols.values()], dtype=np.int64), tuple(cols),
+                   np.array([v["origin"] for v in cols.values()], dtype=np.float64),
+                   np.array([v["step"] for v in cols.values()], dtype=np.float64), int(data["seed"]))
+
+
+def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str, Mapping[str, Any]],
+                    rows: np.ndarray, bounded: Sequence[str], seed: int) -> LatticeCells | None:
+    """The discrete columns of ``discrete=``: ``"auto"`` the binary columns and the lattices whose step is at least
+    :data:`AUTO_MIN_STEP_OVER_SPREAD` of their spread (bounded columns excluded: they are fitted after a log/logit
+    transform), a list those columns (each must be a lattice or binary in the pilot), None none.
+
+    ``kinds`` are :func:`~tgpflow.io.column_kinds.column_kinds` of the pilot ``rows`` (data units); a binary
+    column's step is the gap between its two values."""
+    if which is None or which == "none":
+        return None
+    names = list(kinds)
+    if which == "auto":
+        chosen = [c for c in names if c not in bounded and (
+            kinds[c]["kind"] == "binary" or (kinds[c]["kind"] == "lattice" and (
+                kinds[c]["lattice"]["step_over_spread"] or 0.0) >= AUTO_MIN_STEP_OVER_SPREAD))]
+    else:
+        chosen = []
+        for c in which:
+            name = str(c)
+            if name not in names:
+                raise ValueError(f"discrete names column {c!r}, which is not among the data's columns {names}")
+            if name in bounded:
+                raise ValueError(f"discrete: column {name!r} also has bounds; a lattice column is modelled by its "
+                                 f"cells, a bounded one after a log/logit transform: declare one of the two")
+            if kinds[name]["kind"] not in ("lattice", "binary"):
+                raise ValueError(f"discrete: column {name!r} is not on a lattice in the pilot sample "
+                                 f"({kinds[name]['distinct']} distinct values, no common step); drop it from "
+                                 f"discrete=")
+            chosen.append(name)
+    if not chosen:
+        return None
+    positions = np.array([names.index(c) for c in chosen], dtype=np.int64)
+    origin, step = [], []
+    for c, j in zip(chosen, positions, strict=True):
+        if kinds[c]["kind"] == "binary":
+            lo, hi = float(np.min(rows[:, j])), float(np.max(rows[:, j]))
+            origin.append(lo)
+            step.append(hi - lo)
+        else:
+            o, h = float(kinds[c]["lattice"]["origin"]), float(kinds[c]["lattice"]["step"])
+            k = o / h  # an origin on the step's own grid (integer codes) exactly there, not a rounding off it
+            origin.append(round(k) * h if abs(k - round(k)) <= 1e-6 else o)
+            step.append(h)
+    return LatticeCells(positions, tuple(chosen), np.array(origin), np.array(step), int(seed))
+
+
+def dequantize_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], keys: np.ndarray,
+                     cells: LatticeCells) -> tuple[np.ndarray, int, np.ndarray | None]:
+    """A validated chunk with its discrete columns dequantized by their rows' keyed noise (``cells`` in the
+    chunk's units)."""
+    rows, dropped, kept = validated
+    return np.ascontiguousarray(cells.dequantize(rows, keys)), dropped, kept
