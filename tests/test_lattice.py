@@ -46,17 +46,32 @@ def test_the_keyed_noise_is_uniform_independent_across_columns_and_a_function_of
     assert not np.allclose(u, keyed_uniform(keys, np.array([0, 3]), seed=12))
 
 
-def test_every_chunking_sees_the_same_noise_for_the_same_row():
+def test_a_chunk_draws_the_same_noise_on_every_pass_and_other_rows_draw_other_noise():
     X = _codes_table(5000)
     est = tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0).fit(X)
-    rows = []
-    for chunks in (1000, 1733):
-        source = est.fitting_source(as_source(da.from_array(X, chunks=(chunks, 2))))
-        rows.append(np.concatenate([b.compute() for b in source.blocks()]))
-    np.testing.assert_array_equal(rows[0], rows[1])
-    moved = rows[0][:, 0] - X[:, 0]
-    assert np.all(np.abs(moved) < 0.5) and sstats.kstest(moved + 0.5, "uniform").pvalue > 1e-3
-    np.testing.assert_array_equal(rows[0][:, 1], X[:, 1])  # the continuous column is untouched
+
+    def fitting_rows(data: np.ndarray, chunks: int) -> np.ndarray:
+        source = est.fitting_source(as_source(da.from_array(data, chunks=(chunks, 2))))
+        return np.concatenate([b.compute() for b in source.blocks()])
+
+    first = fitting_rows(X, 1000)
+    np.testing.assert_array_equal(first, fitting_rows(X, 1000))  # a refit, a second pass: the same noise
+    np.testing.assert_array_equal(first[:, 1], X[:, 1])  # the continuous column is untouched
+    for rows in (first, fitting_rows(X, 1733)):
+        moved = rows[:, 0] - X[:, 0]
+        assert np.all(np.abs(moved) < 0.5) and sstats.kstest(moved + 0.5, "uniform").pvalue > 1e-3
+    # a second batch (a partition, a partial_fit) with its codes in the same order but other rows: other noise
+    other = X.copy()
+    other[:, 1] += 0.1
+    moved_other = fitting_rows(other, 1000)[:, 0] - X[:, 0]
+    assert abs(np.corrcoef(first[:, 0] - X[:, 0], moved_other)[0, 1]) < 0.05
+
+
+def test_a_value_off_the_pilots_lattice_is_an_error_naming_chunk_and_column():
+    X = _codes_table(20_000)
+    X[17_000, 0] = 2.5
+    with pytest.raises(tgpflow.errors.SourceError, match=r"rows 16384.*column '0'.*off the lattice.*discrete="):
+        tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0, pilot_rows=500).fit(X)
 
 
 def test_auto_takes_codes_and_flags_not_fine_roundings_nor_bounded_columns():
@@ -78,6 +93,8 @@ def test_auto_takes_codes_and_flags_not_fine_roundings_nor_bounded_columns():
     with pytest.raises(ValueError, match="'age' also has bounds"):
         tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0, discrete=["age"],
                                 bounds={"age": (0, None)}).fit(frame)
+    with pytest.raises(ValueError, match="names a column twice"):
+        tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0, discrete=["hour", "hour"]).fit(frame)
     with pytest.raises(ValueError, match="'nope', which is not among"):
         tgpflow.GPTiltedDensity(n_features=16, lam=1.0, bandwidth=1.0, discrete=["nope"]).fit(frame)
 
@@ -127,6 +144,18 @@ def test_with_every_column_discrete_the_cell_probabilities_match_brute_force_sam
     assert 0.5 * np.abs(hfreq - probs).sum() < 0.05  # total variation over the cells
 
 
+def test_statistics_do_not_carry_lattices_and_a_fresh_solver_says_so():
+    X = _codes_table(4000)
+    est = tgpflow.GPTiltedDensity(n_features=32, lam=1.0, bandwidth=1.0)
+    stats = est.accumulate(X)
+    assert est.discrete_.columns == ("0",)
+    fresh = tgpflow.GPTiltedDensity(n_features=32, lam=1.0, bandwidth=1.0).fit_from_stats(stats)
+    assert fresh.discrete_ is None
+    np.testing.assert_allclose(fresh.log_density(X[:20]), est.fit_from_stats(stats).fitted().inner.log_density(X[:20]))
+    with pytest.raises(ValueError, match="statistics do not carry their lattices"):
+        tgpflow.GPTiltedDensity(n_features=32, lam=1.0, bandwidth=1.0, discrete=["0"]).fit_from_stats(stats)
+
+
 def test_a_saved_model_keeps_its_cells(tmp_path):
     X = _codes_table(4000)
     est = tgpflow.GPTiltedDensity(n_features=32, lam=1.0, bandwidth=1.0).fit(X)
@@ -147,3 +176,72 @@ def test_dequantized_codes_fit_held_out_rows_better_than_a_smooth_fit_of_the_poi
     ll_smooth = np.mean(smooth.log_density(held_dq, normalized=True))
     assert ll_lattice > ll_smooth + 0.02, (ll_lattice, ll_smooth)
     assert lattice.fit_diagnostics_["warnings"] == []
+
+
+def test_a_pipelines_published_model_keeps_the_codes_discrete_in_the_datas_units(tmp_path):
+    """The pipeline standardizes (preprocess) and dequantizes each partition by its rows' keys; the published model
+    reads raw rows, gives the pipeline's scores, knows the lattice in the data's units and samples on it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    from tgpflow.pipeline.runner import run_pipeline
+    from tgpflow.pipeline.spec import load_spec
+
+    days = []
+    for k in range(3):
+        X = _codes_table(3000, seed=10 + k)
+        frame = pd.DataFrame({"weekday": X[:, 0], "load": X[:, 1]})
+        (tmp_path / "data").mkdir(exist_ok=True)
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / "data" / f"d{k}.parquet",
+                       row_group_size=1000)
+        days.append(frame)
+    spec = {"name": "codes", "source": {"path": str(tmp_path / "data" / "*.parquet"), "columns": ["weekday", "load"]},
+            "preprocess": {"center": True, "scale": True},
+            "models": [{"name": "density", "estimator": "GPTiltedDensity", "params": {"n_features": 128}}],
+            "outputs": {"store": str(tmp_path / "store.zarr"), "models": str(tmp_path / "models"),
+                        "scores": {"path": str(tmp_path / "scores"), "model": "density"}}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    run_pipeline(load_spec(tmp_path / "spec.yaml"))
+    est = tgpflow.load(tmp_path / "models" / "density")
+    assert est.discrete_.columns == ("weekday",)
+    assert est.discrete_.origin.tolist() == [0.0] and est.discrete_.step.tolist() == [1.0]  # the data's units
+    scores = pd.read_parquet(tmp_path / "scores" / "d0.parquet")
+    np.testing.assert_allclose(est.log_density(days[0], normalized=True), scores["log_density"], rtol=1e-9)
+    sample = est.sample(20_000, random_state=3)
+    np.testing.assert_array_equal(sample[:, 0], np.round(sample[:, 0]))  # on the lattice
+    beyond = np.mean((sample[:, 0] < 0) | (sample[:, 0] > 6))  # rounded beyond the codes: outside the box
+    assert beyond <= est.fit_diagnostics_["mass_outside"] + 0.005 < est.fit_diagnostics_["mass_outside_limit"]
+    rows = pd.concat(days).to_numpy()
+    freq = np.array([(sample[:, 0] == c).mean() for c in range(7)])
+    data = np.array([(rows[:, 0] == c).mean() for c in range(7)])
+    assert 0.5 * np.abs(freq - data).sum() < 0.05, (freq, data)
+
+
+def test_the_command_line_takes_discrete_and_says_which_columns_are(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from tgpflow.cli import main
+
+    from conftest import write_parquet
+
+    src = write_parquet(tmp_path / "codes.parquet", _codes_table(3000), ["weekday", "load"])
+    runner = CliRunner()
+    r = runner.invoke(main, ["fit", str(src), "--out", str(tmp_path / "m.zarr"), "--n-features", "32", "--lam", "1",
+                             "--bandwidth", "1", "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    fit = json.loads(r.stdout)
+    assert fit["discrete"] == {"weekday": {"origin": 0.0, "step": 1.0}}
+    assert fit["suggested_bounds"] is None  # every code is ≥ 0, but its cells bound it: no log transform suggested
+    info = json.loads(runner.invoke(main, ["info", str(tmp_path / "m.zarr")]).stdout)
+    assert info["discrete"] == {"weekday": {"origin": 0.0, "step": 1.0}}
+    r = runner.invoke(main, ["fit", str(src), "--out", str(tmp_path / "n.zarr"), "--n-features", "32", "--lam", "1",
+                             "--bandwidth", "1", "--discrete", "none", "--progress", "none"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["discrete"] is None
+    r = runner.invoke(main, ["fit", str(src), "--out", str(tmp_path / "o.zarr"), "--discrete", "load",
+                             "--progress", "none"])
+    assert r.exit_code != 0 and "'load' is not on a lattice" in r.output
+    assert not (tmp_path / "o.zarr").exists()

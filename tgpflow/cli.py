@@ -168,8 +168,8 @@ class _ModelChoice(click.Choice):
 #: Each is made from the parameter tables (tgpflow.models.params), like ``-p NAME=VALUE``, which takes any
 #: parameter; a name here that no table has fails when the command is built.
 FIT_OPTIONS = ("n_features", "lam", "bandwidth", "noise_levels", "sigma_max", "base", "n_basis", "smoothness", "kernel",
-               "regularizer", "device", "precision", "validation_fraction", "criterion", "bounds", "random_state",
-               "on_bad_rows", "scale")
+               "regularizer", "device", "precision", "validation_fraction", "criterion", "bounds", "discrete",
+               "random_state", "on_bad_rows", "scale")
 #: Flags that are not the parameter's name with dashes.
 _FLAGS = {"random_state": "--seed"}
 

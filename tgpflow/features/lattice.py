@@ -6,8 +6,11 @@ a smooth model fitted to its points either collapses onto them or spreads betwee
 such columns (``"auto"``: the coarse lattices the pilot shows, :func:`choose_discrete`). For them
 
 * the fit sees each row moved by uniform noise over its cell, ``x_j + (u_j − ½)·step_j`` with ``u_j`` a fixed
-  function of the row's key (:meth:`~tgpflow.io.sources.Source.row_keys`) and the column, so that every pass,
-  the pilot and every refit see the same noise for the same row whatever the chunking;
+  function of the chunk's content (a BLAKE2b digest of its rows), the row's place in it and the column: every
+  pass and refit sees the same noise for the same chunk (a pipeline's partitions, a refit's old chunks), and
+  chunks that hold other rows draw other noise (two partitions, or two ``partial_fit`` batches, whose rows sit
+  in the same order do not share their noise). The pilot's rows draw theirs from their keys. A value of the pass
+  off the pilot's lattice is an error naming the chunk and the column (:func:`dequantize_chunk`);
 * the model q is a density of the dequantized rows, and a row's density is its cell's average of q,
   ``p(x) = (1/|C(x)|) ∫_{C(x)} q``, where C(x) is the cell of the lattice point nearest x in the discrete
   columns (the other columns at their values): piecewise constant across a cell, it is a density in the data's
@@ -61,11 +64,12 @@ def _splitmix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def keyed_uniform(keys: np.ndarray, positions: np.ndarray, seed: int) -> np.ndarray:
-    """Uniform [0, 1) numbers, (n, m): a fixed function of (``seed``, a row's key, the column position)."""
+def keyed_uniform(keys: np.ndarray, positions: np.ndarray, seed: int, salt: int = 0) -> np.ndarray:
+    """Uniform [0, 1) numbers, (n, m): a fixed function of (``seed``, ``salt``, a row's key, the column position)."""
     k = np.asarray(keys, dtype=np.int64).astype(np.uint64)[:, None]
     j = np.asarray(positions, dtype=np.int64).astype(np.uint64)[None, :] + np.uint64(1)
-    z = _splitmix64(_splitmix64(k ^ np.uint64(seed)) ^ (j * _COLUMN))
+    mixed = _splitmix64(np.array([seed ^ _splitmix64(np.array([salt], dtype=np.uint64))[0]], dtype=np.uint64))[0]
+    z = _splitmix64(_splitmix64(k ^ mixed) ^ (j * _COLUMN))
     return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
@@ -92,10 +96,10 @@ class LatticeCells:
         out[:, self.positions] = self.origin + self.step * np.round((cols - self.origin) / self.step)
         return out
 
-    def dequantize(self, x: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    def dequantize(self, x: np.ndarray, keys: np.ndarray, salt: int = 0) -> np.ndarray:
         """A copy of ``x`` with each discrete column moved by its row's noise, ``(u − ½)·step``."""
         out = np.array(x, dtype=np.float64, copy=True)
-        u = keyed_uniform(keys, self.positions, self.seed)
+        u = keyed_uniform(keys, self.positions, self.seed, salt)
         out[:, self.positions] += (u - 0.5) * self.step
         return out
 
@@ -158,6 +162,8 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
                 kinds[c]["lattice"]["step_over_spread"] or 0.0) >= AUTO_MIN_STEP_OVER_SPREAD))]
     else:
         chosen = []
+        if len({str(c) for c in which}) < len(which):
+            raise ValueError(f"discrete names a column twice: {list(which)}")
         for c in which:
             name = str(c)
             if name not in names:
@@ -187,9 +193,24 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
     return LatticeCells(positions, tuple(chosen), np.array(origin), np.array(step), int(seed))
 
 
-def dequantize_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], keys: np.ndarray,
+def dequantize_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label: str,
                      cells: LatticeCells) -> tuple[np.ndarray, int, np.ndarray | None]:
-    """A validated chunk with its discrete columns dequantized by their rows' keyed noise (``cells`` in the
-    chunk's units)."""
+    """A validated chunk with its discrete columns dequantized (``cells`` in the chunk's units): the noise of a row
+    is a function of the chunk's digest and the row's place in it (module docstring). A value off the lattice is a
+    :class:`~tgpflow.errors.SourceError` naming the chunk (``label``) and the column."""
+    import hashlib
+
+    from tgpflow.errors import SourceError
+
     rows, dropped, kept = validated
-    return np.ascontiguousarray(cells.dequantize(rows, keys)), dropped, kept
+    k = (rows[:, cells.positions] - cells.origin) / cells.step
+    off = np.abs(k - np.round(k)) > 1e-6
+    if off.any():
+        j = int(np.flatnonzero(off.any(axis=0))[0])
+        raise SourceError(f"{label}: {int(off[:, j].sum())} values of column {cells.columns[j]!r} (e.g. the row at "
+                          f"{int(np.flatnonzero(off[:, j])[0])}) are off the lattice that the pilot sample showed "
+                          f"(origin + k·step, step {cells.step[j]:.6g} in the fitting units), so they have no cell: "
+                          f"leave the column out of discrete= (discrete=None fits every column as continuous)")
+    digest = hashlib.blake2b(np.ascontiguousarray(rows).tobytes(), digest_size=8).digest()
+    place = np.arange(rows.shape[0], dtype=np.int64)
+    return np.ascontiguousarray(cells.dequantize(rows, place, int.from_bytes(digest, "little"))), dropped, kept

@@ -130,15 +130,6 @@ class Source:
                                    _validated=tuple(apply(v, label) for v, label in zip(self._validated, self.labels,
                                                                                         strict=True)))
 
-    def map_keyed(self, fn: Any, description: str | None = None) -> Source:
-        """The same chunks with ``fn((rows, dropped, kept), keys) -> (rows, dropped, kept)`` applied to each validated
-        chunk and its rows' keys (:meth:`row_keys`): a per-row transform that must be the same for a row however the
-        source is chunked (e.g. keyed noise). It keeps the rows, the bad-row counts and the keys."""
-        apply = dask.delayed(fn, pure=True)
-        return dataclasses.replace(self, description=description or self.description,
-                                   _validated=tuple(apply(v, k) for v, k in zip(self._validated, self.row_keys(),
-                                                                                strict=True)))
-
     def to_dask_array(self) -> da.Array:
         """The validated rows as one dask array (row chunks; NaN sizes when rows may be dropped)."""
         d = self.n_columns

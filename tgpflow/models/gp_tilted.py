@@ -516,7 +516,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             self._read_pilot(source, progress)
         rows = self._to_data(self._pilot_rows)  # the pilot in the data's units
         self.support_ = SupportBox.from_rows(rows)
-        self.pilot_["suggested_bounds"] = suggest_bounds(rows, self._column_names(source), self.bounds_)
+        discrete = () if self.discrete_ is None else self.discrete_.columns  # their cells bound them already
+        self.pilot_["suggested_bounds"] = {c: b for c, b in suggest_bounds(rows, self._column_names(source),
+                                                                           self.bounds_).items() if c not in discrete}
         self.pilot_["column_kinds"] = column_kinds(rows, self._column_names(source))
         if self.pilot_["suggested_bounds"]:
             logger.info("columns that look bounded at 0 (every pilot value ≥ 0, a Gaussian would put > 1%% below): "
@@ -541,8 +543,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     def _fix_discrete(self, source: Source, progress: Progress | None) -> Source:
         """``discrete_`` of a first fit from the column kinds of the pilot sample (the pilot the fit then uses:
-        no second read), and ``source`` (the fitting space) with those columns dequantized by each row's keyed
-        noise, the pilot rows too (:mod:`tgpflow.features.lattice`)."""
+        no second read), and ``source`` (the fitting space) with those columns dequantized, the pilot rows too (by
+        noise drawn from their keys; :mod:`tgpflow.features.lattice`)."""
         if self.discrete is None or self.discrete == "none":
             return source
         pilot = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0], progress=progress)
@@ -562,9 +564,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return source
 
     def _dequantized(self, source: Source) -> Source:
-        """``source`` (the fitting space) with the ``discrete_`` columns moved by their rows' keyed noise."""
+        """``source`` (the fitting space) with the ``discrete_`` columns moved by noise drawn from each chunk's
+        digest and each row's place in it (:func:`~tgpflow.features.lattice.dequantize_chunk`)."""
         cells = self.discrete_.scaled(getattr(self, "scaling_", None))
-        return source.map_keyed(functools.partial(dequantize_chunk, cells=cells))
+        return source.map_validated(functools.partial(dequantize_chunk, cells=cells))
 
     def fitting_source(self, source: Source) -> Source:
         """``source`` in the fitting space: standardized (``scaling_``), bounded columns transformed (rows on or
@@ -604,7 +607,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """Solve from statistics (no data access) with ``features``; by default the estimator's ``features_`` (set
         by ``accumulate`` or a fit: the statistics are checked against them), else — on a fresh estimator — the
         draw the statistics carry. Statistics do not record ``bounds=``: a fresh estimator must be given the bounds
-        they were accumulated with (a bounded fit's sums are in its log/logit space).
+        they were accumulated with (a bounded fit's sums are in its log/logit space). Nor do they record discrete
+        columns: a fresh estimator's model is the density of the dequantized rows itself, evaluated at points and
+        sampled without rounding (``discrete_`` None; a list in ``discrete=`` is refused).
 
         A :class:`StatsBundle` (from a selecting ``accumulate``) first selects λ, η and γ on
         its validation parts, then solves on all rows with the chosen values. The solved model's
@@ -677,6 +682,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         if not hasattr(self, "features_"):  # no draw of its own yet: bounds= as set now (a failed call leaves none)
             self._refuse_unknown_scaling()
             self.bounds_ = self._fresh_bounds(features.n_dims)
+            if isinstance(self.discrete, (list, tuple)):
+                raise ValueError("discrete= names columns, but statistics do not carry their lattices (each fit reads "
+                                 "them off its pilot): solve with the estimator that accumulated the statistics")
+            self.discrete_ = None  # the model is then the dequantized density itself: see fit_from_stats
         if isinstance(stats, StatsBundle):
             stats, features = self._select(stats, features)
         expected = self._method.stats_type
@@ -1030,6 +1039,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """The model of a verified artifact, read from its stored solution (no solve; ``verify``: re-solve
         the stored statistics and compare)."""
         params = dict(meta["params"])
+        if "discrete" not in meta:  # written before discrete columns: fitted on every column as continuous
+            params["discrete"] = None
         if params.get("method") == "map":  # files before map_points solved MAP on base draws (seed 003 Alg 1)
             params.setdefault("map_points", "base")
         est = cls(**params)
