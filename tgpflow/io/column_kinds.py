@@ -78,7 +78,7 @@ def lattice_step(values: np.ndarray) -> float | None:
     # one moves the 10⁵th cell by a tenth of a step
     for candidate in candidates:
         k = (values - values[0]) / candidate
-        if np.all(np.abs(k - np.round(k)) <= 1e-4):
+        if np.all(np.abs(k - np.round(k)) <= 1e-6):  # as exact as float64 values written to decimals are
             return candidate
     return None
 

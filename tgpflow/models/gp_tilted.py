@@ -71,6 +71,15 @@ def _to_data_rows(rows: np.ndarray, bounds: ColumnBounds | None, scaling: Scalin
     return rows if cells is None else cells.snap(rows)
 
 
+def _from_data_rows(rows: np.ndarray, bounds: ColumnBounds | None, scaling: Scaling | None) -> np.ndarray:
+    """Rows in the data's units (strictly inside ``bounds``) in the fitting space: the inverse of
+    :func:`_to_data_rows` without its rounding."""
+    if bounds is None:
+        return rows if scaling is None else scaling.forward(rows)
+    t = bounds.forward(rows)
+    return t if scaling is None else bounds.transformed_scaling(scaling).forward(t)
+
+
 def _data_units(bounds: ColumnBounds | None, scaling: Scaling | None, cells: LatticeCells | None = None) -> Any:
     """The map from the fitting space to the data's units (``bounds`` in the data's units: the transformed
     values' scaling undone, then t⁻¹; without bounds the scaling's inverse; discrete columns rounded to their
@@ -78,6 +87,11 @@ def _data_units(bounds: ColumnBounds | None, scaling: Scaling | None, cells: Lat
     if bounds is None and scaling is None and cells is None:
         return None
     return functools.partial(_to_data_rows, bounds=bounds, scaling=scaling, cells=cells)
+
+def _carrying_cells(fn: Any, cells: LatticeCells, *args: Any) -> Any:
+    """``fn(*args)``, chunk statistics, carrying the discrete columns' ``cells`` their rows were dequantized over."""
+    out = fn(*args)
+    return dataclasses.replace(out, cells=cells) if hasattr(out, "cells") else out
 
 #: λ when ``lam="auto"`` has no validation rows to select on (a few rows): a smooth fit.
 FALLBACK_LAM = 1.0
@@ -392,9 +406,13 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
     def _chunk_fn(self, validation: bool = False) -> Any:
         """The method's per-chunk statistics function and its trailing arguments (after the features);
         ``validation``: for held-out rows, None where they need no more sums than the others."""
-        return self._method.chunk_stats(block_bytes=int(self.block_bytes), precision=self.precision,
+        spec = self._method.chunk_stats(block_bytes=int(self.block_bytes), precision=self.precision,
                                         noise_levels=getattr(self, "noise_levels_", None), validation=validation,
                                         mixture=getattr(self, "base_mixture_", None))
+        cells = getattr(self, "discrete_", None)
+        if spec is None or cells is None:
+            return spec
+        return functools.partial(_carrying_cells, spec[0], cells), spec[1]  # the statistics say how rows were read
 
     def _val_args(self) -> tuple[Any, ...] | None:
         """Arguments of the chunk function for held-out rows, where they need more sums (FVPD's Σφφᵀ)."""
@@ -539,47 +557,46 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self._fix_scaling(source, scaling, progress)
         self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
         self._pilot_rows = self._pilot_sample = self.discrete_ = None
-        return self._fix_discrete(self.fitting_source(source), progress)
+        return self._fix_discrete(source, progress)
 
     def _fix_discrete(self, source: Source, progress: Progress | None) -> Source:
-        """``discrete_`` of a first fit from the column kinds of the pilot sample (the pilot the fit then uses:
-        no second read), and ``source`` (the fitting space) with those columns dequantized, the pilot rows too (by
-        noise drawn from their keys; :mod:`tgpflow.features.lattice`)."""
+        """The fitting space of ``source`` (raw rows) with ``discrete_`` read off the column kinds of the pilot sample
+        (the pilot the fit then uses: no second read): those columns dequantized in the data's units and bounded at
+        their lattices' outer cell edges (``bounds_`` then holds the user's bounds and theirs), the pilot rows too
+        (their noise drawn from their keys; :mod:`tgpflow.features.lattice`)."""
+        fitting = self.fitting_source(source)
         if self.discrete is None or self.discrete == "none":
-            return source
-        pilot = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0], progress=progress)
-        check_pilot_rows(pilot, source.description, 1, "the GP-tilted density")
+            return fitting
+        pilot = pilot_sample(fitting, rows=int(self.pilot_rows), random_state=self._seeds()[0], progress=progress)
+        check_pilot_rows(pilot, fitting.description, 1, "the GP-tilted density")
         rows, names = self._to_data(pilot.rows), self._column_names(source)
         bounded = list(self.bounds_.to_dict()) if self.bounds_ is not None else []
         seed = int(self._seeds()[6].generate_state(1, np.uint64)[0])
         self.discrete_ = choose_discrete(self.discrete, column_kinds(rows, names), rows, bounded, seed)
         if self.discrete_ is not None:
-            cells = self.discrete_.scaled(getattr(self, "scaling_", None))
-            pilot = dataclasses.replace(pilot, rows=cells.dequantize(pilot.rows, pilot.keys))
-            source = self._dequantized(source)
+            self.bounds_ = self.discrete_.bounds_with(self.bounds_, names)
+            fit_rows = _from_data_rows(self.discrete_.dequantize(rows, pilot.keys), self.bounds_,
+                                       getattr(self, "scaling_", None))
+            pilot = dataclasses.replace(pilot, rows=fit_rows)
+            fitting = self.fitting_source(source)
             logger.info("discrete columns (dequantized over their cells; discrete=None to fit them as continuous): "
                         "%s", ", ".join(f"{c} (step {s:g})" for c, s in zip(self.discrete_.columns,
                                                                              self.discrete_.step, strict=True)))
         self._pilot_sample, self._pilot_rows, self._pilot_keys = pilot, pilot.rows, pilot.keys
-        return source
-
-    def _dequantized(self, source: Source) -> Source:
-        """``source`` (the fitting space) with the ``discrete_`` columns moved by noise drawn from each chunk's
-        digest and each row's place in it (:func:`~tgpflow.features.lattice.dequantize_chunk`)."""
-        cells = self.discrete_.scaled(getattr(self, "scaling_", None))
-        return source.map_validated(functools.partial(dequantize_chunk, cells=cells))
+        return fitting
 
     def fitting_source(self, source: Source) -> Source:
         """``source`` in the fitting space: standardized (``scaling_``), bounded columns transformed (rows on or
-        beyond a bound, in the data's units, are bad rows), discrete columns dequantized (``discrete_``)."""
+        beyond a bound, in the data's units, are bad rows), discrete columns dequantized first (``discrete_``, in the
+        data's units)."""
+        cells = getattr(self, "discrete_", None)
+        if cells is not None:
+            source = source.map_validated(functools.partial(dequantize_chunk, cells=cells))
         bounds = getattr(self, "bounds_", None)
         if bounds is None:
-            out = super().fitting_source(source)
-        else:
-            out = source.map_validated(functools.partial(bounded_chunk, bounds=bounds,
-                                                         on_bad_rows=source.on_bad_rows,
-                                                         scaling=getattr(self, "scaling_", None)))
-        return out if getattr(self, "discrete_", None) is None else self._dequantized(out)
+            return super().fitting_source(source)
+        return source.map_validated(functools.partial(bounded_chunk, bounds=bounds, on_bad_rows=source.on_bad_rows,
+                                                      scaling=getattr(self, "scaling_", None)))
 
     def _fit_bounds(self) -> ColumnBounds | None:
         """``bounds_`` (in the data's units) in the standardized units: the held-out grid projects rows mapped
@@ -607,9 +624,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """Solve from statistics (no data access) with ``features``; by default the estimator's ``features_`` (set
         by ``accumulate`` or a fit: the statistics are checked against them), else — on a fresh estimator — the
         draw the statistics carry. Statistics do not record ``bounds=``: a fresh estimator must be given the bounds
-        they were accumulated with (a bounded fit's sums are in its log/logit space). Nor do they record discrete
-        columns: a fresh estimator's model is the density of the dequantized rows itself, evaluated at points and
-        sampled without rounding (``discrete_`` None; a list in ``discrete=`` is refused).
+        they were accumulated with (a bounded fit's sums are in its log/logit space). They do carry the discrete
+        columns' lattices (``stats.cells``), which a fresh estimator takes as its ``discrete_``.
 
         A :class:`StatsBundle` (from a selecting ``accumulate``) first selects λ, η and γ on
         its validation parts, then solves on all rows with the chosen values. The solved model's
@@ -682,10 +698,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         if not hasattr(self, "features_"):  # no draw of its own yet: bounds= as set now (a failed call leaves none)
             self._refuse_unknown_scaling()
             self.bounds_ = self._fresh_bounds(features.n_dims)
-            if isinstance(self.discrete, (list, tuple)):
-                raise ValueError("discrete= names columns, but statistics do not carry their lattices (each fit reads "
-                                 "them off its pilot): solve with the estimator that accumulated the statistics")
-            self.discrete_ = None  # the model is then the dequantized density itself: see fit_from_stats
+            self.discrete_ = self._stats_cells(stats)
         if isinstance(stats, StatsBundle):
             stats, features = self._select(stats, features)
         expected = self._method.stats_type
@@ -693,6 +706,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             raise TypeError(f"method {self.method!r} needs {expected.__name__}, got {type(stats).__name__}"
                             + ("; use stats.fd for the σ = 0 part of an NCFD pass" if isinstance(stats, NCFDStats) else ""))
         stats.check_features(features)
+        if hasattr(stats, "check_cells"):  # rows dequantized over the same cells as this model reads rows with
+            stats.check_cells(getattr(self, "discrete_", None))
         if self._method.noise_conditional:
             if not hasattr(self, "noise_levels_"):
                 self.noise_levels_ = stats.sigmas.copy()
@@ -701,6 +716,20 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         with phase("solve", method=self.method, n_features=features.n_features) as info:
             self._set_solution(stats, features, self._base_of(stats), lam, eta)
             info.update(solver=self.solver_info_.get("method"))
+
+    def _stats_cells(self, stats: Any) -> LatticeCells | None:
+        """The discrete columns that statistics carry, for an estimator that did not accumulate them (named by its
+        columns where it has seen them), with ``bounds_`` widened by their cells' bounds."""
+        one = next(iter(stats.values())) if isinstance(stats, StatsBundle) else stats
+        cells = getattr(one, "cells", None)
+        if cells is None:
+            return None
+        names = getattr(self, "feature_names_in_", None)
+        d = one.draw.n_dims if one.draw is not None else int(one.moments.mean.shape[0])
+        names = [str(c) for c in names] if names is not None else [f"x{j}" for j in range(d)]
+        cells = cells.named(names)
+        self.bounds_ = cells.bounds_with(self.bounds_, names)
+        return cells
 
     def _fresh_bounds(self, d: int) -> ColumnBounds | None:
         """``bounds=`` of an estimator that solves statistics it did not accumulate. Statistics do not carry the

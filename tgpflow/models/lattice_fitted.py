@@ -2,11 +2,16 @@
 "Integer codes and other lattices"; :mod:`tgpflow.features.lattice`).
 
 ``inner`` is any :class:`~tgpflow.models.fitted.Fitted` value in the data's units, fitted to rows whose discrete
-columns were moved by uniform noise over their cells. In the data's units
+columns were moved by uniform noise over their cells, after the logit transform ``t`` of the outer edges of their
+extreme cells. In the data's units
 
-* ``log p(x) = log (1/|C|) ∫_C q``: the cell average of the inner density q over the cell C of the lattice point
-  nearest x (the other columns at their values), a weighted mean over the fixed points of
-  :meth:`~tgpflow.features.lattice.LatticeCells.cell_rule`, by log-sum-exp in float64;
+* ``log p(x) = log (1/|C|) ∫_C p_inner``: the average over the cell C of the lattice point nearest x (the other
+  columns at their values). The integral is taken in the transformed coordinates, where the fitted density is
+  smooth: ``∫_C p_inner dx = ∫_{t(C)} p_inner(x(τ)) / t'(x(τ)) dτ``, on the fixed points u of
+  :meth:`~tgpflow.features.lattice.LatticeCells.cell_rule`: ``τ = τ_lo + (τ_hi − τ_lo)·u`` over an inner cell,
+  and ``τ = τ_edge ∓ s·(−log(1 − u))`` over an extreme cell, which reaches τ = ±∞ (s: the base's standard
+  deviation along τ; measured accuracy in docs/gp_tilted.md). A point beyond the lattice's range has log density
+  −inf. The sums are log-sum-exp in float64;
 * samples, base draws and reference draws are the inner model's with the discrete columns rounded to the
   lattice (:meth:`~tgpflow.features.lattice.LatticeCells.snap`); weights and the normaliser are unchanged;
 * the score, its Jacobian diagonal and the Hyvärinen terms are the inner model's: a discrete column has none.
@@ -53,38 +58,64 @@ class LatticeFitted(WrappedFitted):
     # -- storage ----------------------------------------------------------------------------
     def to_arrays(self) -> dict[str, np.ndarray]:
         out = {f"inner.{k}": v for k, v in self.inner.to_arrays().items()}
-        out.update({"cells.positions": self.cells.positions, "cells.origin": self.cells.origin,
-                    "cells.step": self.cells.step})
+        out.update({f"cells.{k}": v for k, v in self.cells.to_arrays().items()})
         return out
 
     def to_meta(self) -> dict[str, Any]:
-        return {"kind": self.kind, "columns": list(self.cells.columns), "seed": int(self.cells.seed),
-                "inner": self.inner.to_meta()}
+        return {"kind": self.kind, "columns": list(self.cells.columns), "inner": self.inner.to_meta()}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> LatticeFitted:
-        part = prefixed(arrays, "cells.")
-        cells = LatticeCells(np.asarray(part["positions"], dtype=np.int64), tuple(meta["columns"]),
-                             np.asarray(part["origin"], dtype=np.float64), np.asarray(part["step"], dtype=np.float64),
-                             int(meta["seed"]))
+        cells = dataclasses.replace(LatticeCells.from_arrays(prefixed(arrays, "cells.")),
+                                    columns=tuple(meta["columns"]))
         return cls(fitted_from_arrays(prefixed(arrays, "inner."), meta["inner"]), cells)
 
     # -- evaluation -------------------------------------------------------------------------
+    def _spread(self) -> np.ndarray:
+        """The base's standard deviation along each discrete column's transformed coordinate (1 without a base):
+        the scale of an extreme cell's map."""
+        base = self.inner.base
+        if base is None:
+            return np.ones(len(self.cells.positions))
+        return np.sqrt(np.diag(base.cov))[self.cells.positions]
+
     def log_density(self, x: np.ndarray) -> np.ndarray:
-        centres = self.cells.snap(x)
-        offsets, weights, n_plain = self.cells.cell_rule()
-        k = offsets.shape[0]
-        out = np.empty(x.shape[0])
-        for start in range(0, x.shape[0], _BLOCK_ROWS):
-            block = centres[start:start + _BLOCK_ROWS]
-            points = np.repeat(block, k, axis=0)
-            points[:, self.cells.positions] += np.tile(offsets, (block.shape[0], 1))
-            values = self.inner.log_density(points).reshape(block.shape[0], k)
-            with np.errstate(divide="ignore"):  # a cell where q is 0 (beyond a bound) has log density -inf
-                mean, sign = logsumexp(values, axis=1, b=weights, return_sign=True)
-            # the extrapolation can only fail (≤ 0) where the coarse rule exceeds 4× the fine one: keep the fine one
-            plain = logsumexp(values[:, :n_plain], axis=1) - np.log(n_plain)
-            out[start:start + block.shape[0]] = np.where(sign > 0, mean, plain)
+        cells, span = self.cells, self.cells.span
+        rows = cells.snap(x)
+        centres = rows[:, cells.positions]
+        inside = np.all((centres >= cells.origin - 0.5 * cells.step) & (centres <= cells.top + 0.5 * cells.step),
+                        axis=1)
+        out = np.full(x.shape[0], -np.inf)
+        rows, centres = rows[inside], np.clip(centres[inside], cells.origin, cells.top)
+        low, high = centres <= cells.origin, centres >= cells.top  # extreme cells: open on one side in τ
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lo = span.forward(np.where(low, cells.origin, centres - cells.step / 2))
+            hi = span.forward(np.where(high, cells.top, centres + cells.step / 2))
+        edge = np.where(low, hi, lo)  # an extreme cell's inner edge
+        scale = self._spread()
+        units, weights, n_plain = cells.cell_rule()
+        k, m = units.shape
+        values = np.empty(rows.shape[0])
+        for start in range(0, rows.shape[0], _BLOCK_ROWS):
+            b = slice(start, min(start + _BLOCK_ROWS, rows.shape[0]))
+            u = units[None]  # (1, k, m)
+            reach = -scale * np.log1p(-u)  # an extreme cell: τ = edge ∓ s·(−log(1 − u)), dτ/du = s/(1 − u)
+            interior = ~(low[b] | high[b])[:, None, :]
+            tau = np.where(interior, lo[b, None, :] + (hi[b] - lo[b])[:, None, :] * u,
+                           np.where(low[b, None, :], edge[b, None, :] - reach, edge[b, None, :] + reach))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                log_du = np.where(interior, np.log(hi[b] - lo[b])[:, None, :], np.log(scale) - np.log1p(-u))
+            xs = span.inverse(tau.reshape(-1, m))
+            points = np.repeat(rows[b], k, axis=0)
+            points[:, cells.positions] = xs
+            terms = (self.inner.log_density(points) - np.log(span.derivatives(xs)[1]).sum(axis=1)).reshape(-1, k)
+            terms = terms + log_du.sum(axis=2)
+            with np.errstate(divide="ignore"):  # a cell where the density is 0 has log density −inf
+                total, sign = logsumexp(terms, axis=1, b=weights, return_sign=True)
+                # the extrapolation fails (≤ 0) only where the coarse rule exceeds 4× the fine one: keep the fine one
+                plain = logsumexp(terms[:, :n_plain], axis=1) - np.log(n_plain)
+            values[b] = np.where(sign > 0, total, plain)
+        out[inside] = values - cells.log_volume  # ∫_C p / |C|
         return out
 
     def grad_log_density(self, x: np.ndarray) -> np.ndarray:

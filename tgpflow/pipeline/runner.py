@@ -128,6 +128,8 @@ def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], column
             est.bounds_ = ColumnBounds.from_param(est.bounds, columns)
         if hasattr(est, "discrete"):  # a store drawn before discrete columns has none
             est.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
+            if est.discrete_ is not None:  # bounded at their lattices' outer cell edges, beside the spec's bounds
+                est.bounds_ = est.discrete_.bounds_with(est.bounds_, columns)
         mixture = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("mixture.")}
         if mixture:
             est.base_mixture_ = GaussianMixtureBase.from_arrays(mixture)

@@ -39,6 +39,7 @@ from tgpflow.core.backend import to_numpy
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
 from tgpflow.core.summable import AdditiveStats
+from tgpflow.features.lattice import LatticeCells
 from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
@@ -114,7 +115,7 @@ class NCFDStats(RFFStats):
     +, −, ``scaled``, save/load — :class:`~tgpflow.core.summable.AdditiveStats`; the draw and the levels
     ``sigmas`` are carried, not summed)."""
 
-    CARRIED: ClassVar[tuple[str, ...]] = (*AdditiveStats.CARRIED, "sigmas", "mixture")
+    CARRIED: ClassVar[tuple[str, ...]] = (*AdditiveStats.CARRIED, "sigmas", "mixture", "cells")
 
     draw: RandomFourierFeatures | None
     sigmas: np.ndarray
@@ -127,6 +128,7 @@ class NCFDStats(RFFStats):
     V: np.ndarray | None = None  # (H, S, d): under a mixture base
     base_sums: np.ndarray | None = None
     mixture: GaussianMixtureBase | None = None
+    cells: LatticeCells | None = None
     fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     @property
@@ -146,7 +148,8 @@ class NCFDStats(RFFStats):
             shift = self.draw.shift if self.draw is not None else self.moments.mean
             V = self.V[0] - (self.U[0] - np.outer(self.u[0], self.mixture.mean - shift)) @ precision
         return TGPStats(self.draw, self.moments, self.gram0, self.u[0], self.U[0], self.psi[0],
-                        V=V, base_sums=self.base_sums, mixture=self.mixture, fingerprint=self.fingerprint)
+                        V=V, base_sums=self.base_sums, mixture=self.mixture, cells=self.cells,
+                        fingerprint=self.fingerprint)
 
     @classmethod
     def zero(cls, features: RandomFourierFeatures, sigmas: np.ndarray) -> NCFDStats:

@@ -34,6 +34,7 @@ from tgpflow.core.choices import PRECISIONS
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
 from tgpflow.errors import FeaturesMismatchError
+from tgpflow.features.lattice import LatticeCells
 from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.stored import StoredStats
@@ -113,19 +114,42 @@ class RFFStats(StoredStats):
         """Raise unless these statistics were accumulated with ``features``."""
         self.check_draw(features)
 
+    CELLS_MISMATCH: ClassVar[str] = ("cannot combine statistics of rows dequantized over other lattices ({a} and {b}; "
+                                     "discrete=): accumulate every part with the estimator's discrete_, or refit")
+
     def _check_combinable(self, other: Any, sign: float) -> None:
         super()._check_combinable(other, sign)
         self.check_mixture(getattr(other, "mixture", None))
+        self.check_cells(getattr(other, "cells", None))
+
+    def check_cells(self, cells: LatticeCells | None) -> None:
+        """Raise unless these statistics are of rows whose discrete columns were dequantized over ``cells`` (None:
+        none; :mod:`tgpflow.features.lattice`)."""
+        own = getattr(self, "cells", None)
+        mine = None if own is None else own.fingerprint[:12]
+        theirs = None if cells is None else cells.fingerprint[:12]
+        if mine != theirs:
+            raise FeaturesMismatchError(self.CELLS_MISMATCH.format(a=mine or "no discrete columns",
+                                                                   b=theirs or "no discrete columns"))
 
     def check_mixture(self, mixture: GaussianMixtureBase | None) -> None:
         """Raise unless these statistics were summed under the mixture base ``mixture`` (None: a Gaussian base;
         docs/gp_tilted.md, "A mixture base")."""
-        own = getattr(self, "mixture", None)
+        self._check_carried("mixture", mixture, self.MIXTURE_MISMATCH, "a Gaussian base")
+
+    def check_cells(self, cells: LatticeCells | None) -> None:
+        """Raise unless these statistics are of rows whose discrete columns were dequantized over ``cells`` (None:
+        none; :mod:`tgpflow.features.lattice`)."""
+        self._check_carried("cells", cells, self.CELLS_MISMATCH, "no discrete columns")
+
+    def _check_carried(self, name: str, value: Any, message: str, none: str) -> None:
+        """Raise ``message`` unless the carried field ``name`` and ``value`` have the same fingerprint (or are both
+        None, said as ``none``)."""
+        own = getattr(self, name, None)
         mine = None if own is None else own.fingerprint[:12]
-        theirs = None if mixture is None else mixture.fingerprint[:12]
+        theirs = None if value is None else value.fingerprint[:12]
         if mine != theirs:
-            raise FeaturesMismatchError(self.MIXTURE_MISMATCH.format(a=mine or "a Gaussian base",
-                                                                     b=theirs or "a Gaussian base"))
+            raise FeaturesMismatchError(message.format(a=mine or none, b=theirs or none))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -144,9 +168,10 @@ class TGPStats(RFFStats):
     V: np.ndarray | None = None
     base_sums: np.ndarray | None = None
     mixture: GaussianMixtureBase | None = None
+    cells: LatticeCells | None = None
     fingerprint: str = dataclasses.field(default="", kw_only=True)
 
-    CARRIED: ClassVar[tuple[str, ...]] = ("fingerprint", "draw", "mixture")
+    CARRIED: ClassVar[tuple[str, ...]] = ("fingerprint", "draw", "mixture", "cells")
 
     @property
     def n(self) -> int:
