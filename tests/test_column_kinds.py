@@ -67,3 +67,11 @@ def test_values_recorded_to_three_decimals_stay_a_lattice_once_standardized():
     assert kinds["meter"]["kind"] == "lattice"
     assert kinds["meter"]["lattice"]["step"] * raw.std() == pytest.approx(0.001, rel=1e-9)
     assert lattice_step(np.unique(np.round(raw, 3))) == 0.001  # the raw column's step is still the decimal
+
+
+def test_a_small_pilot_finds_no_spike_in_a_single_row():
+    """On 100 rows every value carries 1 % of them: a point mass or an edge needs MIN_COUNT rows as well."""
+    x = np.random.default_rng(4).normal(size=(100, 1))
+    assert column_kinds(x, ["x"])["x"] == {"distinct": 100, "kind": "continuous"}
+    x[:6] = x.min() - 1.0  # six rows at a new minimum: an edge
+    assert column_kinds(x, ["x"])["x"]["edges"] == {"lower": {"value": float(x.min()), "share": 0.06}}

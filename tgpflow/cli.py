@@ -353,7 +353,11 @@ def _discrete_columns(est: Any) -> dict[str, Any] | None:
     cells = getattr(est, "discrete_", None)
     if cells is None:
         return None
-    return {c: {"origin": v["origin"], "step": v["step"]} for c, v in cells.to_dict()["columns"].items()}
+    info = cells.to_dict()
+    out: dict[str, Any] = {c: {"origin": v["origin"], "step": v["step"]} for c, v in info["columns"].items()}
+    for atom in info.get("atoms", []):  # an edge value carrying a share of the rows, beside a continuous part
+        out.setdefault(atom["column"], {})[f"atom_{atom['side']}"] = {"value": atom["value"], "block": atom["width"]}
+    return out
 
 
 def _json_number(value: Any) -> Any:

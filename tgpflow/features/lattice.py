@@ -37,6 +37,13 @@ such columns (``"auto"``: the coarse lattices the pilot shows, :func:`choose_dis
   the cell probabilities), and the diagnostics (mass outside the training rows' box, the sample check) judge
   the rounded values.
 
+Atoms. A continuous column whose lowest (or highest) value carries at least 1 % of the rows (a meter's exact
+zeros; :func:`~tgpflow.io.column_kinds.column_kinds`'s ``edges``) has a point mass there. ``discrete="auto"``
+dequantizes it into a block beyond the edge, ``(v − w, v)`` for a lowest value v with ``w`` = :data:`ATOM_BLOCK` of
+the column's standard deviation, fits the column after the log transform of the bound ``v − w``, gives a row at
+the atom the block's probability over ``δ`` (the column's lattice step where it has one: values recorded to 3
+decimals, 0.001; else ``w``), and rounds samples in the block (and within δ/2 of v) to v.
+
 The score of a discrete column is not defined; :meth:`grad_log_density` of such a model is the dequantized
 density's (q's), the field a sampler of the continuous relaxation needs. float64 throughout; the noise is
 float64 from 53 bits of a SplitMix64 hash.
@@ -62,6 +69,8 @@ NOISE_WIDTH = 1.0
 CELL_POINTS = 64
 #: Midpoints a column of the finer of the two product rules, by the number of discrete columns (1, 2, 3).
 _MIDPOINTS = {1: 32, 2: 8, 3: 4}
+#: The width of an atom's block beyond its edge, as a share of the column's standard deviation (module docstring).
+ATOM_BLOCK = 0.5
 #: ``discrete="auto"`` takes a lattice whose step is at least this share of the column's standard deviation
 #: (integer codes: hour 0.14, month 0.29, weekday 0.5; a count of spread 200, 0.005, or values recorded to 3
 #: decimals stay continuous: there a smooth density already matches the cell averages), and every binary column.
@@ -89,10 +98,17 @@ def keyed_uniform(keys: np.ndarray, positions: np.ndarray, seed: int, salt: int 
     return ((z >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53  # in (0, 1): never on a cell's edge
 
 
+def _none(dtype: Any = np.float64) -> Any:
+    return dataclasses.field(default_factory=lambda: np.empty(0, dtype=dtype))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class LatticeCells:
     """The discrete columns: their positions and names, each lattice's origin (its lowest point in the pilot),
-    step and highest point, in the data's units, and the noise seed."""
+    step and highest point, in the data's units, and the noise seed; and the atoms at continuous columns' edges
+    (``atom_*``, one entry per atom: the column's position and name, the edge value v, the side of the block
+    beyond it (−1: below a lowest value, +1: above a highest), the block's width w and the unit δ its density is
+    given per; module docstring, "Atoms")."""
 
     positions: np.ndarray
     columns: tuple[str, ...]
@@ -100,6 +116,12 @@ class LatticeCells:
     step: np.ndarray
     top: np.ndarray
     seed: int
+    atom_positions: np.ndarray = _none(np.int64)
+    atom_columns: tuple[str, ...] = ()
+    atom_value: np.ndarray = _none()
+    atom_side: np.ndarray = _none()
+    atom_width: np.ndarray = _none()
+    atom_unit: np.ndarray = _none()
 
     @property
     def log_volume(self) -> float:
@@ -118,40 +140,66 @@ class LatticeCells:
 
     def named(self, names: Sequence[str]) -> LatticeCells:
         """The same cells with the columns named from ``names`` (all the data's columns)."""
-        return dataclasses.replace(self, columns=tuple(str(names[j]) for j in self.positions))
+        return dataclasses.replace(self, columns=tuple(str(names[j]) for j in self.positions),
+                                   atom_columns=tuple(str(names[j]) for j in self.atom_positions))
+
+    _ATOM_ARRAYS = ("atom_positions", "atom_value", "atom_side", "atom_width", "atom_unit")
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The arrays a statistics value carries (without the column names: :meth:`named` gives them back)."""
         return {"positions": self.positions, "origin": self.origin, "step": self.step, "top": self.top,
-                "seed": np.array([self.seed], dtype=np.uint64)}
+                "seed": np.array([self.seed], dtype=np.uint64), **{k: getattr(self, k) for k in self._ATOM_ARRAYS}}
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> LatticeCells:
         positions = np.asarray(arrays["positions"], dtype=np.int64)
+        atoms = {k: np.asarray(arrays[k], dtype=np.int64 if k == "atom_positions" else np.float64)
+                 for k in cls._ATOM_ARRAYS if k in arrays}
         return cls(positions, tuple(str(j) for j in positions), np.asarray(arrays["origin"], dtype=np.float64),
                    np.asarray(arrays["step"], dtype=np.float64), np.asarray(arrays["top"], dtype=np.float64),
-                   int(np.asarray(arrays["seed"]).astype(np.uint64)[0]))
+                   int(np.asarray(arrays["seed"]).astype(np.uint64)[0]),
+                   atom_columns=tuple(str(j) for j in atoms.get("atom_positions", ())), **atoms)
+
+    def at_atom(self, x: np.ndarray) -> np.ndarray:
+        """(n, a): whether each row holds each atom's value exactly (after :meth:`snap`: anywhere in its block)."""
+        return x[:, self.atom_positions] == self.atom_value
 
     def snap(self, x: np.ndarray) -> np.ndarray:
-        """A copy of rows ``x`` with the discrete columns at their nearest lattice point."""
+        """A copy of rows ``x`` with the discrete columns at their nearest lattice point, and an atom column's
+        values in its atom's block at the atom."""
         out = np.array(x, dtype=np.float64, copy=True)
         cols = out[:, self.positions]
         out[:, self.positions] = self.origin + self.step * np.round((cols - self.origin) / self.step)
+        for j, v, side, w, unit in zip(self.atom_positions, self.atom_value, self.atom_side, self.atom_width,
+                                       self.atom_unit, strict=True):
+            gap = side * (out[:, j] - v)  # how far beyond the edge, into the block
+            # a value recorded as v covers v ± step/2 on a lattice column (the unit is then its step, < the width)
+            reach = unit / 2 if unit < w else 0.0
+            out[:, j] = np.where((gap > -reach) & (gap < w), v, out[:, j])
         return out
 
     def dequantize(self, x: np.ndarray, keys: np.ndarray, salt: int = 0) -> np.ndarray:
-        """A copy of ``x`` with each discrete column moved by its row's noise, ``(u − ½)·step``."""
+        """A copy of ``x`` with each discrete column moved by its row's noise, ``(u − ½)·step``, and each row at an
+        atom moved into its block, ``v + side·u·w``."""
         out = np.array(x, dtype=np.float64, copy=True)
         u = keyed_uniform(keys, self.positions, self.seed, salt)
         out[:, self.positions] += (u - 0.5) * (NOISE_WIDTH * self.step)
+        if self.atom_positions.size:
+            # the atoms' noise from other streams than the lattices' (their positions shifted past any column's)
+            u = keyed_uniform(keys, self.atom_positions + (1 << 20) * (2 + self.atom_side.astype(np.int64)),
+                              self.seed, salt)
+            at = self.at_atom(out)
+            moved = self.atom_value + self.atom_side * u * self.atom_width
+            for i, j in enumerate(self.atom_positions):
+                out[:, j] = np.where(at[:, i], moved[:, i], out[:, j])
         return out
 
-    def cell_rule(self) -> tuple[np.ndarray, np.ndarray, int]:
+    def cell_rule(self, m: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
         """Points (K, m) of the unit cube and weights (K,) of a cell average, and how many of the first points are a
         plain rule on their own (equal weights): Richardson-extrapolated product midpoints for m ≤ 3 (the fine rule
         first, weights 4/(3·n_fine), then the coarse one, −1/(3·n_coarse)), scrambled Sobol points beyond (module
-        docstring)."""
-        m = len(self.positions)
+        docstring). ``m``: the columns integrated over (default: the lattice columns)."""
+        m = len(self.positions) if m is None else m
         if m > 3:
             from scipy.stats import qmc
 
@@ -173,30 +221,49 @@ class LatticeCells:
 
     def bounds_with(self, bounds: ColumnBounds | None, columns: Sequence[str]) -> ColumnBounds:
         """``bounds`` (the user's, None for none) with each discrete column bounded at the outer edges of its
-        extreme cells, ``(origin − step/2, top + step/2)``."""
+        extreme cells, ``(origin − step/2, top + step/2)``, and each atom's column at the outer end of its block,
+        ``v ∓ w``."""
         d = len(columns)
         lower = np.full(d, -np.inf) if bounds is None else bounds.lower.copy()
         upper = np.full(d, np.inf) if bounds is None else bounds.upper.copy()
         lower[self.positions] = self.origin - self.step / 2
         upper[self.positions] = self.top + self.step / 2
+        for j, v, side, w in zip(self.atom_positions, self.atom_value, self.atom_side, self.atom_width, strict=True):
+            if side < 0:
+                lower[j] = v - w
+            else:
+                upper[j] = v + w
         return ColumnBounds(lower, upper, tuple(str(c) for c in columns))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON: ``{column: {"origin", "step"}}`` with the positions and the seed."""
-        return {"columns": {c: {"position": int(p), "origin": float(o), "step": float(s), "top": float(t)}
-                            for c, p, o, s, t in zip(self.columns, self.positions, self.origin, self.step, self.top,
-                                                     strict=True)},
-                "seed": int(self.seed)}
+        """JSON: ``{"columns": {column: {position, origin, step, top}}, "atoms": [{column, position, value, side,
+        width, unit}], "seed"}``."""
+        out: dict[str, Any] = {
+            "columns": {c: {"position": int(p), "origin": float(o), "step": float(s), "top": float(t)}
+                        for c, p, o, s, t in zip(self.columns, self.positions, self.origin, self.step, self.top,
+                                                 strict=True)},
+            "seed": int(self.seed)}
+        if self.atom_positions.size:
+            out["atoms"] = [{"column": c, "position": int(p), "value": float(v), "side": "lower" if sd < 0 else "upper",
+                             "width": float(w), "unit": float(u)}
+                            for c, p, v, sd, w, u in zip(self.atom_columns, self.atom_positions, self.atom_value,
+                                                         self.atom_side, self.atom_width, self.atom_unit, strict=True)]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> LatticeCells | None:
-        if not data or not data.get("columns"):
+        if not data or not (data.get("columns") or data.get("atoms")):
             return None
-        cols = data["columns"]
+        cols, atoms = data.get("columns") or {}, data.get("atoms") or []
         return cls(np.array([v["position"] for v in cols.values()], dtype=np.int64), tuple(cols),
                    np.array([v["origin"] for v in cols.values()], dtype=np.float64),
                    np.array([v["step"] for v in cols.values()], dtype=np.float64),
-                   np.array([v["top"] for v in cols.values()], dtype=np.float64), int(data["seed"]))
+                   np.array([v["top"] for v in cols.values()], dtype=np.float64), int(data["seed"]),
+                   np.array([a["position"] for a in atoms], dtype=np.int64), tuple(a["column"] for a in atoms),
+                   np.array([a["value"] for a in atoms], dtype=np.float64),
+                   np.array([-1.0 if a["side"] == "lower" else 1.0 for a in atoms]),
+                   np.array([a["width"] for a in atoms], dtype=np.float64),
+                   np.array([a["unit"] for a in atoms], dtype=np.float64))
 
 
 def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str, Mapping[str, Any]],
@@ -230,7 +297,8 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
                                  f"({kinds[name]['distinct']} distinct values, no common step); drop it from "
                                  f"discrete=")
             chosen.append(name)
-    if not chosen:
+    atoms = _edge_atoms(kinds, rows, set(chosen) | set(bounded)) if which == "auto" else []
+    if not chosen and not atoms:
         return None
     positions = np.array([names.index(c) for c in chosen], dtype=np.int64)
     origin, step, top = [], [], []
@@ -244,7 +312,28 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
         origin.append(lo)
         step.append(h)
         top.append(hi)
-    return LatticeCells(positions, tuple(chosen), np.array(origin), np.array(step), np.array(top), int(seed))
+    return LatticeCells(positions, tuple(chosen), np.array(origin, dtype=np.float64), np.array(step, dtype=np.float64),
+                        np.array(top, dtype=np.float64), int(seed),
+                        np.array([names.index(a[0]) for a in atoms], dtype=np.int64), tuple(a[0] for a in atoms),
+                        *(np.array([a[i] for a in atoms], dtype=np.float64) for i in range(1, 5)))
+
+
+def _edge_atoms(kinds: Mapping[str, Mapping[str, Any]], rows: np.ndarray,
+                taken: set[str]) -> list[tuple[str, float, float, float, float]]:
+    """(column, value, side, width, unit) of each edge of :func:`~tgpflow.io.column_kinds.column_kinds` (a value at
+    the minimum or maximum that carries ≥ 1 % of the rows) in a column not ``taken``: the block beyond the edge is
+    :data:`ATOM_BLOCK` of the column's standard deviation wide, and the atom's density is given per the column's
+    lattice step where it has one (values recorded to 3 decimals: 0.001), else per that width."""
+    out = []
+    for j, (name, kind) in enumerate(kinds.items()):
+        if name in taken or not kind.get("edges"):
+            continue
+        width = ATOM_BLOCK * float(np.std(rows[:, j]))
+        unit = float(kind["lattice"]["step"]) if kind["kind"] == "lattice" else width
+        for side, edge in (("lower", -1.0), ("upper", 1.0)):
+            if side in kind["edges"]:
+                out.append((name, float(kind["edges"][side]["value"]), edge, width, unit))
+    return out
 
 
 def _decimal(h: float) -> float:
@@ -277,6 +366,16 @@ def dequantize_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label
                 f"{what} that the pilot sample showed ({cells.origin[j]:g}, {cells.origin[j] + cells.step[j]:g}, …, "
                 f"{cells.top[j]:g}), so they have no cell: raise pilot_rows so that the pilot sees every value, or "
                 f"leave the column out of discrete= (discrete=None fits every column as continuous)")
+    for i, j in enumerate(cells.atom_positions):
+        beyond = cells.atom_side[i] * (rows[:, j] - cells.atom_value[i]) > 0
+        if beyond.any():
+            r = int(np.flatnonzero(beyond)[0])
+            edge = "lowest" if cells.atom_side[i] < 0 else "highest"
+            raise SourceError(
+                f"{label}: {int(beyond.sum())} values of column {cells.atom_columns[i]!r} (e.g. the row at {r}, "
+                f"{rows[r, j]:g}) lie beyond the {edge} value that the pilot sample showed, {cells.atom_value[i]:g}, "
+                f"where it found an atom (a share of the rows exactly there): raise pilot_rows so that the pilot "
+                f"sees the column's range, or fit it with discrete=None")
     digest = hashlib.blake2b(np.ascontiguousarray(rows).tobytes(), digest_size=8).digest()
     place = np.arange(rows.shape[0], dtype=np.int64)
     return np.ascontiguousarray(cells.dequantize(rows, place, int.from_bytes(digest, "little"))), dropped, kept

@@ -12,11 +12,11 @@ points. The fit reports what the pilot shows, per column (``pilot_["column_kinds
   the step with the column's standard deviation (near 1: codes, where a smooth density is a poor model;
   near 0: fine rounding, which a smooth density absorbs);
 * ``continuous``: neither;
-* ``point_masses``: the values that each carry at least :data:`MIN_MASS` of the rows (a spike at 0), largest
-  share first, at most :data:`MAX_LISTED`; listed for continuous columns and lattices of more than 1/MIN_MASS
-  values (on a coarser lattice every value may carry that much);
-* ``edges``: the minimum or maximum when at least :data:`MIN_MASS` of the rows sit exactly on it (a hard edge,
-  one- or two-sided).
+* ``point_masses``: the values that each carry at least :data:`MIN_MASS` of the rows and :data:`MIN_COUNT` rows (a
+  spike at 0), largest share first, at most :data:`MAX_LISTED`; listed for continuous columns and lattices of more
+  than 1/MIN_MASS values (on a coarser lattice every value may carry that much);
+* ``edges``: the minimum or maximum when at least :data:`MIN_MASS` of the rows, and :data:`MIN_COUNT` rows, sit
+  exactly on it (a hard edge, one- or two-sided).
 
 The step is the greatest common divisor of the gaps between distinct values, found by Euclid's algorithm
 with a tolerance relative to the column's scale (float64 values written to a fixed decimal are not exact
@@ -31,12 +31,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["column_kinds", "lattice_step", "cell_widths", "dequantize", "MIN_MASS", "MAX_CELLS", "MAX_LISTED"]
+__all__ = ["column_kinds", "lattice_step", "cell_widths", "dequantize", "MIN_MASS", "MIN_COUNT", "MAX_CELLS",
+           "MAX_LISTED"]
 
 #: A value (or an edge) that carries at least this share of the rows is a point mass (an edge).
 MIN_MASS = 0.01
 #: A lattice has at most this many cells between the column's minimum and maximum.
 MAX_CELLS = 1_000_000
+#: ... and at least this many rows (on a pilot of 100 rows every value carries 1 %).
+MIN_COUNT = 5
 #: At most this many point masses are listed per column.
 MAX_LISTED = 10
 #: Tolerance of the lattice test, relative to the step.
@@ -118,14 +121,14 @@ def column_kinds(rows: np.ndarray, columns: Sequence[str]) -> dict[str, dict[str
             else:
                 info["kind"] = "continuous"
         share = counts / max(n, 1)
-        heavy = np.flatnonzero(share >= MIN_MASS)
+        heavy = np.flatnonzero((share >= MIN_MASS) & (counts >= MIN_COUNT))
         if (info["kind"] == "continuous" or values.size > 1 / MIN_MASS) and heavy.size:  # a spike among many values
             order = heavy[np.argsort(-share[heavy], kind="stable")][:MAX_LISTED]
             info["point_masses"] = [{"value": float(values[i]), "share": float(share[i])} for i in order]
         edges = {}
-        if values.size > 2 and share[0] >= MIN_MASS:
+        if values.size > 2 and share[0] >= MIN_MASS and counts[0] >= MIN_COUNT:
             edges["lower"] = {"value": float(values[0]), "share": float(share[0])}
-        if values.size > 2 and share[-1] >= MIN_MASS:
+        if values.size > 2 and share[-1] >= MIN_MASS and counts[-1] >= MIN_COUNT:
             edges["upper"] = {"value": float(values[-1]), "share": float(share[-1])}
         if edges:
             info["edges"] = edges

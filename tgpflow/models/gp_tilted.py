@@ -579,9 +579,12 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                                        getattr(self, "scaling_", None))
             pilot = dataclasses.replace(pilot, rows=fit_rows)
             fitting = self.fitting_source(source)
-            logger.info("discrete columns (dequantized over their cells; discrete=None to fit them as continuous): "
-                        "%s", ", ".join(f"{c} (step {s:g})" for c, s in zip(self.discrete_.columns,
-                                                                             self.discrete_.step, strict=True)))
+            cells = self.discrete_
+            logger.info("discrete columns and atoms (dequantized over their cells; discrete=None fits them as "
+                        "continuous): %s", ", ".join(
+                            [f"{c} (step {h:g})" for c, h in zip(cells.columns, cells.step, strict=True)]
+                            + [f"{c} = {v:g} (block {w:g})" for c, v, w in zip(cells.atom_columns, cells.atom_value,
+                                                                               cells.atom_width, strict=True)]))
         self._pilot_sample, self._pilot_rows, self._pilot_keys = pilot, pilot.rows, pilot.keys
         return fitting
 

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import logsumexp
 
+from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.lattice import LatticeCells
 from tgpflow.models.fitted import Fitted, WrappedFitted, fitted_from_arrays, prefixed
 
@@ -71,43 +72,54 @@ class LatticeFitted(WrappedFitted):
         return cls(fitted_from_arrays(prefixed(arrays, "inner."), meta["inner"]), cells)
 
     # -- evaluation -------------------------------------------------------------------------
-    def _spread(self) -> np.ndarray:
-        """The base's standard deviation along each discrete column's transformed coordinate (1 without a base):
-        the scale of an extreme cell's map."""
-        base = self.inner.base
-        if base is None:
-            return np.ones(len(self.cells.positions))
-        return np.sqrt(np.diag(base.cov))[self.cells.positions]
-
     def log_density(self, x: np.ndarray) -> np.ndarray:
-        cells, span = self.cells, self.cells.span
+        cells = self.cells
         rows = cells.snap(x)
-        centres = rows[:, cells.positions]
-        inside = np.all((centres >= cells.origin - 0.5 * cells.step) & (centres <= cells.top + 0.5 * cells.step),
+        lattice = rows[:, cells.positions]
+        inside = np.all((lattice >= cells.origin - 0.5 * cells.step) & (lattice <= cells.top + 0.5 * cells.step),
                         axis=1)
-        out = np.full(x.shape[0], -np.inf)
-        rows, centres = rows[inside], np.clip(centres[inside], cells.origin, cells.top)
-        low, high = centres <= cells.origin, centres >= cells.top  # extreme cells: open on one side in τ
+        at = cells.at_atom(rows)
+        out = np.full(x.shape[0], -np.inf)  # beyond the lattice's range: no cell, no mass
+        for pattern in np.unique(at[inside], axis=0):  # the rows at the same atoms integrate over the same blocks
+            chosen = inside & np.all(at == pattern, axis=1)
+            out[chosen] = self._cell_log_density(rows[chosen], np.flatnonzero(pattern))
+        return out
+
+    def _cell_log_density(self, rows: np.ndarray, atoms: np.ndarray) -> np.ndarray:
+        """log (∫ over each row's cell and the blocks of ``atoms`` (indices of the atoms it is at)) − log of their
+        sizes (the cells' steps and the atoms' units)."""
+        cells = self.cells
+        positions = np.r_[cells.positions, cells.atom_positions[atoms]].astype(np.int64)
+        if positions.size == 0:
+            return self.inner.log_density(rows)
+        full = cells.bounds_with(None, [str(j) for j in range(rows.shape[1])])
+        span = ColumnBounds(full.lower[positions], full.upper[positions], tuple(str(j) for j in positions))
+        n, n_lat = rows.shape[0], cells.positions.size
+        centres = np.clip(rows[:, cells.positions], cells.origin, cells.top)
+        low = np.c_[centres <= cells.origin, np.broadcast_to(cells.atom_side[atoms] < 0, (n, atoms.size))]
+        high = np.c_[centres >= cells.top, np.broadcast_to(cells.atom_side[atoms] > 0, (n, atoms.size))]
+        value = np.broadcast_to(cells.atom_value[atoms], (n, atoms.size))
         with np.errstate(divide="ignore", invalid="ignore"):
-            lo = span.forward(np.where(low, cells.origin, centres - cells.step / 2))
-            hi = span.forward(np.where(high, cells.top, centres + cells.step / 2))
-        edge = np.where(low, hi, lo)  # an extreme cell's inner edge
-        scale = self._spread()
-        units, weights, n_plain = cells.cell_rule()
+            lo = span.forward(np.c_[np.where(low[:, :n_lat], cells.origin, centres - cells.step / 2), value])
+            hi = span.forward(np.c_[np.where(high[:, :n_lat], cells.top, centres + cells.step / 2), value])
+        base = self.inner.base
+        scale = np.sqrt(np.diag(base.cov))[positions] if base is not None else np.ones(positions.size)
+        units, weights, n_plain = cells.cell_rule(positions.size)
         k, m = units.shape
-        values = np.empty(rows.shape[0])
-        for start in range(0, rows.shape[0], _BLOCK_ROWS):
-            b = slice(start, min(start + _BLOCK_ROWS, rows.shape[0]))
+        values = np.empty(n)
+        for start in range(0, n, _BLOCK_ROWS):
+            b = slice(start, min(start + _BLOCK_ROWS, n))
             u = units[None]  # (1, k, m)
             reach = -scale * np.log1p(-u)  # an extreme cell: τ = edge ∓ s·(−log(1 − u)), dτ/du = s/(1 − u)
             interior = ~(low[b] | high[b])[:, None, :]
+            edge = np.where(low[b], hi[b], lo[b])[:, None, :]
             tau = np.where(interior, lo[b, None, :] + (hi[b] - lo[b])[:, None, :] * u,
-                           np.where(low[b, None, :], edge[b, None, :] - reach, edge[b, None, :] + reach))
+                           np.where(low[b, None, :], edge - reach, edge + reach))
             with np.errstate(divide="ignore", invalid="ignore"):
                 log_du = np.where(interior, np.log(hi[b] - lo[b])[:, None, :], np.log(scale) - np.log1p(-u))
             xs = span.inverse(tau.reshape(-1, m))
             points = np.repeat(rows[b], k, axis=0)
-            points[:, cells.positions] = xs
+            points[:, positions] = xs
             terms = (self.inner.log_density(points) - np.log(span.derivatives(xs)[1]).sum(axis=1)).reshape(-1, k)
             terms = terms + log_du.sum(axis=2)
             with np.errstate(divide="ignore"):  # a cell where the density is 0 has log density −inf
@@ -115,8 +127,7 @@ class LatticeFitted(WrappedFitted):
                 # the extrapolation fails (≤ 0) only where the coarse rule exceeds 4× the fine one: keep the fine one
                 plain = logsumexp(terms[:, :n_plain], axis=1) - np.log(n_plain)
             values[b] = np.where(sign > 0, total, plain)
-        out[inside] = values - cells.log_volume  # ∫_C p / |C|
-        return out
+        return values - cells.log_volume - np.log(cells.atom_unit[atoms]).sum()  # ∫ p / (|C|·Π δ)
 
     def grad_log_density(self, x: np.ndarray) -> np.ndarray:
         return self.inner.grad_log_density(x)
