@@ -307,3 +307,49 @@ def test_a_spike_at_an_edge_is_an_atom_whose_probability_the_density_and_the_sam
     assert ll_atom > ll_smooth + 1.0, (ll_atom, ll_smooth)
     with pytest.raises(tgpflow.errors.SourceError, match=r"column '1'.*beyond the lowest value.*atom"):
         est.partial_fit(np.r_[X[:100], [[1.0, -0.5]]])
+
+
+def test_bounds_auto_bounds_positive_columns_at_zero_and_a_pipeline_keeps_them(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    from tgpflow.pipeline.runner import run_pipeline
+    from tgpflow.pipeline.spec import load_spec
+
+    X, held = _meter_table(20_000, 0), _meter_table(20_000, 1)
+    X[:40, 0] = np.nan  # on_bad_rows="drop" below: the pilot and the pass drop them alike
+    auto = tgpflow.GPTiltedDensity(n_features=300, bounds="auto", on_bad_rows="drop").fit(X)
+    plain = tgpflow.GPTiltedDensity(n_features=300, on_bad_rows="drop").fit(X)
+    # the load (every value > 0, a Gaussian would put 10 % below 0) is bounded at 0; the sub-meter has its atom's
+    assert auto.bounds_.to_dict() == {"0": [0.0, None], "1": [-auto.discrete_.atom_width[0], None]}
+    assert auto.pilot_["suggested_bounds"] == {} and plain.pilot_["suggested_bounds"] == {"0": [0.0, None]}
+    held_q = held + np.random.default_rng(3).uniform(-0.0005, 0.0005, held.shape)
+    ll_auto, ll_plain = (np.mean(m.log_density(held_q, normalized=True)) for m in (auto, plain))
+    assert ll_auto > ll_plain + 0.1, (ll_auto, ll_plain)  # the lognormal's tail: no row far below the model
+    assert auto.fit_diagnostics_["warnings"] == []
+    with pytest.raises(ValueError, match="bounds='auto' is read off a fit's pilot"):
+        tgpflow.GPTiltedDensity(n_features=300, bounds="auto").fit_from_stats(auto.stats_)
+    # a column with a few exact zeros (0.5 %: no atom) cannot be bounded at 0 (its zeros would be bad rows)
+    Z = X[40:].copy()
+    Z[:100, 0] = 0.0
+    assert "0" not in tgpflow.GPTiltedDensity(n_features=32, lam=1.0, bandwidth=1.0, bounds="auto").fit(
+        Z).bounds_.to_dict()
+
+    (tmp_path / "data").mkdir()
+    for k in range(2):
+        frame = pd.DataFrame(_meter_table(3000, 20 + k), columns=["load", "sub"])
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / "data" / f"d{k}.parquet")
+    spec = {"name": "meters", "source": {"path": str(tmp_path / "data" / "*.parquet"), "columns": ["load", "sub"]},
+            "preprocess": {"center": True, "scale": True},
+            "models": [{"name": "density", "estimator": "GPTiltedDensity",
+                        "params": {"n_features": 64, "lam": 1.0, "bandwidth": 1.0, "bounds": "auto"}}],
+            "outputs": {"store": str(tmp_path / "store.zarr"), "models": str(tmp_path / "models"),
+                        "scores": {"path": str(tmp_path / "scores"), "model": "density"}}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    run_pipeline(load_spec(tmp_path / "spec.yaml"))
+    est = tgpflow.load(tmp_path / "models" / "density")
+    assert est.bounds_.to_dict()["load"] == [0.0, None] and est.discrete_.atom_columns == ("sub",)
+    day = pd.read_parquet(tmp_path / "data" / "d0.parquet")
+    np.testing.assert_allclose(est.log_density(day, normalized=True),
+                               pd.read_parquet(tmp_path / "scores" / "d0.parquet")["log_density"], rtol=1e-9)

@@ -161,8 +161,9 @@ class LatticeCells:
                    atom_columns=tuple(str(j) for j in atoms.get("atom_positions", ())), **atoms)
 
     def at_atom(self, x: np.ndarray) -> np.ndarray:
-        """(n, a): whether each row holds each atom's value exactly (after :meth:`snap`: anywhere in its block)."""
-        return x[:, self.atom_positions] == self.atom_value
+        """(n, a): whether each row holds each atom's value (to 1e-9 of its block's width, a float64 round trip
+        through a standardization; after :meth:`snap`: anywhere in its block)."""
+        return np.abs(x[:, self.atom_positions] - self.atom_value) <= 1e-9 * self.atom_width
 
     def snap(self, x: np.ndarray) -> np.ndarray:
         """A copy of rows ``x`` with the discrete columns at their nearest lattice point, and an atom column's
@@ -332,7 +333,10 @@ def _edge_atoms(kinds: Mapping[str, Mapping[str, Any]], rows: np.ndarray,
         unit = float(kind["lattice"]["step"]) if kind["kind"] == "lattice" else width
         for side, edge in (("lower", -1.0), ("upper", 1.0)):
             if side in kind["edges"]:
-                out.append((name, float(kind["edges"][side]["value"]), edge, width, unit))
+                value = float(kind["edges"][side]["value"])
+                if kind["kind"] == "lattice" and abs(value / unit - round(value / unit)) <= 1e-6:
+                    value = round(value / unit) * unit  # on its recording grid: 0, not a standardization's 2e-16
+                out.append((name, value, edge, width, unit))
     return out
 
 
@@ -367,7 +371,7 @@ def dequantize_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label
                 f"{cells.top[j]:g}), so they have no cell: raise pilot_rows so that the pilot sees every value, or "
                 f"leave the column out of discrete= (discrete=None fits every column as continuous)")
     for i, j in enumerate(cells.atom_positions):
-        beyond = cells.atom_side[i] * (rows[:, j] - cells.atom_value[i]) > 0
+        beyond = cells.atom_side[i] * (rows[:, j] - cells.atom_value[i]) > 1e-9 * cells.atom_width[i]
         if beyond.any():
             r = int(np.flatnonzero(beyond)[0])
             edge = "lowest" if cells.atom_side[i] < 0 else "highest"

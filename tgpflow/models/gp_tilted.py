@@ -166,14 +166,18 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         pair per column, None for an open side (e.g. ``{"length": (0, None), "angle": (0, 90)}``).
         Bounded columns are fitted after a log/logit transform and every output (densities,
         scores, samples) is in the data's units with the Jacobian (:mod:`tgpflow.features.bounds`).
-        A fit suggests bounds for columns that look bounded at 0 (``pilot_["suggested_bounds"]``).
+        A fit suggests bounds for columns that look bounded at 0 (``pilot_["suggested_bounds"]``); ``"auto"``
+        declares those bounds itself, where every pilot value lies strictly inside them (``bounds_`` holds what
+        a fit resolved; docs/gp_tilted.md, "Hard edges").
     discrete : "auto", None or a list of columns — columns modelled as discrete by uniform dequantization over
         their lattice's cells (:mod:`tgpflow.features.lattice`): the fit sees each row's value moved by fixed
         noise within its cell, a row's density is its cell's average of the fitted density (a density in the
         data's units, constant across a cell), and samples are rounded to the lattice. "auto" (the default) takes
         the binary columns and the lattices the pilot shows whose step is at least 5 % of their spread (integer
-        codes such as hour, weekday, month; not values recorded to a few decimals), bounded columns excluded;
-        ``discrete_`` holds them (None: none). docs/gp_tilted.md, "Integer codes and other lattices".
+        codes such as hour, weekday, month; not values recorded to a few decimals), bounded columns excluded,
+        and the atoms at continuous columns' edges (a value at the minimum or maximum carrying ≥ 1 % of the rows,
+        e.g. a meter's exact zeros); ``discrete_`` holds them (None: none). docs/gp_tilted.md, "Integer codes
+        and other lattices" and "Atoms at an edge".
     pilot : {"sample", "exact"} — a bounded pilot sample, or a full moments pass first.
     pilot_rows : int — rows in the pilot sample (default 100 000).
     on_bad_rows : {"raise", "drop"} — rows with missing/non-finite values.
@@ -555,9 +559,13 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """A first fit's fitting space: the standardization (``scaling``, or ``scale=``), the bounds and the discrete
         columns (:meth:`_fix_discrete`)."""
         self._fix_scaling(source, scaling, progress)
-        self.bounds_ = ColumnBounds.from_param(self.bounds, self._column_names(source))
+        self.bounds_ = ColumnBounds.from_param(self._declared_bounds(), self._column_names(source))
         self._pilot_rows = self._pilot_sample = self.discrete_ = None
         return self._fix_discrete(source, progress)
+
+    def _declared_bounds(self) -> BoundsSpec:
+        """``bounds=`` as declared: None for "auto", which a fit reads off its pilot (:meth:`_fix_discrete`)."""
+        return None if isinstance(self.bounds, str) and self.bounds == "auto" else self.bounds
 
     def _fix_discrete(self, source: Source, progress: Progress | None) -> Source:
         """The fitting space of ``source`` (raw rows) with ``discrete_`` read off the column kinds of the pilot sample
@@ -565,19 +573,23 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         their lattices' outer cell edges (``bounds_`` then holds the user's bounds and theirs), the pilot rows too
         (their noise drawn from their keys; :mod:`tgpflow.features.lattice`)."""
         fitting = self.fitting_source(source)
-        if self.discrete is None or self.discrete == "none":
+        auto_bounds = isinstance(self.bounds, str) and self.bounds == "auto"
+        if (self.discrete is None or self.discrete == "none") and not auto_bounds:
             return fitting
         pilot = pilot_sample(fitting, rows=int(self.pilot_rows), random_state=self._seeds()[0], progress=progress)
         check_pilot_rows(pilot, fitting.description, 1, "the GP-tilted density")
         rows, names = self._to_data(pilot.rows), self._column_names(source)
         bounded = list(self.bounds_.to_dict()) if self.bounds_ is not None else []
         seed = int(self._seeds()[6].generate_state(1, np.uint64)[0])
-        self.discrete_ = choose_discrete(self.discrete, column_kinds(rows, names), rows, bounded, seed)
+        discrete = None if self.discrete == "none" else self.discrete
+        self.discrete_ = choose_discrete(discrete, column_kinds(rows, names), rows, bounded, seed)
         if self.discrete_ is not None:
             self.bounds_ = self.discrete_.bounds_with(self.bounds_, names)
-            fit_rows = _from_data_rows(self.discrete_.dequantize(rows, pilot.keys), self.bounds_,
-                                       getattr(self, "scaling_", None))
-            pilot = dataclasses.replace(pilot, rows=fit_rows)
+        found = self._auto_bounds(rows, names) if auto_bounds else None
+        if self.discrete_ is not None or found is not None:  # the pilot's rows in the new fitting space
+            dequantized = rows if self.discrete_ is None else self.discrete_.dequantize(rows, pilot.keys)
+            pilot = dataclasses.replace(pilot, rows=_from_data_rows(dequantized, self.bounds_,
+                                                                     getattr(self, "scaling_", None)))
             fitting = self.fitting_source(source)
             cells = self.discrete_
             logger.info("discrete columns and atoms (dequantized over their cells; discrete=None fits them as "
@@ -587,6 +599,24 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                                                                                cells.atom_width, strict=True)]))
         self._pilot_sample, self._pilot_rows, self._pilot_keys = pilot, pilot.rows, pilot.keys
         return fitting
+
+    def _auto_bounds(self, rows: np.ndarray, names: list[str]) -> ColumnBounds | None:
+        """``bounds="auto"``: a bound at 0 (and 1) beside the pilot's values, in the columns that are neither bounded
+        nor discrete already, where :func:`~tgpflow.features.bounds.suggest_bounds` finds that a Gaussian would
+        spill past it and every value is strictly inside (a row on a bound would be a bad row); added to
+        ``bounds_``. None when no column qualifies."""
+        found = {c: b for c, b in suggest_bounds(rows, names, self.bounds_).items()
+                 if rows[:, names.index(c)].min() > 0 and (b[1] is None or rows[:, names.index(c)].max() < 1)}
+        if not found:
+            return None
+        declared = ColumnBounds.from_param(found, names)
+        if self.bounds_ is not None:
+            declared = ColumnBounds(np.where(np.isfinite(declared.lower), declared.lower, self.bounds_.lower),
+                                    np.where(np.isfinite(declared.upper), declared.upper, self.bounds_.upper),
+                                    tuple(names))
+        logger.info("bounds='auto': %s", ColumnBounds.from_param(found, names).describe())
+        self.bounds_ = declared
+        return declared
 
     def fitting_source(self, source: Source) -> Source:
         """``source`` in the fitting space: standardized (``scaling_``), bounded columns transformed (rows on or
@@ -740,6 +770,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         the model would read them in the data's units. Columns are named only by a fit, so bounds by column
         name need one."""
         names = getattr(self, "feature_names_in_", None)
+        if isinstance(self.bounds, str) and self.bounds == "auto":
+            raise ValueError("bounds='auto' is read off a fit's pilot sample, which statistics do not carry: give the "
+                             "bounds the statistics were accumulated with (the est.bounds_.to_dict() of the estimator "
+                             "that accumulated them), or solve with that estimator")
         if self.bounds is not None and names is None and isinstance(self.bounds, dict):
             raise ValueError("bounds= names columns, but this estimator has not seen the data's columns: give one "
                              "(lower, upper) pair per column, or solve with the estimator that accumulated the statistics")

@@ -109,6 +109,8 @@ def _draw_arrays(est: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         meta = {"type": "rff", "seed": est.features_.seed, "fingerprint": est.features_.fingerprint}
         if getattr(est, "discrete_", None) is not None:  # the pass dequantizes these columns by each row's key
             meta["discrete"] = est.discrete_.to_dict()
+        if getattr(est, "bounds_", None) is not None:  # as resolved: bounds="auto", and the discrete columns'
+            meta["bounds"] = {"columns": list(est.bounds_.columns), "bounds": est.bounds_.to_dict()}
         return arrays, meta
     return dict(est.basis_.to_arrays()), {"type": "nystrom", "kernel": est.basis_.kernel_name,
                                           "fingerprint": est.basis_.fingerprint}
@@ -125,11 +127,13 @@ def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], column
         if "noise_levels" in arrays:
             est.noise_levels_ = np.asarray(arrays["noise_levels"], dtype=np.float64)
         if hasattr(est, "bounds"):  # in the data's units; the fit applies them in the standardized ones
-            est.bounds_ = ColumnBounds.from_param(est.bounds, columns)
+            est.bounds_ = ColumnBounds.from_param(est._declared_bounds(), columns)
         if hasattr(est, "discrete"):  # a store drawn before discrete columns has none
             est.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
             if est.discrete_ is not None:  # bounded at their lattices' outer cell edges, beside the spec's bounds
                 est.bounds_ = est.discrete_.bounds_with(est.bounds_, columns)
+        if meta.get("bounds"):  # as the draw resolved them (a store drawn before keeps the spec's)
+            est.bounds_ = ColumnBounds.from_param(meta["bounds"]["bounds"], meta["bounds"]["columns"])
         mixture = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("mixture.")}
         if mixture:
             est.base_mixture_ = GaussianMixtureBase.from_arrays(mixture)
