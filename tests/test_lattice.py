@@ -261,6 +261,11 @@ def test_the_command_line_takes_discrete_and_says_which_columns_are(tmp_path):
                              "--bandwidth", "1", "--discrete", "none", "--progress", "none"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["discrete"] is None
+    r = runner.invoke(main, ["fit", str(src), "--out", str(tmp_path / "b.zarr"), "--n-features", "32", "--lam", "1",
+                             "--bandwidth", "1", "--bounds", "auto", "--progress", "none"])
+    assert r.exit_code == 0, r.output  # the load has negative values: nothing to bound but the codes' range
+    assert json.loads(runner.invoke(main, ["info", str(tmp_path / "b.zarr")]).stdout)["bounds"] == {
+        "weekday": [-0.5, 6.5]}
     r = runner.invoke(main, ["fit", str(src), "--out", str(tmp_path / "o.zarr"), "--discrete", "load",
                              "--progress", "none"])
     assert r.exit_code != 0 and "'load' is not on a lattice" in r.output
@@ -298,6 +303,9 @@ def test_a_spike_at_an_edge_is_an_atom_whose_probability_the_density_and_the_sam
     sample = est.sample(40_000, random_state=2)
     assert (sample[:, 1] == 0).mean() == pytest.approx(p_atom, abs=0.02)
     assert np.all(sample[:, 1] >= 0)  # a draw in the block is the atom: none lies below the edge
+    # a reading within half a recording step of the atom is the atom; one further below the edge has no mass
+    at, near, below = est.log_density(np.array([[1.0, 0.0], [1.0, -0.0004], [1.0, -0.2]]))
+    assert near == at and below == -np.inf
     assert abs(p_atom - (held[:, 1] == 0).mean()) < 0.1  # against held-out rows: 0.70 exact zeros
     # rows dequantized over their 3-decimal cells score better than under a smooth fit of the spike
     smooth = tgpflow.GPTiltedDensity(n_features=300, discrete=None).fit(X)
@@ -330,6 +338,15 @@ def test_bounds_auto_bounds_positive_columns_at_zero_and_a_pipeline_keeps_them(t
     assert auto.fit_diagnostics_["warnings"] == []
     with pytest.raises(ValueError, match="bounds='auto' is read off a fit's pilot"):
         tgpflow.GPTiltedDensity(n_features=300, bounds="auto").fit_from_stats(auto.stats_)
+    fresh = tgpflow.GPTiltedDensity(n_features=300, lam=auto.lam_, bounds=auto.bounds_.to_pairs()).fit_from_stats(
+        auto.stats_)
+    np.testing.assert_allclose(fresh.log_density(held[:50]), auto.log_density(held[:50]), rtol=1e-10)
+    auto.save(tmp_path / "auto.zarr")
+    assert tgpflow.load(tmp_path / "auto.zarr", verify=True).bounds_.to_dict() == auto.bounds_.to_dict()
+    # a table with no code nor atom: only the positive column is bounded
+    L = np.c_[np.random.default_rng(5).lognormal(0, 0.8, 5000), np.random.default_rng(6).normal(size=5000)]
+    assert tgpflow.GPTiltedDensity(n_features=32, lam=1.0, bandwidth=1.0, bounds="auto").fit(
+        L).bounds_.to_dict() == {"0": [0.0, None]}
     # a column with a few exact zeros (0.5 %: no atom) cannot be bounded at 0 (its zeros would be bad rows)
     Z = X[40:].copy()
     Z[:100, 0] = 0.0

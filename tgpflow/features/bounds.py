@@ -134,6 +134,11 @@ class ColumnBounds:
         """Σ_j log t'_j(x_j) per row."""
         return self.derivatives(x)[0].sum(axis=1)
 
+    def to_pairs(self) -> list[list[float | None]]:
+        """One ``[lower, upper]`` pair per column (None where open): ``bounds=`` that declares these bounds."""
+        return [[None if not np.isfinite(lo) else float(lo), None if not np.isfinite(hi) else float(hi)]
+                for lo, hi in zip(self.lower, self.upper, strict=True)]
+
     def to_dict(self) -> dict[str, Any]:
         def side(v: float) -> float | None:
             return None if not np.isfinite(v) else float(v)

@@ -165,9 +165,10 @@ class LatticeCells:
         through a standardization; after :meth:`snap`: anywhere in its block)."""
         return np.abs(x[:, self.atom_positions] - self.atom_value) <= 1e-9 * self.atom_width
 
-    def snap(self, x: np.ndarray) -> np.ndarray:
+    def snap(self, x: np.ndarray, block: bool = True) -> np.ndarray:
         """A copy of rows ``x`` with the discrete columns at their nearest lattice point, and an atom column's
-        values in its atom's block at the atom."""
+        values within half its unit of the atom (recorded as it) at the atom, and with ``block`` (a sample, a
+        diagnostic's draw) those in its block too."""
         out = np.array(x, dtype=np.float64, copy=True)
         cols = out[:, self.positions]
         out[:, self.positions] = self.origin + self.step * np.round((cols - self.origin) / self.step)
@@ -176,7 +177,7 @@ class LatticeCells:
             gap = side * (out[:, j] - v)  # how far beyond the edge, into the block
             # a value recorded as v covers v ± step/2 on a lattice column (the unit is then its step, < the width)
             reach = unit / 2 if unit < w else 0.0
-            out[:, j] = np.where((gap > -reach) & (gap < w), v, out[:, j])
+            out[:, j] = np.where((gap > -reach) & (gap < (w if block else reach)), v, out[:, j])
         return out
 
     def dequantize(self, x: np.ndarray, keys: np.ndarray, salt: int = 0) -> np.ndarray:

@@ -591,7 +591,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             pilot = dataclasses.replace(pilot, rows=_from_data_rows(dequantized, self.bounds_,
                                                                      getattr(self, "scaling_", None)))
             fitting = self.fitting_source(source)
-            cells = self.discrete_
+        cells = self.discrete_
+        if cells is not None:
             logger.info("discrete columns and atoms (dequantized over their cells; discrete=None fits them as "
                         "continuous): %s", ", ".join(
                             [f"{c} (step {h:g})" for c, h in zip(cells.columns, cells.step, strict=True)]
@@ -750,6 +751,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             self._set_solution(stats, features, self._base_of(stats), lam, eta)
             info.update(solver=self.solver_info_.get("method"))
 
+    def _verify_params(self) -> dict[str, Any]:
+        """The parameters a re-solve of the stored statistics is made with: ``bounds="auto"`` as the fit resolved
+        them (the discrete columns' come back from the statistics' cells)."""
+        params = self.get_params()
+        if isinstance(params.get("bounds"), str) and params["bounds"] == "auto":
+            params["bounds"] = None if self.bounds_ is None else self.bounds_.to_pairs()
+        return params
+
     def _stats_cells(self, stats: Any) -> LatticeCells | None:
         """The discrete columns that statistics carry, for an estimator that did not accumulate them (named by its
         columns where it has seen them), with ``bounds_`` widened by their cells' bounds."""
@@ -772,8 +781,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         names = getattr(self, "feature_names_in_", None)
         if isinstance(self.bounds, str) and self.bounds == "auto":
             raise ValueError("bounds='auto' is read off a fit's pilot sample, which statistics do not carry: give the "
-                             "bounds the statistics were accumulated with (the est.bounds_.to_dict() of the estimator "
-                             "that accumulated them), or solve with that estimator")
+                             "bounds the statistics were accumulated with (bounds=est.bounds_.to_pairs() of the "
+                             "estimator that accumulated them), or solve with that estimator")
         if self.bounds is not None and names is None and isinstance(self.bounds, dict):
             raise ValueError("bounds= names columns, but this estimator has not seen the data's columns: give one "
                              "(lower, upper) pair per column, or solve with the estimator that accumulated the statistics")

@@ -63,23 +63,27 @@ class LatticeFitted(WrappedFitted):
         return out
 
     def to_meta(self) -> dict[str, Any]:
-        return {"kind": self.kind, "columns": list(self.cells.columns), "inner": self.inner.to_meta()}
+        return {"kind": self.kind, "columns": list(self.cells.columns), "atom_columns": list(self.cells.atom_columns),
+                "inner": self.inner.to_meta()}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> LatticeFitted:
-        cells = dataclasses.replace(LatticeCells.from_arrays(prefixed(arrays, "cells.")),
-                                    columns=tuple(meta["columns"]))
+        cells = LatticeCells.from_arrays(prefixed(arrays, "cells."))
+        cells = dataclasses.replace(cells, columns=tuple(meta["columns"]),
+                                    atom_columns=tuple(meta.get("atom_columns", cells.atom_columns)))
         return cls(fitted_from_arrays(prefixed(arrays, "inner."), meta["inner"]), cells)
 
     # -- evaluation -------------------------------------------------------------------------
     def log_density(self, x: np.ndarray) -> np.ndarray:
         cells = self.cells
-        rows = cells.snap(x)
+        rows = cells.snap(x, block=False)  # a reading at an atom is within δ/2 of it; further beyond has no mass
         lattice = rows[:, cells.positions]
         inside = np.all((lattice >= cells.origin - 0.5 * cells.step) & (lattice <= cells.top + 0.5 * cells.step),
                         axis=1)
         at = cells.at_atom(rows)
-        out = np.full(x.shape[0], -np.inf)  # beyond the lattice's range: no cell, no mass
+        beyond = cells.atom_side * (rows[:, cells.atom_positions] - cells.atom_value) > 1e-9 * cells.atom_width
+        inside &= ~np.any(beyond, axis=1)
+        out = np.full(x.shape[0], -np.inf)  # beyond the lattice's range or an atom's edge: no cell, no mass
         for pattern in np.unique(at[inside], axis=0):  # the rows at the same atoms integrate over the same blocks
             chosen = inside & np.all(at == pattern, axis=1)
             out[chosen] = self._cell_log_density(rows[chosen], np.flatnonzero(pattern))

@@ -120,7 +120,7 @@ def verify_solution(est: Any, path: Path, arrays: dict[str, np.ndarray], names: 
     if est.stats_ is None:
         raise ModelFileError(f"{path}: saved without its statistics (save(..., stats=False)): there is nothing to "
                              f"re-solve, so verify=True cannot check it (verify=False trusts the checksummed solution)")
-    ref = type(est)(**est.get_params())
+    ref = type(est)(**(est._verify_params() if hasattr(est, "_verify_params") else est.get_params()))
     for name in ("feature_names_in_", "selection_", "noise_levels_"):  # what a solve reads besides the statistics
         if hasattr(est, name):
             setattr(ref, name, getattr(est, name))
