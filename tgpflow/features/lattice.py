@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from tgpflow.features.bounds import ColumnBounds
+from tgpflow.io.column_kinds import as_decimal
 
 __all__ = ["LatticeCells", "choose_discrete", "keyed_uniform", "dequantize_chunk", "CELL_POINTS",
            "AUTO_MIN_STEP_OVER_SPREAD"]
@@ -215,12 +216,6 @@ class LatticeCells:
         weights = np.r_[np.full(len(fine), 4.0 / (3 * len(fine))), np.full(len(coarse), -1.0 / (3 * len(coarse)))]
         return np.vstack(grids), weights, len(fine)
 
-    @property
-    def span(self) -> ColumnBounds:
-        """The discrete columns' own bounds, the outer edges of their extreme cells (the transform they are fitted
-        after)."""
-        return ColumnBounds(self.origin - self.step / 2, self.top + self.step / 2, self.columns)
-
     def bounds_with(self, bounds: ColumnBounds | None, columns: Sequence[str]) -> ColumnBounds:
         """``bounds`` (the user's, None for none) with each discrete column bounded at the outer edges of its
         extreme cells, ``(origin − step/2, top + step/2)``, and each atom's column at the outer end of its block,
@@ -307,10 +302,10 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
     for c, j in zip(chosen, positions, strict=True):
         lo, hi = float(np.min(rows[:, j])), float(np.max(rows[:, j]))
         h = float(kinds[c]["lattice"]["step"]) if kinds[c]["kind"] == "lattice" else hi - lo  # binary: its gap
-        h = _decimal(h)
+        h = as_decimal(h, 1e-9) or h
         # the lowest and highest points on the step's own grid where they are (integer codes: exactly 0 and 23, not
         # a float64 rounding off them after a standardization's round trip)
-        lo, hi = (round(v / h) * h if abs(v / h - round(v / h)) <= 1e-6 else v for v in (lo, hi))
+        lo, hi = _on_grid(lo, h), _on_grid(hi, h)
         origin.append(lo)
         step.append(h)
         top.append(hi)
@@ -335,18 +330,17 @@ def _edge_atoms(kinds: Mapping[str, Mapping[str, Any]], rows: np.ndarray,
         for side, edge in (("lower", -1.0), ("upper", 1.0)):
             if side in kind["edges"]:
                 value = float(kind["edges"][side]["value"])
-                if kind["kind"] == "lattice" and abs(value / unit - round(value / unit)) <= 1e-6:
-                    value = round(value / unit) * unit  # on its recording grid: 0, not a standardization's 2e-16
+                if kind["kind"] == "lattice":  # on its recording grid: 0, not a standardization's 2e-16
+                    value = _on_grid(value, unit)
                 out.append((name, value, edge, width, unit))
     return out
 
 
-def _decimal(h: float) -> float:
-    """``h`` as the decimal it was meant to be when it is one to 1e-9 (1.0000000000000002 → 1.0)."""
-    for digits in range(16):
-        if 0 < round(h, digits) and abs(round(h, digits) - h) <= 1e-9 * h:
-            return round(h, digits)
-    return h
+def _on_grid(value: float, step: float) -> float:
+    """``value`` moved onto the grid k·step when it lies within 1e-6 of a step of it (a float64 round trip through a
+    standardization), else as it is."""
+    k = round(value / step)
+    return k * step if abs(value / step - k) <= 1e-6 else value
 
 
 def dequantize_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label: str,

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["column_kinds", "lattice_step", "cell_widths", "dequantize", "MIN_MASS", "MIN_COUNT", "MAX_CELLS",
-           "MAX_LISTED"]
+__all__ = ["column_kinds", "lattice_step", "as_decimal", "cell_widths", "dequantize", "MIN_MASS", "MIN_COUNT",
+           "MAX_CELLS", "MAX_LISTED"]
 
 #: A value (or an edge) that carries at least this share of the rows is a point mass (an edge).
 MIN_MASS = 0.01
@@ -72,17 +72,23 @@ def lattice_step(values: np.ndarray) -> float | None:
             return None
     if step <= floor:
         return None
-    candidates = [step]
-    for digits in range(16):  # a step written to a number of decimals, as it was meant (0.001, not 0.000999…)
-        if 0 < round(step, digits) and abs(round(step, digits) - step) <= 1e-6 * step:
-            candidates.insert(0, round(step, digits))
-            break
+    decimal = as_decimal(step, 1e-6)  # a step written to a number of decimals, as it was meant (0.001, not 0.000999…)
+    candidates = [step] if decimal is None else [decimal, step]
     # the decimal only where it is the lattice: a standardized step (0.001/sd) is no decimal, and rounding it to
     # one moves the 10⁵th cell by a tenth of a step
     for candidate in candidates:
         k = (values - values[0]) / candidate
         if np.all(np.abs(k - np.round(k)) <= 1e-6):  # as exact as float64 values written to decimals are
             return candidate
+    return None
+
+
+def as_decimal(value: float, rel: float) -> float | None:
+    """``value`` rounded to the fewest decimals that move it by at most ``rel`` of itself (1.0000000000000002 →
+    1.0), or None when no number of decimals (up to 15) does."""
+    for digits in range(16):
+        if 0 < round(value, digits) and abs(round(value, digits) - value) <= rel * value:
+            return round(value, digits)
     return None
 
 

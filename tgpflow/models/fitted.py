@@ -22,6 +22,7 @@ columns), :class:`~tgpflow.models.scaled_fitted.ScaledFitted` (any of them on st
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any, ClassVar
 
 import numpy as np
@@ -131,6 +132,18 @@ class WrappedFitted(Fitted):
     @abc.abstractmethod
     def _to_data(self, rows: np.ndarray) -> np.ndarray:
         """Rows of the inner model's space in the data's units."""
+
+    @abc.abstractmethod
+    def _own_arrays(self) -> dict[str, np.ndarray]:
+        """The wrapper's arrays beside the inner model's (``scaling.*``, ``bounds.*``, ``cells.*``)."""
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The inner model's arrays under ``inner.``, then the wrapper's own."""
+        return {**{f"inner.{k}": v for k, v in self.inner.to_arrays().items()}, **self._own_arrays()}
+
+    def at_level(self, sigma: float) -> WrappedFitted:
+        """The NCFD model at noise level σ (in the inner model's units), wrapped the same way."""
+        return dataclasses.replace(self, inner=self.inner.at_level(sigma))  # type: ignore[attr-defined]
 
     @property
     def base(self) -> Any:

@@ -563,9 +563,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self._pilot_rows = self._pilot_sample = self.discrete_ = None
         return self._fix_discrete(source, progress)
 
+    @property
+    def _bounds_auto(self) -> bool:
+        """Whether ``bounds="auto"``: bounds a fit reads off its pilot (:meth:`_auto_bounds`)."""
+        return isinstance(self.bounds, str) and self.bounds == "auto"
+
     def _declared_bounds(self) -> BoundsSpec:
         """``bounds=`` as declared: None for "auto", which a fit reads off its pilot (:meth:`_fix_discrete`)."""
-        return None if isinstance(self.bounds, str) and self.bounds == "auto" else self.bounds
+        return None if self._bounds_auto else self.bounds
 
     def _fix_discrete(self, source: Source, progress: Progress | None) -> Source:
         """The fitting space of ``source`` (raw rows) with ``discrete_`` read off the column kinds of the pilot sample
@@ -573,8 +578,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         their lattices' outer cell edges (``bounds_`` then holds the user's bounds and theirs), the pilot rows too
         (their noise drawn from their keys; :mod:`tgpflow.features.lattice`)."""
         fitting = self.fitting_source(source)
-        auto_bounds = isinstance(self.bounds, str) and self.bounds == "auto"
-        if (self.discrete is None or self.discrete == "none") and not auto_bounds:
+        if (self.discrete is None or self.discrete == "none") and not self._bounds_auto:
             return fitting
         pilot = pilot_sample(fitting, rows=int(self.pilot_rows), random_state=self._seeds()[0], progress=progress)
         check_pilot_rows(pilot, fitting.description, 1, "the GP-tilted density")
@@ -585,7 +589,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self.discrete_ = choose_discrete(discrete, column_kinds(rows, names), rows, bounded, seed)
         if self.discrete_ is not None:
             self.bounds_ = self.discrete_.bounds_with(self.bounds_, names)
-        found = self._auto_bounds(rows, names) if auto_bounds else None
+        found = self._auto_bounds(rows, names) if self._bounds_auto else None
         if self.discrete_ is not None or found is not None:  # the pilot's rows in the new fitting space
             dequantized = rows if self.discrete_ is None else self.discrete_.dequantize(rows, pilot.keys)
             pilot = dataclasses.replace(pilot, rows=_from_data_rows(dequantized, self.bounds_,
@@ -610,14 +614,11 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                  if rows[:, names.index(c)].min() > 0 and (b[1] is None or rows[:, names.index(c)].max() < 1)}
         if not found:
             return None
-        declared = ColumnBounds.from_param(found, names)
-        if self.bounds_ is not None:
-            declared = ColumnBounds(np.where(np.isfinite(declared.lower), declared.lower, self.bounds_.lower),
-                                    np.where(np.isfinite(declared.upper), declared.upper, self.bounds_.upper),
-                                    tuple(names))
         logger.info("bounds='auto': %s", ColumnBounds.from_param(found, names).describe())
-        self.bounds_ = declared
-        return declared
+        # beside the bounds already there (declared, discrete, atoms), which suggest_bounds left out
+        self.bounds_ = ColumnBounds.from_param({**({} if self.bounds_ is None else self.bounds_.to_dict()), **found},
+                                               names)
+        return self.bounds_
 
     def fitting_source(self, source: Source) -> Source:
         """``source`` in the fitting space: standardized (``scaling_``), bounded columns transformed (rows on or
@@ -755,7 +756,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """The parameters a re-solve of the stored statistics is made with: ``bounds="auto"`` as the fit resolved
         them (the discrete columns' come back from the statistics' cells)."""
         params = self.get_params()
-        if isinstance(params.get("bounds"), str) and params["bounds"] == "auto":
+        if self._bounds_auto:
             params["bounds"] = None if self.bounds_ is None else self.bounds_.to_pairs()
         return params
 
@@ -779,7 +780,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         the model would read them in the data's units. Columns are named only by a fit, so bounds by column
         name need one."""
         names = getattr(self, "feature_names_in_", None)
-        if isinstance(self.bounds, str) and self.bounds == "auto":
+        if self._bounds_auto:
             raise ValueError("bounds='auto' is read off a fit's pilot sample, which statistics do not carry: give the "
                              "bounds the statistics were accumulated with (bounds=est.bounds_.to_pairs() of the "
                              "estimator that accumulated them), or solve with that estimator")

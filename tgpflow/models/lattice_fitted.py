@@ -52,15 +52,9 @@ class LatticeFitted(WrappedFitted):
     def _to_data(self, rows: np.ndarray) -> np.ndarray:
         return self.cells.snap(rows)
 
-    def at_level(self, sigma: float) -> LatticeFitted:
-        """The NCFD model at noise level σ (in the inner model's units), with the same cells."""
-        return LatticeFitted(self.inner.at_level(sigma), self.cells)  # type: ignore[attr-defined]
-
     # -- storage ----------------------------------------------------------------------------
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        out = {f"inner.{k}": v for k, v in self.inner.to_arrays().items()}
-        out.update({f"cells.{k}": v for k, v in self.cells.to_arrays().items()})
-        return out
+    def _own_arrays(self) -> dict[str, np.ndarray]:
+        return {f"cells.{k}": v for k, v in self.cells.to_arrays().items()}
 
     def to_meta(self) -> dict[str, Any]:
         return {"kind": self.kind, "columns": list(self.cells.columns), "atom_columns": list(self.cells.atom_columns),

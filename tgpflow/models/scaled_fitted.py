@@ -53,15 +53,9 @@ class ScaledFitted(WrappedFitted):
     def _to_data(self, rows: np.ndarray) -> np.ndarray:
         return self.scaling.inverse(rows)
 
-    def at_level(self, sigma: float) -> ScaledFitted:
-        """The NCFD model at noise level σ, where σ is in the standardized units the model was fitted in."""
-        return ScaledFitted(self.inner.at_level(sigma), self.scaling)  # type: ignore[attr-defined]
-
     # -- storage ----------------------------------------------------------------------------
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        out = {f"inner.{k}": v for k, v in self.inner.to_arrays().items()}
-        out.update({"scaling.center": self.scaling.center, "scaling.scale": self.scaling.scale})
-        return out
+    def _own_arrays(self) -> dict[str, np.ndarray]:
+        return {"scaling.center": self.scaling.center, "scaling.scale": self.scaling.scale}
 
     def to_meta(self) -> dict[str, Any]:
         return {"kind": self.kind, "inner": self.inner.to_meta()}

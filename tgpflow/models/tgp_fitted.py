@@ -361,10 +361,8 @@ class BoundedFitted(WrappedFitted):
     def _to_data(self, rows: np.ndarray) -> np.ndarray:
         return self.bounds.inverse(rows)
 
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        out = {f"inner.{k}": v for k, v in self.inner.to_arrays().items()}
-        out.update({"bounds.lower": self.bounds.lower, "bounds.upper": self.bounds.upper})
-        return out
+    def _own_arrays(self) -> dict[str, np.ndarray]:
+        return {"bounds.lower": self.bounds.lower, "bounds.upper": self.bounds.upper}
 
     def to_meta(self) -> dict[str, Any]:
         return {"kind": self.kind, "columns": list(self.bounds.columns), "inner": self.inner.to_meta()}
@@ -374,9 +372,6 @@ class BoundedFitted(WrappedFitted):
         bounds = ColumnBounds(np.asarray(arrays["bounds.lower"], dtype=np.float64),
                               np.asarray(arrays["bounds.upper"], dtype=np.float64), tuple(meta["columns"]))
         return cls(fitted_from_arrays(prefixed(arrays, "inner."), meta["inner"]), bounds)
-
-    def at_level(self, sigma: float) -> BoundedFitted:
-        return BoundedFitted(self.inner.at_level(sigma), self.bounds)  # type: ignore[attr-defined]
 
     def _split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         inside = self.bounds.inside(x)
