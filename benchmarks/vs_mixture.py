@@ -25,7 +25,7 @@ Each method is fitted on every base of ``--bases`` (``base=``: "empirical", the 
 and "mixture", a Gaussian mixture fitted on the pilot under the tilt; docs/gp_tilted.md).
 
 Usage: python benchmarks/vs_mixture.py [--tables magic,meters,rental] [--methods fd,ncfd,fvpd] [--k-grid 1,2,4,...]
-       [--bases empirical,mixture] [--discrete auto|none] [--adbench] [--json out.json]
+       [--bases empirical,mixture] [--discrete auto|none] [--adbench [letter,cardio,...]] [--json out.json]
 """
 
 from __future__ import annotations
@@ -165,13 +165,16 @@ def main() -> None:
     ap.add_argument("--bases", default="empirical,mixture", help="the GP-tilted bases to fit (base=)")
     ap.add_argument("--discrete", default="auto", choices=("auto", "none"),
                     help="auto: tgpflow fits the raw rows with discrete='auto'; none: the dequantized rows")
-    ap.add_argument("--adbench", action="store_true")
+    ap.add_argument("--adbench", nargs="?", const="all", default=None,
+                    help="the ADBench development sets: all of them, or those whose names contain one of a "
+                         "comma-separated list (e.g. letter,cardio)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     tables = {"magic": magic, "meters": meters, "rental": rental}
     data = {t: tables[t]() for t in args.tables.split(",") if t}
     if args.adbench:
-        data.update(adbench())
+        wanted = None if args.adbench == "all" else args.adbench.split(",")
+        data.update({k: v for k, v in adbench().items() if wanted is None or any(w in k for w in wanted)})
     k_grid = [int(k) for k in args.k_grid.split(",")]
     out = []
     print(f"{'table':14s} {'model':30s} {'loglik':>9s} {'Δ vs GMM':>9s} {'KS':>8s} {'KS/GMM':>7s} {'WD':>8s} "

@@ -90,3 +90,47 @@ def test_sigma_is_refused_for_models_without_levels(gaussian_mix):
     est = GPTiltedDensity(method="fd", n_features=20).fit(gaussian_mix)
     with pytest.raises(ValueError, match="noise-conditional"):
         est.log_density(gaussian_mix[:3], sigma=0.5)
+
+
+def test_the_ladders_lower_parts_are_the_statistics_of_the_smaller_ladders(gaussian_mix):
+    # the first H' levels of the ladder for σ_max are the whole ladder for σ_max·H'/H: against separate passes
+    f = RandomFourierFeatures.draw(16, bandwidth=0.5, n_dims=2, shift=gaussian_mix.mean(0), random_state=2)
+    whole = ncfd_chunk_stats(gaussian_mix[:250], f, noise_levels(0.8, 10), prefixes=True) + ncfd_chunk_stats(
+        gaussian_mix[250:], f, noise_levels(0.8, 10), prefixes=True)
+    assert whole.prefixes == (1, 3, 5)
+    for h in whole.prefixes:
+        part, direct = whole.truncated(h), ncfd_chunk_stats(gaussian_mix, f, noise_levels(0.8 * h / 10, h))
+        np.testing.assert_allclose(part.sigmas, direct.sigmas, rtol=1e-15)
+        for name in ("abar", "u", "U", "psi", "gram0"):
+            np.testing.assert_allclose(getattr(part, name), getattr(direct, name), rtol=1e-10, atol=1e-12)
+    assert whole.truncated(10) is whole
+    with pytest.raises(ValueError, match="first 4"):
+        whole.truncated(4)
+    plain = ncfd_chunk_stats(gaussian_mix, f, noise_levels(0.8, 10))
+    assert plain.prefixes == () and (plain + plain).abar_prefix is None
+
+
+def test_a_selection_searches_the_upper_noise_level_and_solves_the_ladder_it_chose(gaussian_mix):
+    est = GPTiltedDensity(method="ncfd", n_features=40, bandwidth=0.6, random_state=0, criterion="loglik").fit(
+        gaussian_mix)
+    curve = est.selection_["curve"]
+    tilted = [r for r in curve if np.isfinite(r["lam"])]
+    assert {r["noise_levels"] for r in tilted} == {1, 3, 5, 10}
+    sigma_max = 0.25 * 0.6  # "auto": γ/4
+    assert {round(r["sigma_max"] / sigma_max, 12) for r in tilted} == {0.1, 0.3, 0.5, 1.0}
+    chosen = est.selection_["chosen"]
+    # health first, then the held-out log-likelihood, over every (ladder, λ) (solve.select.choose)
+    healthy = [r for r in curve if r["ess_fraction"] >= 0.01 and r["mass_outside"] <= r["mass_outside_limit"]]
+    assert chosen["loglik"] == max(r["loglik"] for r in healthy)
+    # the model is NCFD on the chosen ladder: a fit with that σ_max and H' levels and λ gives the same θ
+    h = chosen["noise_levels"]
+    assert est.selection_.get("raised") is None  # (no λ raised after the selection)
+    ref = GPTiltedDensity(method="ncfd", n_features=40, bandwidth=0.6, random_state=0, lam=chosen["lam"],
+                          noise_levels=h, sigma_max=chosen["sigma_max"]).fit(gaussian_mix, features=est.features_)
+    assert est.solver_info_["noise_levels"] == h
+    np.testing.assert_allclose(est.theta_, ref.theta_, rtol=1e-8, atol=1e-10 * np.abs(ref.theta_).max())
+    # a σ_max the user gives is the ladder: no search
+    fixed = GPTiltedDensity(method="ncfd", n_features=40, bandwidth=0.6, random_state=0, sigma_max=0.15).fit(
+        gaussian_mix)
+    assert all("noise_levels" not in r for r in fixed.selection_["curve"])
+    assert fixed.solver_info_["noise_levels"] == 10

@@ -21,6 +21,13 @@ such columns (``"auto"``: the coarse lattices the pilot shows, :func:`choose_dis
   (:meth:`LatticeCells.bounds_with`, :mod:`tgpflow.features.bounds`): a smooth model of the flat blocks that
   uniform noise makes cannot stop at their hard outer edges, and on the rental table 17 % of a fit's mass lay
   beyond the codes without the bounds;
+* a code beyond the pilot's range is not impossible, only unseen: each extreme cell lends a share ε of its
+  probability to the codes beyond it, ``ε·(1 − ρ)·ρ^(s−1)`` to the code s steps beyond (:data:`TAIL_RATIO` ρ),
+  with ε = 1/(n + 2) for the n pilot rows at that code (Laplace's rule of succession: the chance that the
+  next row past the edge is new). The fit never sees the tails (a pass value beyond the range is still an
+  error); a held-out row beyond the range scores its edge cell's density times its tail share (:meth:`LatticeCells.
+  tail_log_shares`), and the model's samples at an extreme code move beyond it with that law (:meth:`LatticeCells.
+  spill`). Without them, a held-out row one code past the training rows' (four ADBench sets) scored −inf;
 * the model q is a density of the dequantized rows, and a row's density is its cell's average of q,
   ``p(x) = (1/|C(x)|) ∫_{C(x)} q``, where C(x) is the cell of the lattice point nearest x in the discrete
   columns (the other columns at their values): piecewise constant across a cell, it is a density in the data's
@@ -61,7 +68,7 @@ from tgpflow.features.bounds import ColumnBounds
 from tgpflow.io.column_kinds import as_decimal
 
 __all__ = ["LatticeCells", "choose_discrete", "keyed_uniform", "dequantize_chunk", "CELL_POINTS",
-           "AUTO_MIN_STEP_OVER_SPREAD"]
+           "AUTO_MIN_STEP_OVER_SPREAD", "TAIL_RATIO"]
 
 #: The share of its cell, about its lattice point, that a row's noise spreads it over: the whole cell (module
 #: docstring says why not less).
@@ -76,6 +83,11 @@ ATOM_BLOCK = 0.5
 #: (integer codes: hour 0.14, month 0.29, weekday 0.5; a count of spread 200, 0.005, or values recorded to 3
 #: decimals stay continuous: there a smooth density already matches the cell averages), and every binary column.
 AUTO_MIN_STEP_OVER_SPREAD = 0.05
+#: The ratio of a tail's geometric law beyond an extreme code: each code further out has this share of the
+#: previous one's probability (a half: the tail's mean reach is two steps; module docstring).
+TAIL_RATIO = 0.5
+#: The salt of the uniforms that move a sample's extreme code into its tail (another stream than the noise's).
+_TAIL_SALT = 0x7A11
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _COLUMN = np.uint64(0xD1B54A32D192ED03)
@@ -123,6 +135,13 @@ class LatticeCells:
     atom_side: np.ndarray = _none()
     atom_width: np.ndarray = _none()
     atom_unit: np.ndarray = _none()
+    tail_low: np.ndarray = _none()
+    tail_high: np.ndarray = _none()
+
+    def __post_init__(self) -> None:
+        for name in ("tail_low", "tail_high"):  # cells stored before the tails existed: none (ε = 0)
+            if getattr(self, name).size != self.positions.size:
+                object.__setattr__(self, name, np.zeros(self.positions.size))
 
     @property
     def log_volume(self) -> float:
@@ -131,11 +150,14 @@ class LatticeCells:
 
     @property
     def fingerprint(self) -> str:
-        """A digest of the lattices and the seed: statistics summed under other cells do not combine."""
+        """A digest of the lattices and the seed: statistics summed under other cells do not combine (the tails
+        are left out: they change the scoring, not the rows a pass sums)."""
         import hashlib
 
         h = hashlib.sha256()
-        for a in self.to_arrays().values():
+        for k, a in self.to_arrays().items():
+            if k in ("tail_low", "tail_high"):
+                continue
             h.update(np.ascontiguousarray(a).tobytes())
         return h.hexdigest()
 
@@ -144,18 +166,18 @@ class LatticeCells:
         return dataclasses.replace(self, columns=tuple(str(names[j]) for j in self.positions),
                                    atom_columns=tuple(str(names[j]) for j in self.atom_positions))
 
-    _ATOM_ARRAYS = ("atom_positions", "atom_value", "atom_side", "atom_width", "atom_unit")
+    _OPTIONAL_ARRAYS = ("atom_positions", "atom_value", "atom_side", "atom_width", "atom_unit", "tail_low", "tail_high")
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The arrays a statistics value carries (without the column names: :meth:`named` gives them back)."""
         return {"positions": self.positions, "origin": self.origin, "step": self.step, "top": self.top,
-                "seed": np.array([self.seed], dtype=np.uint64), **{k: getattr(self, k) for k in self._ATOM_ARRAYS}}
+                "seed": np.array([self.seed], dtype=np.uint64), **{k: getattr(self, k) for k in self._OPTIONAL_ARRAYS}}
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> LatticeCells:
         positions = np.asarray(arrays["positions"], dtype=np.int64)
         atoms = {k: np.asarray(arrays[k], dtype=np.int64 if k == "atom_positions" else np.float64)
-                 for k in cls._ATOM_ARRAYS if k in arrays}
+                 for k in cls._OPTIONAL_ARRAYS if k in arrays}
         return cls(positions, tuple(str(j) for j in positions), np.asarray(arrays["origin"], dtype=np.float64),
                    np.asarray(arrays["step"], dtype=np.float64), np.asarray(arrays["top"], dtype=np.float64),
                    int(np.asarray(arrays["seed"]).astype(np.uint64)[0]),
@@ -165,6 +187,54 @@ class LatticeCells:
         """(n, a): whether each row holds each atom's value (to 1e-9 of its block's width, a float64 round trip
         through a standardization; after :meth:`snap`: anywhere in its block)."""
         return np.abs(x[:, self.atom_positions] - self.atom_value) <= 1e-9 * self.atom_width
+
+    def codes(self, x: np.ndarray) -> np.ndarray:
+        """(n, m): the index k of each discrete column's nearest lattice point, ``origin + k·step`` (any integer:
+        below 0 or above :attr:`n_steps` beyond the pilot's range)."""
+        return np.round((x[:, self.positions] - self.origin) / self.step)
+
+    @property
+    def n_steps(self) -> np.ndarray:
+        """(m,): the index of each lattice's highest point."""
+        return np.round((self.top - self.origin) / self.step)
+
+    def tail_log_shares(self, k: np.ndarray) -> np.ndarray:
+        """(n,): Σ_j log of the share of its cell's probability that code index ``k[:, j]`` (:meth:`codes`) gets
+        under the tails (module docstring): 0 inside, log(1 − ε) at an extreme code, log(ε·(1 − ρ)·ρ^(s−1)) s steps
+        beyond one (−inf where ε = 0). A row beyond the range has its extreme cell's density (:meth:`clip_codes`)
+        times this share."""
+        below, above = -k, k - self.n_steps
+        with np.errstate(divide="ignore"):
+            log_rho, log_keep = np.log(TAIL_RATIO), np.log(1.0 - TAIL_RATIO)
+            out = np.where(below == 0, np.log1p(-self.tail_low), 0.0) + np.where(above == 0, np.log1p(
+                -self.tail_high), 0.0)
+            out = np.where(below > 0, np.log(self.tail_low) + log_keep + (below - 1) * log_rho, out)
+            out = np.where(above > 0, np.log(self.tail_high) + log_keep + (above - 1) * log_rho, out)
+        return out.sum(axis=1)
+
+    def clip_codes(self, x: np.ndarray) -> np.ndarray:
+        """A copy of rows ``x`` with each discrete column at its nearest lattice point within the pilot's range."""
+        out = np.array(x, dtype=np.float64, copy=True)
+        out[:, self.positions] = self.origin + self.step * np.clip(self.codes(x), 0, self.n_steps)
+        return out
+
+    def spill(self, rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Samples ``rows`` (on the lattice) with each extreme code moved into its tail with the tails' law, s ≥ 1
+        steps beyond with probability ε·(1 − ρ)·ρ^(s−1): ``u < ε`` moves it 1 + ⌊log(u/ε)/log ρ⌋ steps, for u
+        uniform from a hash of each row's ``keys`` (the continuous draw it was rounded from: a fixed function of
+        the sample, independent of its cell)."""
+        out = np.array(rows, dtype=np.float64, copy=True)
+        z = np.zeros(keys.shape[0], dtype=np.uint64)
+        for column in np.ascontiguousarray(keys, dtype=np.float64).view(np.uint64).T:
+            z = _splitmix64(z ^ column)
+        u = keyed_uniform(z.view(np.int64), self.positions, self.seed, _TAIL_SALT)
+        k = self.codes(out)
+        for edge, eps, side in ((k <= 0, self.tail_low, -1.0), (k >= self.n_steps, self.tail_high, 1.0)):
+            with np.errstate(divide="ignore"):
+                steps = 1.0 + np.floor(np.log(u / np.where(eps > 0, eps, 1.0)) / np.log(TAIL_RATIO))
+            move = edge & (u < eps)
+            out[:, self.positions] += np.where(move, side * steps * self.step, 0.0)
+        return out
 
     def snap(self, x: np.ndarray, block: bool = True) -> np.ndarray:
         """A copy of rows ``x`` with the discrete columns at their nearest lattice point, and an atom column's
@@ -233,12 +303,13 @@ class LatticeCells:
         return ColumnBounds(lower, upper, tuple(str(c) for c in columns))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON: ``{"columns": {column: {position, origin, step, top}}, "atoms": [{column, position, value, side,
-        width, unit}], "seed"}``."""
+        """JSON: ``{"columns": {column: {position, origin, step, top, tails: [ε below, ε above]}}, "atoms": [{column,
+        position, value, side, width, unit}], "seed"}``."""
         out: dict[str, Any] = {
-            "columns": {c: {"position": int(p), "origin": float(o), "step": float(s), "top": float(t)}
-                        for c, p, o, s, t in zip(self.columns, self.positions, self.origin, self.step, self.top,
-                                                 strict=True)},
+            "columns": {c: {"position": int(p), "origin": float(o), "step": float(s), "top": float(t),
+                            "tails": [float(lo), float(hi)]}
+                        for c, p, o, s, t, lo, hi in zip(self.columns, self.positions, self.origin, self.step,
+                                                         self.top, self.tail_low, self.tail_high, strict=True)},
             "seed": int(self.seed)}
         if self.atom_positions.size:
             out["atoms"] = [{"column": c, "position": int(p), "value": float(v), "side": "lower" if sd < 0 else "upper",
@@ -260,7 +331,9 @@ class LatticeCells:
                    np.array([a["value"] for a in atoms], dtype=np.float64),
                    np.array([-1.0 if a["side"] == "lower" else 1.0 for a in atoms]),
                    np.array([a["width"] for a in atoms], dtype=np.float64),
-                   np.array([a["unit"] for a in atoms], dtype=np.float64))
+                   np.array([a["unit"] for a in atoms], dtype=np.float64),
+                   np.array([v.get("tails", (0.0, 0.0))[0] for v in cols.values()], dtype=np.float64),
+                   np.array([v.get("tails", (0.0, 0.0))[1] for v in cols.values()], dtype=np.float64))
 
 
 def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str, Mapping[str, Any]],
@@ -298,7 +371,7 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
     if not chosen and not atoms:
         return None
     positions = np.array([names.index(c) for c in chosen], dtype=np.int64)
-    origin, step, top = [], [], []
+    origin, step, top, tails = [], [], [], []
     for c, j in zip(chosen, positions, strict=True):
         lo, hi = float(np.min(rows[:, j])), float(np.max(rows[:, j]))
         h = float(kinds[c]["lattice"]["step"]) if kinds[c]["kind"] == "lattice" else hi - lo  # binary: its gap
@@ -309,10 +382,13 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
         origin.append(lo)
         step.append(h)
         top.append(hi)
+        k = np.round((rows[:, j] - lo) / h)  # the rule of succession at each extreme code (module docstring)
+        tails.append((1.0 / (np.sum(k <= 0) + 2), 1.0 / (np.sum(k >= round((hi - lo) / h)) + 2)))
     return LatticeCells(positions, tuple(chosen), np.array(origin, dtype=np.float64), np.array(step, dtype=np.float64),
                         np.array(top, dtype=np.float64), int(seed),
                         np.array([names.index(a[0]) for a in atoms], dtype=np.int64), tuple(a[0] for a in atoms),
-                        *(np.array([a[i] for a in atoms], dtype=np.float64) for i in range(1, 5)))
+                        *(np.array([a[i] for a in atoms], dtype=np.float64) for i in range(1, 5)),
+                        *np.array(tails, dtype=np.float64).reshape(-1, 2).T)
 
 
 def _edge_atoms(kinds: Mapping[str, Mapping[str, Any]], rows: np.ndarray,

@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-__all__ = ["noise_levels", "paper_sigma_max", "level_bandwidth", "AUTO_SIGMA_MAX_FACTOR"]
+__all__ = ["noise_levels", "paper_sigma_max", "level_bandwidth", "ladder_prefixes", "AUTO_SIGMA_MAX_FACTOR",
+           "LADDER_PREFIX_SHARES"]
 
 #: ``sigma_max="auto"`` is this multiple of the kernel width γ. Measured on the demo mixture (3-D,
 #: S = 1000, γ = 0.549 from the pilot, λ selected), the data-level held-out log-likelihood at
@@ -19,6 +20,11 @@ __all__ = ["noise_levels", "paper_sigma_max", "level_bandwidth", "AUTO_SIGMA_MAX
 #: at σ_max = γ the 2M fit failed the sample check (spread 1.20× the data's). λ, selected on
 #: held-out rows, already regularises; the noise ladder's smoothing then only blurs the data level.
 AUTO_SIGMA_MAX_FACTOR = 0.25
+#: ``sigma_max="auto"`` with a held-out selection also scores the ladder's lower parts: its first H' levels, for
+#: H' = 1 (σ = 0 alone: FD's data term) and these shares of H (rounded up). The first H' levels of the ladder
+#: for σ_max are the whole ladder for σ_max·H'/H with H' levels, so one pass serves every candidate
+#: (:func:`ladder_prefixes`; docs/gp_tilted.md, "NCFD's noise ladder in the selection").
+LADDER_PREFIX_SHARES = (0.25, 0.5)
 
 
 def paper_sigma_max(cov: np.ndarray) -> float:
@@ -40,3 +46,10 @@ def noise_levels(sigma_max: float, n_levels: int) -> np.ndarray:
 def level_bandwidth(gamma: float, sigma: float) -> float:
     """γ_σ = √(γ² + σ²)."""
     return math.sqrt(gamma * gamma + sigma * sigma)
+
+
+def ladder_prefixes(n_levels: int) -> tuple[int, ...]:
+    """The numbers of levels H' < H of the ladder's lower parts that a selection scores beside the whole ladder:
+    1 and ⌈share·H⌉ for each of :data:`LADDER_PREFIX_SHARES`, increasing, without repeats (none for H = 1)."""
+    H = int(n_levels)
+    return tuple(sorted({1, *(math.ceil(share * H) for share in LADDER_PREFIX_SHARES)} - {H} & set(range(1, H))))

@@ -129,7 +129,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         γ grid, a quarter of its smallest value; :data:`~tgpflow.features.noise.AUTO_SIGMA_MAX_FACTOR`
         gives the measurements): with λ selected on held-out rows, a wider ladder only blurs the
         data-level density (σ_max = γ: 0.05 nats/row worse at 200k and 2M rows of the demo
-        mixture, and an over-spread 2M fit). "paper" is seed 003's √(tr Σ)/d (MATH.md §11 A5).
+        mixture, and an over-spread 2M fit). With ``lam="auto"`` it is an upper limit: the selection also
+        scores the ladder's first H' levels (σ_max·H'/H, H' = 1 and ⌈H/4⌉, ⌈H/2⌉; H' = 1 is σ = 0 alone), health
+        first, and ``selection_["chosen"]`` says which (``noise_levels``, ``sigma_max``; docs/gp_tilted.md,
+        "NCFD's noise ladder in the selection"). "paper" is seed 003's √(tr Σ)/d (MATH.md §11 A5).
     eta : "auto", float or a list of floats — FVPD temperature η; "auto" is 1/γ². A list is
         selected on held-out rows.
     base : {"empirical", "learn", "mixture"} — the base: N(μ, Σ) of the exact data moments, that Gaussian learnt
@@ -412,7 +415,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         ``validation``: for held-out rows, None where they need no more sums than the others."""
         spec = self._method.chunk_stats(block_bytes=int(self.block_bytes), precision=self.precision,
                                         noise_levels=getattr(self, "noise_levels_", None), validation=validation,
-                                        mixture=getattr(self, "base_mixture_", None))
+                                        mixture=getattr(self, "base_mixture_", None),
+                                        ladder=self.sigma_max == "auto" and self.lam == "auto")
         cells = getattr(self, "discrete_", None)
         if spec is None or cells is None:
             return spec
@@ -924,7 +928,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self.stats_ = stats
         self.n_samples_seen_ = int(stats.n)
         self.lam_ = lam
-        sol = self._method.solve(stats, Hyper(features, base, lam, eta, self.get_params(), self._seeds()[2]))
+        levels = getattr(self, "selection_", {}).get("chosen", {}).get("noise_levels")  # NCFD: the ladder's part
+        sol = self._method.solve(stats, Hyper(features, base, lam, eta, self.get_params(), self._seeds()[2],
+                                              None if levels is None else int(levels)))
         self.solver_info_ = sol.info
         if sol.objective is not None:
             self.objective_ = sol.objective

@@ -34,8 +34,8 @@ NO_TILT = "none: lam = inf, the base alone (θ = 0)"
 @dataclasses.dataclass(frozen=True)
 class Hyper:
     """What a solve is given besides the statistics: the draw, the base N(μ, Σ), λ and η (chosen or fixed),
-    the estimator's parameters (``params``: ``base``, ``map_draws``, … as set) and the seed of a solve's own
-    draws (MAP's base draws)."""
+    the estimator's parameters (``params``: ``base``, ``map_draws``, … as set), the seed of a solve's own
+    draws (MAP's base draws) and, for NCFD, the number of the noise ladder's levels chosen (None: all)."""
 
     features: RandomFourierFeatures
     base: Base
@@ -43,6 +43,7 @@ class Hyper:
     eta: float | None
     params: Mapping[str, Any]
     seed: Any = None
+    levels: int | None = None
 
     @property
     def block_bytes(self) -> int:
@@ -105,10 +106,12 @@ class TGPMethod:
     hyvarinen_criterion: ClassVar[str] = "held-out Hyvärinen loss (data level)"
 
     def chunk_stats(self, *, block_bytes: int, precision: str, noise_levels: np.ndarray | None = None,
-                    validation: bool = False, mixture: Any = None) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
+                    validation: bool = False, mixture: Any = None,
+                    ladder: bool = False) -> tuple[Callable[..., Any], tuple[Any, ...]] | None:
         """The chunk statistics function and its arguments after (rows, features). ``validation``: for
         held-out rows, None when they need nothing more than the training rows. ``mixture``: the mixture base
-        the statistics are summed under (methods with ``mixture_base``)."""
+        the statistics are summed under (methods with ``mixture_base``). ``ladder`` (NCFD): keep what scoring the
+        noise ladder's lower parts needs."""
         if validation:
             return None
         return tgp_chunk_stats, (int(block_bytes), precision, False, mixture)

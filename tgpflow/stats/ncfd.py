@@ -7,6 +7,9 @@ One pass accumulates, as sums over rows, for H noise levels σ_h (same Z, c; wid
   level h before adding (at σ_1 = 0, W⁻_1 = 0 and that product is skipped: 2H − 1 products
   per row);
 * per level ``u_h = Σφ'_h``, ``U_h = Σφ'_h (x − x₀)ᵀ``, ``ψ_h = Σφ_h``;
+* with ``prefixes``, ``abar_prefix[p]``: Ā summed over the first H'_p levels only, for each H'_p of
+  :func:`~tgpflow.features.noise.ladder_prefixes` (a copy of the accumulator after those levels): the lower parts
+  of the ladder that a selection scores as smaller σ_max (:meth:`NCFDStats.truncated`), at P·S² more memory;
 * ``gram0 = Σ φ'φ'ᵀ`` at σ = 0 (the level-1 product, kept rather than only weighted), so that
   one NCFD pass also holds the complete FD/FVPD statistics (:attr:`NCFDStats.fd`) — used by
   held-out scoring at the data level and by the baselines, at S² extra memory and no extra
@@ -41,7 +44,7 @@ from tgpflow.core.moments import Moments
 from tgpflow.core.summable import AdditiveStats
 from tgpflow.features.lattice import LatticeCells
 from tgpflow.features.mixture_base import GaussianMixtureBase
-from tgpflow.features.noise import level_bandwidth
+from tgpflow.features.noise import ladder_prefixes, level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.tgp import RFFStats, TGPStats, level_products, mixture_terms
 
@@ -79,7 +82,7 @@ def ncfd_weights(features: RandomFourierFeatures, sigma: float) -> tuple[np.ndar
 
 
 def ncfd_memory(features: RandomFourierFeatures, n_levels: int, precision: str = "float64",
-                mixture: Any = None) -> MemoryCost:
+                mixture: Any = None, prefixes: bool = False) -> MemoryCost:
     """The bytes of one :func:`ncfd_chunk_stats` task (NumPy chunks; see :mod:`tgpflow.core.memory`).
 
     Fixed: the accumulators ``abar`` and ``gram0`` (2 S²) and, at a level σ > 0, the larger of
@@ -88,13 +91,14 @@ def ncfd_memory(features: RandomFourierFeatures, n_levels: int, precision: str =
     the per-level sums ``u, U, psi`` (H·S·(d + 2)) and the S×d work arrays of a level. Per block
     row and per chunk row: as for FD (:func:`tgpflow.stats.tgp.tgp_memory`). A ``mixture`` base adds the per-level
     sums ``V`` (H·S·d), its evaluation's blocks (about 32 MB) and, per chunk row, the host copy, the noisy rows
-    and two scores (4·d).
+    and two scores (4·d). ``prefixes`` adds the lower parts' accumulators (P·S²).
     """
     S, d, H = features.n_features, features.n_dims, int(n_levels)
     mixed = precision == "mixed"
     prod = F32 if mixed else F64
     level = max(F64 * 2 * S * S + prod * S * S, F64 * 5 * S * S) if H > 1 else F64 * S * S + prod * S * S
-    fixed = F64 * 2 * S * S + level + F64 * (H * S * (d + 2) + 6 * S * d + 10 * S + 2 * d * d)
+    fixed = F64 * (2 + (len(ladder_prefixes(H)) if prefixes else 0)) * S * S + level + F64 * (
+        H * S * (d + 2) + 6 * S * d + 10 * S + 2 * d * d)
     per_row = F64 * (3 * S + 2 * d) + (F32 * S if mixed else 0)
     chunk_row = F64 * d
     if mixture is not None:
@@ -127,6 +131,7 @@ class NCFDStats(RFFStats):
     psi: np.ndarray  # (H, S)
     V: np.ndarray | None = None  # (H, S, d): under a mixture base
     base_sums: np.ndarray | None = None
+    abar_prefix: np.ndarray | None = None  # (P, S, S): Ā over the ladder's lower parts (module docstring)
     mixture: GaussianMixtureBase | None = None
     cells: LatticeCells | None = None
     fingerprint: str = dataclasses.field(default="", kw_only=True)
@@ -151,11 +156,30 @@ class NCFDStats(RFFStats):
                         V=V, base_sums=self.base_sums, mixture=self.mixture, cells=self.cells,
                         fingerprint=self.fingerprint)
 
+    @property
+    def prefixes(self) -> tuple[int, ...]:
+        """The numbers of levels H' < H whose Ā these statistics hold (:meth:`truncated`), () without them."""
+        return () if self.abar_prefix is None else ladder_prefixes(self.n_levels)
+
+    def truncated(self, n_levels: int) -> NCFDStats:
+        """The statistics of the ladder's first ``n_levels`` levels: those of the ladder for σ_max·H'/H with H' levels
+        (every sum is per level but Ā, whose partial sums ``abar_prefix`` holds). H' = H is these statistics."""
+        H = int(n_levels)
+        if H == self.n_levels:
+            return self
+        if H not in self.prefixes:
+            raise ValueError(f"these NCFD statistics hold the first {list(self.prefixes)} of their {self.n_levels} "
+                             f"noise levels, not the first {H}: accumulate them with sigma_max='auto' and lam='auto'")
+        return dataclasses.replace(self, sigmas=self.sigmas[:H], abar=self.abar_prefix[self.prefixes.index(H)],
+                                   u=self.u[:H], U=self.U[:H], psi=self.psi[:H],
+                                   V=None if self.V is None else self.V[:H], abar_prefix=None)
+
     @classmethod
-    def zero(cls, features: RandomFourierFeatures, sigmas: np.ndarray) -> NCFDStats:
+    def zero(cls, features: RandomFourierFeatures, sigmas: np.ndarray, prefixes: bool = False) -> NCFDStats:
         S, d, H = features.n_features, features.n_dims, len(sigmas)
         return cls(features, np.asarray(sigmas, dtype=np.float64), Moments.zero(d),
-                   np.zeros((S, S)), np.zeros((S, S)), np.zeros((H, S)), np.zeros((H, S, d)), np.zeros((H, S)))
+                   np.zeros((S, S)), np.zeros((S, S)), np.zeros((H, S)), np.zeros((H, S, d)), np.zeros((H, S)),
+                   abar_prefix=np.zeros((len(ladder_prefixes(H)), S, S)) if prefixes else None)
 
     def check_features(self, features: RandomFourierFeatures, sigmas: np.ndarray | None = None) -> None:
         """Raise unless these statistics were accumulated with ``features`` (and the noise levels ``sigmas``)."""
@@ -173,12 +197,13 @@ class NCFDStats(RFFStats):
 
 def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray,
                      block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64",
-                     mixture: GaussianMixtureBase | None = None) -> NCFDStats:
+                     mixture: GaussianMixtureBase | None = None, prefixes: bool = False) -> NCFDStats:
     """NCFD statistics of one chunk of rows (MATH.md §3); any array-API namespace, host float64 out.
 
     ``precision`` and ``block_bytes`` (the cap on the per-row part of the task's memory) as for
     :func:`tgpflow.stats.tgp.tgp_chunk_stats`; the whole task is planned by :func:`ncfd_memory`. ``mixture``: the
-    mixture base the per-level ``V_h`` are summed under (module docstring; evaluated on the host, float64)."""
+    mixture base the per-level ``V_h`` are summed under (module docstring; evaluated on the host, float64).
+    ``prefixes``: keep Ā of the ladder's lower parts too (``abar_prefix``)."""
     sigmas = np.asarray(sigmas, dtype=np.float64)
     if sigmas.ndim != 1 or sigmas.size < 1 or sigmas[0] != 0.0 or np.any(np.diff(sigmas) <= 0):
         raise ValueError(f"noise levels must start at 0 and increase; got {sigmas.tolist()}")
@@ -187,7 +212,7 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
         raise ValueError(f"chunk has {d} columns but the features were drawn for d={features.n_dims}")
     S = features.n_features
     moments = Moments.from_rows(x)
-    out = NCFDStats.zero(features, sigmas)
+    out = NCFDStats.zero(features, sigmas, prefixes)
     V, base_sums, host = None, None, None
     if mixture is not None:
         V = np.zeros((sigmas.size, S, d))
@@ -196,7 +221,7 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
         score0 = score0 - _gaussian_score(mixture, 0.0, host)  # the departure from the mixture's Gaussian
     if n == 0:
         return dataclasses.replace(out, moments=moments, V=V, base_sums=base_sums, mixture=mixture)
-    rows = plan_blocks(ncfd_memory(features, sigmas.size, precision, mixture), block_bytes, chunk_rows=n,
+    rows = plan_blocks(ncfd_memory(features, sigmas.size, precision, mixture, prefixes), block_bytes, chunk_rows=n,
                        budget=task_budget()[0]).rows
     scale2 = 2.0 / S  # φφᵀ = (2/S) cos cosᵀ, φ'φ'ᵀ = (2/S) sin sinᵀ
     scale = math.sqrt(scale2)
@@ -222,6 +247,8 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
         u[h] = -scale * u_h
         U[h] = -scale * U_h
         psi[h] = scale * psi_h
+        if out.abar_prefix is not None and h + 1 in out.prefixes:  # Ā of the first h + 1 levels
+            out.abar_prefix[out.prefixes.index(h + 1)] = abar
     return dataclasses.replace(out, moments=moments, V=V, base_sums=base_sums, mixture=mixture)
 
 
@@ -248,8 +275,8 @@ def _gaussian_score(mixture: GaussianMixtureBase, sigma: float, y: np.ndarray) -
 
 def _ncfd_cost(n_dims: int, features: RandomFourierFeatures, sigmas: np.ndarray,
                block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64",
-               mixture: GaussianMixtureBase | None = None) -> tuple[MemoryCost, int]:
-    return ncfd_memory(features, np.asarray(sigmas).size, precision, mixture), block_bytes
+               mixture: GaussianMixtureBase | None = None, prefixes: bool = False) -> tuple[MemoryCost, int]:
+    return ncfd_memory(features, np.asarray(sigmas).size, precision, mixture, prefixes), block_bytes
 
 
 declare(ncfd_chunk_stats, _ncfd_cost)

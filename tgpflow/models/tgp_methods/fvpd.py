@@ -27,7 +27,7 @@ class FVPD(TGPMethod):
     hyvarinen_criterion = "posterior-expected held-out Hyvärinen loss"
 
     def chunk_stats(self, *, block_bytes: int, precision: str, noise_levels: np.ndarray | None = None,
-                    validation: bool = False, mixture: Any = None) -> Any:
+                    validation: bool = False, mixture: Any = None, ladder: bool = False) -> Any:
         fn, (blocks, prec, _, mix) = super().chunk_stats(block_bytes=block_bytes, precision=precision, mixture=mixture)
         return fn, (blocks, prec, validation, mix)  # held-out rows also sum φφᵀ
 
