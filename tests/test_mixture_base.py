@@ -278,3 +278,19 @@ def test_a_pipeline_with_a_mixture_base_keeps_its_mixture_across_runs(tmp_path):
     held = pd.DataFrame(_two_blobs(2000, 50), columns=["a", "b"])
     tilted = np.mean(second.log_density(held, normalized=True))
     assert tilted >= np.mean(second.base_mixture_.log_pdf(held.to_numpy())) - 0.02
+
+
+def test_the_component_count_is_the_fewest_within_one_standard_error_of_the_best():
+    from tgpflow.features.mixture_base import _one_standard_error
+
+    rng = np.random.default_rng(0)
+    two = rng.normal(-5.0, 1.0, 60)
+    # four components: better on average by 0.1 nats/row, with a paired spread of 1 (standard error 0.13): noise
+    four = two + rng.normal(0.0, 1.0, 60)
+    four += 0.1 - (four - two).mean()
+    assert (four - two).mean() == pytest.approx(0.1) and (four - two).std(ddof=1) / np.sqrt(60) > 0.1
+    assert _one_standard_error({1: two - 2.0, 2: two, 4: four}, best=4) == 2
+    # a clear gain (1 nat/row, standard error 0.13) keeps the larger count; a worse one is never chosen
+    clear = four + 0.9
+    assert _one_standard_error({1: two - 2.0, 2: two, 4: clear}, best=4) == 4
+    assert _one_standard_error({1: two - 2.0, 2: two, 4: two - 1.0}, best=2) == 2

@@ -73,8 +73,10 @@ __all__ = ["LatticeCells", "choose_discrete", "keyed_uniform", "dequantize_chunk
 #: The share of its cell, about its lattice point, that a row's noise spreads it over: the whole cell (module
 #: docstring says why not less).
 NOISE_WIDTH = 1.0
-#: Sobol points of a cell average beyond three discrete columns (a power of 2: the scrambled net's balance).
-CELL_POINTS = 64
+#: Sobol points of a cell average beyond three discrete columns (a power of 2: the scrambled net's balance). The
+#: log of a Monte Carlo average is biased low; on the letter set (32 code columns, held out) the log-likelihood
+#: was −24.42, −24.32, −24.24 and −24.20 nats/row at 64, 128, 256 and 1 024 points: 256 is within 0.04.
+CELL_POINTS = 256
 #: Midpoints a column of the finer of the two product rules, by the number of discrete columns (1, 2, 3).
 _MIDPOINTS = {1: 32, 2: 8, 3: 4}
 #: The width of an atom's block beyond its edge, as a share of the column's standard deviation (module docstring).
