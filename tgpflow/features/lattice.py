@@ -243,8 +243,7 @@ class LatticeCells:
         values within half its unit of the atom (recorded as it) at the atom, and with ``block`` (a sample, a
         diagnostic's draw) those in its block too."""
         out = np.array(x, dtype=np.float64, copy=True)
-        cols = out[:, self.positions]
-        out[:, self.positions] = self.origin + self.step * np.round((cols - self.origin) / self.step)
+        out[:, self.positions] = self.origin + self.step * self.codes(out)
         for j, v, side, w, unit in zip(self.atom_positions, self.atom_value, self.atom_side, self.atom_width,
                                        self.atom_unit, strict=True):
             gap = side * (out[:, j] - v)  # how far beyond the edge, into the block
@@ -373,7 +372,7 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
     if not chosen and not atoms:
         return None
     positions = np.array([names.index(c) for c in chosen], dtype=np.int64)
-    origin, step, top, tails = [], [], [], []
+    origin, step, top = [], [], []
     for c, j in zip(chosen, positions, strict=True):
         lo, hi = float(np.min(rows[:, j])), float(np.max(rows[:, j]))
         h = float(kinds[c]["lattice"]["step"]) if kinds[c]["kind"] == "lattice" else hi - lo  # binary: its gap
@@ -384,13 +383,13 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
         origin.append(lo)
         step.append(h)
         top.append(hi)
-        k = np.round((rows[:, j] - lo) / h)  # the rule of succession at each extreme code (module docstring)
-        tails.append((1.0 / (np.sum(k <= 0) + 2), 1.0 / (np.sum(k >= round((hi - lo) / h)) + 2)))
-    return LatticeCells(positions, tuple(chosen), np.array(origin, dtype=np.float64), np.array(step, dtype=np.float64),
-                        np.array(top, dtype=np.float64), int(seed),
-                        np.array([names.index(a[0]) for a in atoms], dtype=np.int64), tuple(a[0] for a in atoms),
-                        *(np.array([a[i] for a in atoms], dtype=np.float64) for i in range(1, 5)),
-                        *np.array(tails, dtype=np.float64).reshape(-1, 2).T)
+    cells = LatticeCells(positions, tuple(chosen), np.array(origin, dtype=np.float64),
+                         np.array(step, dtype=np.float64), np.array(top, dtype=np.float64), int(seed),
+                         np.array([names.index(a[0]) for a in atoms], dtype=np.int64), tuple(a[0] for a in atoms),
+                         *(np.array([a[i] for a in atoms], dtype=np.float64) for i in range(1, 5)))
+    k = cells.codes(rows)  # the rule of succession at each extreme code (module docstring)
+    return dataclasses.replace(cells, tail_low=1.0 / (np.sum(k <= 0, axis=0) + 2.0),
+                               tail_high=1.0 / (np.sum(k >= cells.n_steps, axis=0) + 2.0))
 
 
 def _edge_atoms(kinds: Mapping[str, Mapping[str, Any]], rows: np.ndarray,
@@ -433,7 +432,7 @@ def dequantize_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label
     rows, dropped, kept = validated
     k = (rows[:, cells.positions] - cells.origin) / cells.step
     off = np.abs(k - np.round(k)) > 1e-6
-    beyond = (np.round(k) < 0) | (np.round(k) > np.round((cells.top - cells.origin) / cells.step))
+    beyond = (np.round(k) < 0) | (np.round(k) > cells.n_steps)
     for bad, what in ((off, "are off the lattice"), (beyond, "lie beyond the lowest or highest point of the lattice")):
         if bad.any():
             j = int(np.flatnonzero(bad.any(axis=0))[0])

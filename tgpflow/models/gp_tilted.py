@@ -589,8 +589,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         rows, names = self._to_data(pilot.rows), self._column_names(source)
         bounded = list(self.bounds_.to_dict()) if self.bounds_ is not None else []
         seed = int(self._seeds()[6].generate_state(1, np.uint64)[0])
-        discrete = None if self.discrete == "none" else self.discrete
-        self.discrete_ = choose_discrete(discrete, column_kinds(rows, names), rows, bounded, seed)
+        self.discrete_ = choose_discrete(self.discrete, column_kinds(rows, names), rows, bounded, seed)
         if self.discrete_ is not None:
             self.bounds_ = self.discrete_.bounds_with(self.bounds_, names)
         found = self._auto_bounds(rows, names) if self._bounds_auto else None
