@@ -152,7 +152,7 @@ def test_map_selection_solves_the_lams_below_its_path_choice_again_on_all_draws(
     X = np.concatenate([rng.multivariate_normal([0, 0], [[1, 0.6], [0.6, 1]], 20_000),
                         rng.multivariate_normal([2.5, -1], [[0.3, 0], [0, 0.5]], 10_000)])
     monkeypatch.setattr(map_method, "MAP_SELECTION_DRAWS", 1000)
-    kw = dict(method="map", n_features=32, bandwidth=0.5, random_state=3)
+    kw = dict(method="map", n_features=32, bandwidth=0.5, random_state=3, base="empirical")  # every row a MAP solve
     path = GPTiltedDensity(map_draws=1000, **kw).fit(X).selection_
     both = GPTiltedDensity(map_draws=8000, **kw).fit(X).selection_
     lam_path = path["chosen"]["lam"]

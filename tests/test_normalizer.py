@@ -211,7 +211,8 @@ def test_diagnostics_flag_an_underregularised_fit_and_pass_a_selected_one():
 def test_selection_criteria_choose_from_the_curve_they_record():
     X = _mixture(8_000, 2)
     for criterion, pick in (("loglik", max), ("sliced", min)):
-        est = GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, criterion=criterion, random_state=0).fit(X)
+        est = GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, criterion=criterion, random_state=0,
+                              base="empirical").fit(X)  # a mixture base keeps every λ of this grid healthy
         curve = est.selection_["curve"]
         key = "loglik" if criterion == "loglik" else "sliced_ks"
         # the candidates that compete: a trustworthy normaliser and no more mass outside the box than allowed
@@ -227,7 +228,7 @@ def test_selection_criteria_choose_from_the_curve_they_record():
 
 def test_all_rows_fit_that_fails_the_candidates_support_check_gets_a_larger_lam():
     X = _mixture(8_000, 2)
-    est = GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, random_state=0).fit(X)
+    est = GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, random_state=0, base="empirical").fit(X)
     lam, chosen = est.lam_, dict(est.selection_["chosen"])
     assert chosen["mass_outside"] <= chosen["mass_outside_limit"]  # the chosen candidate passed on held-out rows
     # the same model, as if its all-rows fit had spilled mass outside the box: λ goes one step up
@@ -238,7 +239,8 @@ def test_all_rows_fit_that_fails_the_candidates_support_check_gets_a_larger_lam(
     theta_raised = est.theta_.copy()
     est._diagnose(warn=False)
     assert np.linalg.norm(theta_raised) < np.linalg.norm(
-        GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, lam=lam, random_state=0).fit(X).theta_)
+        GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, lam=lam, random_state=0,
+                        base="empirical").fit(X).theta_)
     # a chosen candidate that itself failed (no candidate passed) is not held to the check: no raise
     est.selection_["chosen"] = dict(est.selection_["chosen"], mass_outside=1.0)
     est.fit_diagnostics_ = dict(est.fit_diagnostics_, mass_outside=1.0)

@@ -90,7 +90,7 @@ def test_default_selection_reselects_from_the_stores_held_out_parts(tmp_path):
     of every stored row at the chosen λ — the same as a direct fit of all rows with that λ and draw."""
     data = _data(tmp_path, range(3))
     models = [{"name": "fd", "estimator": "GPTiltedDensity",
-               "params": {"method": "fd", "n_features": 32, "bounds": {"c": [-10.0, None]}}}]
+               "params": {"method": "fd", "n_features": 32, "bounds": {"c": [-10.0, None]}, "base": "empirical"}}]
     spec = load_spec(_spec(tmp_path, models=models, preprocess={"center": False, "scale": False}))
     run_pipeline(spec)
     data.update(_data(tmp_path, [3, 4]))

@@ -1,4 +1,7 @@
-"""Held-out selection from validation statistics (no extra pass) against direct refits."""
+"""Held-out selection from validation statistics (no extra pass) against direct refits.
+
+On the Gaussian base (``base="empirical"``): its curve is the grid alone. The mixture base's extra λ = ∞ row is
+tested in test_mixture_base.py."""
 
 import dask.array as da
 import numpy as np
@@ -28,7 +31,7 @@ def data(gaussian_mix):
 def test_selection_from_statistics_equals_refit_and_direct_heldout_loss(data, method):
     X, f, held = data
     kw = dict(method=method, n_features=30, noise_levels=3, sigma_max=0.6, validation_fraction=0.3,
-              criterion="hyvarinen")
+              criterion="hyvarinen", base="empirical")
     est = GPTiltedDensity(lam="auto", lam_grid=LAMS, bandwidth=GAMMAS, **kw).fit(X, features=f)
     curve = est.selection_["curve"]
     assert len(curve) == len(GAMMAS) * len(LAMS)
@@ -50,7 +53,7 @@ def test_fvpd_score_is_the_posterior_expected_heldout_loss(data):
     X, f, held = data
     etas = [2.0, 20.0]
     est = GPTiltedDensity(method="fvpd", n_features=30, lam="auto", lam_grid=[0.01, 1.0], eta=etas,
-                          validation_fraction=0.3, criterion="hyvarinen").fit(X, features=f)
+                          validation_fraction=0.3, criterion="hyvarinen", base="empirical").fit(X, features=f)
     mean, P = X[~held].mean(0), np.linalg.inv(np.cov(X[~held].T, bias=True))
     rng = np.random.default_rng(0)
     for row in est.selection_["curve"]:
@@ -64,7 +67,7 @@ def test_fvpd_score_is_the_posterior_expected_heldout_loss(data):
 
 def test_split_is_the_same_for_any_chunking_and_survives_dropped_rows(data):
     gaussian_mix, f, _ = data  # the features are given: the pilot (not the split) depends on the chunking
-    kw = dict(method="fd", n_features=30, lam="auto", lam_grid=LAMS, validation_fraction=0.25)
+    kw = dict(method="fd", n_features=30, lam="auto", lam_grid=LAMS, validation_fraction=0.25, base="empirical")
     a = GPTiltedDensity(**kw).fit(da.from_array(gaussian_mix, chunks=(100, 2)), features=f)
     b = GPTiltedDensity(**kw).fit(da.from_array(gaussian_mix, chunks=(37, 2)), features=f)
     np.testing.assert_allclose([c["loss"] for c in a.selection_["curve"]], [c["loss"] for c in b.selection_["curve"]],
@@ -80,7 +83,8 @@ def test_split_is_the_same_for_any_chunking_and_survives_dropped_rows(data):
 
 
 def test_partial_fit_keeps_the_selected_values(gaussian_mix):
-    est = GPTiltedDensity(method="fd", n_features=20, lam="auto", lam_grid=LAMS, bandwidth=[0.3, 0.6])
+    est = GPTiltedDensity(method="fd", n_features=20, lam="auto", lam_grid=LAMS, bandwidth=[0.3, 0.6],
+                          base="empirical")
     est.fit(gaussian_mix[:400])
     chosen = dict(est.selection_["chosen"])
     est.partial_fit(gaussian_mix[400:])
@@ -169,7 +173,7 @@ def test_default_grid_is_extended_upwards_while_its_largest_lam_wins(monkeypatch
     X = np.random.default_rng(3).normal(size=(1500, 2))
     short = (1e-3, 1e-2)
     monkeypatch.setattr(gp_tilted, "DEFAULT_LOGLIK_LAM_GRID", short)
-    kw = dict(method="fd", n_features=30, bandwidth=0.5, criterion="loglik", random_state=0)
+    kw = dict(method="fd", n_features=30, bandwidth=0.5, criterion="loglik", random_state=0, base="empirical")
     est = GPTiltedDensity(**kw).fit(X)
     extended = [*short, *(short[-1] * 10 ** (k / 3) for k in range(1, 3 * GRID_EXTENSION_DECADES + 1))]
     tried = [r["lam"] for r in est.selection_["curve"]]
@@ -190,7 +194,7 @@ def test_grid_extension_stops_once_the_best_lam_is_inside(gaussian_mix, monkeypa
     import tgpflow.models.gp_tilted as gp_tilted
     from tgpflow.solve.select import GRID_EXTENSION_DECADES
 
-    kw = dict(method="fd", n_features=100, bandwidth=0.3, criterion="loglik", random_state=0)
+    kw = dict(method="fd", n_features=100, bandwidth=0.3, criterion="loglik", random_state=0, base="empirical")
     monkeypatch.setattr(gp_tilted, "DEFAULT_LOGLIK_LAM_GRID", (0.01, 0.1))
     est = GPTiltedDensity(**kw).fit(gaussian_mix)
     tried = [r["lam"] for r in est.selection_["curve"]]

@@ -102,7 +102,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     ``log q(x) = θᵀφ(x) − ½(x−μ)ᵀΣ⁻¹(x−μ)`` with random Fourier features φ and the base
     N(μ, Σ) set to the exact moments of the data (MATH.md §2) or learnt (``base="learn"``), or
-    ``θᵀφ(x) + log m(x)`` on a Gaussian mixture base m (``base="mixture"``).
+    ``θᵀφ(x) + log m(x)`` on a Gaussian mixture base m (``base="mixture"``; what the default ``base="auto"``
+    takes when λ is selected).
     NCFD fits one θ for a ladder of noise levels and evaluates at any σ ≥ 0 (MATH.md §3).
     FVPD integrates θ over its Fisher variational posterior (MATH.md §4). MAP maximises the
     posterior with Newton steps on fixed draws of the defensive proposal (MATH.md §5). ``kde_rff`` is the paper's
@@ -135,7 +136,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         "NCFD's noise ladder in the selection"). "paper" is seed 003's √(tr Σ)/d (MATH.md §11 A5).
     eta : "auto", float or a list of floats — FVPD temperature η; "auto" is 1/γ². A list is
         selected on held-out rows.
-    base : {"empirical", "learn", "mixture"} — the base: N(μ, Σ) of the exact data moments, that Gaussian learnt
+    base : {"auto", "empirical", "learn", "mixture"} — "auto" (the default) is "mixture" for FD, NCFD, FVPD and
+        MAP when ``lam="auto"`` (the selection's λ = ∞ candidate then guards it) and "empirical" otherwise.
+        The others: N(μ, Σ) of the exact data moments, that Gaussian learnt
         by coordinate descent from the statistics (eqs 12–16; FD and FVPD only, no extra pass), or a Gaussian
         mixture fitted on the pilot rows before the pass (K by held-out log-likelihood; FD, NCFD, FVPD and MAP;
         ``base_mixture_``), whose score enters the pass's sums (docs/gp_tilted.md, "A mixture base"). Under a
@@ -213,7 +216,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     def __init__(self, *, method: str = "fd", n_features: int = 1000, lam: float | str = "auto",
                  bandwidth: str | float | list[float] = "auto", noise_levels: int = 10,
-                 sigma_max: str | float = "auto", eta: str | float | list[float] = "auto", base: str = "empirical",
+                 sigma_max: str | float = "auto", eta: str | float | list[float] = "auto", base: str = "auto",
                  lam_grid: list[float] | None = None, criterion: str = "sliced",
                  normalizer_draws: int = DEFAULT_NORMALIZER_DRAWS, validation_fraction: float = 0.1,
                  map_draws: int = 100_000,
@@ -258,6 +261,15 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return get_method(self.method)
 
     @property
+    def _mixture_base(self) -> bool:
+        """Whether the pass sums under a Gaussian mixture base: ``base="mixture"``, or ``base="auto"`` for a method
+        that takes one when λ is selected, so that the selection's no-tilt candidate (the mixture alone, λ → ∞)
+        bounds it from below (docs/gp_tilted.md, "A mixture base")."""
+        if self.base == "auto":
+            return self._method.mixture_base and self.lam == "auto"
+        return self.base == "mixture"
+
+    @property
     def _selecting(self) -> bool:
         """Whether a held-out selection is asked for (λ = "auto", or a γ or η grid; KDE-RFF has none)."""
         return self._method.selects and (self.lam == "auto" or is_grid(self.bandwidth) or is_grid(self.eta))
@@ -293,7 +305,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     def _draw_features(self, n_total: int, mean: np.ndarray, cov: np.ndarray, source: Source | None = None,
                        progress: Progress | None = None) -> RandomFourierFeatures:
-        if self.base == "mixture":
+        if self._mixture_base:
             self._fit_mixture(source, progress)
         if is_grid(self.bandwidth):
             gamma = float(self.bandwidth[0])  # the grid shares Z and c; each γ is applied in the pass
@@ -493,7 +505,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             n_total, mean, cov, self.pilot_ = self._pilot_moments(source, progress)
             if features is None:
                 features = self._draw_features(n_total, mean, cov, source, progress)
-        if not fitted and self.base == "mixture" and getattr(self, "base_mixture_", None) is None:
+        if not fitted and self._mixture_base and getattr(self, "base_mixture_", None) is None:
             self._fit_mixture(source, progress)  # given features: the mixture is still the pilot's
         if features.n_dims != source.n_columns:
             raise ValueError(f"the features were drawn for d={features.n_dims} but the data have {source.n_columns} columns")

@@ -359,9 +359,10 @@ class GPTiltedParams(StreamingParams):
         "auto", "NCFD: the largest noise level; 'auto' is γ/4, 'paper' √(tr Σ)/d.", applies="noise_conditional")
     eta: Union[Literal["auto"], PositiveNumber, PositiveGrid] = param(
         "auto", "FVPD temperature η; 'auto' is 1/γ², a list is selected on held-out rows.", applies="uses_eta")
-    base: Literal["empirical", "learn", "mixture"] = param(
-        "empirical", "The base: N(μ, Σ) of the exact data moments, that Gaussian learnt from the statistics "
-                     "(eqs 12–16), or a Gaussian mixture fitted on the pilot (K by held-out log-likelihood).")
+    base: Literal["auto", "empirical", "learn", "mixture"] = param(
+        "auto", "The base: 'auto' is 'mixture' for a method that takes one when lam='auto', else 'empirical'; "
+                "N(μ, Σ) of the exact data moments, that Gaussian learnt from the statistics (eqs 12–16), or a "
+                "Gaussian mixture fitted on the pilot (K by held-out log-likelihood).")
     lam_grid: Union[None, PositiveGrid] = param(
         None, "The λ values of lam='auto' (default: 10⁻³ … 10⁴; 10⁻⁴ … 10² for 'hyvarinen').", applies="selects")
     criterion: Literal[CRITERIA] = param(  # type: ignore[valid-type]
