@@ -82,18 +82,14 @@ def adbench() -> dict[str, np.ndarray]:
 
 def point_masses(train: np.ndarray, kinds: dict[str, Any], steps: dict[int, float]) -> list[tuple[int, float, float]]:
     """(column, value, signed width) of each point mass at the edge of a column that is not dequantized over a
-    lattice (``column_kinds``' edges: ≥ 1 % of the rows at the minimum or maximum), with tgpflow's block beyond
-    it: ``ATOM_BLOCK`` of the column's standard deviation, signed outwards."""
-    from tgpflow.features.lattice import ATOM_BLOCK
+    lattice, with the block tgpflow's atom model puts beyond it (:func:`tgpflow.features.lattice.edge_atoms`:
+    ≥ 1 % of the rows at the minimum or maximum, a block of ``ATOM_BLOCK`` standard deviations), signed outwards."""
+    from tgpflow.features.lattice import edge_atoms
 
-    out = []
-    for j, kind in enumerate(kinds.values()):
-        if j in steps:
-            continue
-        for side, sign in (("lower", -1.0), ("upper", 1.0)):
-            if side in (kind.get("edges") or {}):
-                out.append((j, float(kind["edges"][side]["value"]), sign * ATOM_BLOCK * float(train[:, j].std())))
-    return out
+    names = list(kinds)
+    lattices = {names[j] for j in steps}
+    return [(names.index(name), value, side * width)
+            for name, value, side, width, _ in edge_atoms(kinds, train, lattices)]
 
 
 def spread_point_masses(rows: np.ndarray, spikes: list[tuple[int, float, float]],

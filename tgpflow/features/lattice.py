@@ -67,7 +67,7 @@ import numpy as np
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.io.column_kinds import as_decimal
 
-__all__ = ["LatticeCells", "choose_discrete", "keyed_uniform", "dequantize_chunk", "CELL_POINTS",
+__all__ = ["LatticeCells", "choose_discrete", "edge_atoms", "keyed_uniform", "dequantize_chunk", "CELL_POINTS",
            "AUTO_MIN_STEP_OVER_SPREAD", "TAIL_RATIO"]
 
 #: The share of its cell, about its lattice point, that a row's noise spreads it over: the whole cell (module
@@ -368,7 +368,7 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
                                  f"({kinds[name]['distinct']} distinct values, no common step); drop it from "
                                  f"discrete=")
             chosen.append(name)
-    atoms = _edge_atoms(kinds, rows, set(chosen) | set(bounded)) if which == "auto" else []
+    atoms = edge_atoms(kinds, rows, set(chosen) | set(bounded)) if which == "auto" else []
     if not chosen and not atoms:
         return None
     positions = np.array([names.index(c) for c in chosen], dtype=np.int64)
@@ -392,7 +392,7 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
                                tail_high=1.0 / (np.sum(k >= cells.n_steps, axis=0) + 2.0))
 
 
-def _edge_atoms(kinds: Mapping[str, Mapping[str, Any]], rows: np.ndarray,
+def edge_atoms(kinds: Mapping[str, Mapping[str, Any]], rows: np.ndarray,
                 taken: set[str]) -> list[tuple[str, float, float, float, float]]:
     """(column, value, side, width, unit) of each edge of :func:`~tgpflow.io.column_kinds.column_kinds` (a value at
     the minimum or maximum that carries ≥ 1 % of the rows) in a column not ``taken``: the block beyond the edge is

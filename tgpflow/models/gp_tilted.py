@@ -325,10 +325,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return features
 
     def _fit_mixture(self, source: Source | None, progress: Progress | None = None) -> None:
-        """``base="mixture"``: the Gaussian mixture base fitted on the pilot rows (in the fitting space), K by
-        held-out log-likelihood (:func:`~tgpflow.features.mixture_base.fit_mixture_base`), before the pass sums
-        its score (docs/gp_tilted.md, "A mixture base"). Kept in ``base_mixture_``, its curve in
-        ``pilot_["mixture"]``."""
+        """A mixture base (``base="mixture"``, or ``"auto"`` with λ selected: :attr:`_mixture_base`): the Gaussian
+        mixture fitted on the pilot rows (in the fitting space), K by held-out log-likelihood
+        (:func:`~tgpflow.features.mixture_base.fit_mixture_base`), before the pass sums its score
+        (docs/gp_tilted.md, "A mixture base"). Kept in ``base_mixture_``, its curve in ``pilot_["mixture"]``."""
         if getattr(self, "_pilot_rows", None) is None:
             if source is None:
                 raise ValueError("base='mixture' fits its mixture on a pilot sample of the data: fit from data")
