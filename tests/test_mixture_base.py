@@ -188,6 +188,22 @@ def test_fitted_score_under_a_mixture_base_matches_finite_differences(method):
     np.testing.assert_allclose(est.hyvarinen_terms(pts), 0.5 * (score**2).sum(axis=1) + div, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")  # λ = 1 on two blobs spills (not checked here)
+def test_the_default_base_is_the_mixture_when_lambda_is_selected_and_the_gaussian_otherwise():
+    """base="auto": a mixture, with λ = ∞ among the candidates, when λ is selected; the Gaussian N(μ, Σ) of the
+    data's moments when λ is given (the same θ as base="empirical") and for KDE-RFF, which takes no mixture."""
+    x = _two_blobs(2000, 21)
+    selected = GPTiltedDensity(n_features=40, random_state=0).fit(x)
+    assert selected.base == "auto" and selected.base_mixture_ is not None
+    assert any(np.isinf(r["lam"]) for r in selected.selection_["curve"])
+    given = GPTiltedDensity(n_features=40, lam=1.0, bandwidth=1.0, random_state=0).fit(x)
+    empirical = GPTiltedDensity(n_features=40, lam=1.0, bandwidth=1.0, random_state=0, base="empirical").fit(x)
+    assert getattr(given, "base_mixture_", None) is None
+    np.testing.assert_array_equal(given.theta_, empirical.theta_)
+    kde = GPTiltedDensity(method="kde_rff", n_features=40, bandwidth=1.0, random_state=0).fit(x)
+    assert getattr(kde, "base_mixture_", None) is None
+
+
 def test_base_mixture_is_refused_where_it_is_not_defined():
     with pytest.raises(ValueError, match="base='mixture' is defined for method"):
         GPTiltedDensity(method="kde_rff", base="mixture").fit(_two_blobs(500, 20))
