@@ -1,23 +1,25 @@
 """Against what users already have: every default GP-tilted method beside a tuned GaussianMixture, on held-out rows.
 
-For each table, an 80/20 split (seed 0) of rows standardized with the training part's mean and standard deviation
-(every model sees the same units). Fitted on the training part: each GP-tilted method with its defaults (γ and λ
-selected on held-out rows of the training part), scikit-learn's ``GaussianMixture`` (full covariances) with K
-chosen from ``--k-grid`` by the log-likelihood of a validation fifth of the training part and refitted on all of
-it, and one Gaussian. Printed per model, on the held-out 20 %: the normalised log-likelihood (nats/row; tgpflow's
-from its importance-sampled log Z), the median sliced KS and WD between 50 000 of the model's samples and the held-
-out rows (500 directions), its fit health (ESS of the proposal draws, normalised mass outside the [0.1 %, 99.9 %]
-quantile box of the training rows; for the GaussianMixture, the share of its draws outside that box of its own
-training rows) and fit time; beside them the two-halves floor (the sliced KS|WD between two halves of the held-out
-rows) and the ratios to the mixture. On tables with lattice columns (integer codes, rounded values:
-``tgpflow.io.column_kinds``) the log-likelihoods are those of rows dequantized by uniform noise over each lattice
-cell (the mixture fitted on them too; both scored on them); the sliced distances use the raw held-out rows.
-Likewise a point mass at the edge of a continuous column (≥ 1 % of the rows at its minimum or maximum: cardio's,
-thyroid's) is spread uniformly over the block that tgpflow's atom model puts beyond it, for the mixture's fit and
-for both models' scores; tgpflow reads those rows back at the atom. With ``--discrete auto`` (the default) tgpflow
-fits the raw rows with its default ``discrete="auto"``: its coarse lattices are modelled as discrete (dequantized
-in the fit, a row's density its cell's average, samples rounded; docs/gp_tilted.md); ``--discrete none`` fits it on
-the dequantized rows too, with ``discrete=None``.
+For each table, an 80/20 split (seed 0); the reference models see rows standardized with the training part's mean
+and standard deviation, and tgpflow the table's own values, as a user would fit them (``--units data``; its
+``bounds="auto"`` finds edges at 0 and 1 there), its log-densities moved to the standardized units by the Jacobian Σ
+log sd (``--units standardized``: it fits the standardized rows too). Fitted on the training part: each GP-tilted
+method with its defaults (γ and λ selected on held-out rows of the training part), scikit-learn's
+``GaussianMixture`` (full covariances) with K chosen from ``--k-grid`` by the log-likelihood of a validation fifth
+of the training part and refitted on all of it, and one Gaussian. Printed per model, on the held-out 20 %: the
+normalised log-likelihood (nats/row; tgpflow's from its importance-sampled log Z), the median sliced KS and WD
+between 50 000 of the model's samples and the held-out rows (500 directions), its fit health (ESS of the proposal
+draws, normalised mass outside the [0.1 %, 99.9 %] quantile box of the training rows; for the GaussianMixture, the
+share of its draws outside that box of its own training rows) and fit time; beside them the two-halves floor (the
+sliced KS|WD between two halves of the held-out rows) and the ratios to the mixture. On tables with lattice columns
+(integer codes, rounded values: ``tgpflow.io.column_kinds``) the log-likelihoods are those of rows dequantized by
+uniform noise over each lattice cell (the mixture fitted on them too; both scored on them); the sliced distances use
+the raw held-out rows. Likewise a point mass at the edge of a continuous column (≥ 1 % of the rows at its minimum or
+maximum: cardio's, thyroid's) is spread uniformly over the block that tgpflow's atom model puts beyond it, for the
+mixture's fit and for both models' scores; tgpflow reads those rows back at the atom. With ``--discrete auto`` (the
+default) tgpflow fits the raw rows with its default ``discrete="auto"``: its coarse lattices are modelled as
+discrete (dequantized in the fit, a row's density its cell's average, samples rounded; docs/gp_tilted.md);
+``--discrete none`` fits it on the dequantized rows too, with ``discrete=None``.
 
 Tables: MAGIC (``../shared/data/magic_gamma.parquet``, its 10 float columns), ``meters`` (synthetic: 7
 columns of a household meter table: three zero-inflated sub-meters, values recorded to 3 decimals),
@@ -28,7 +30,8 @@ Each method is fitted on every base of ``--bases`` (``base=``: "empirical", the 
 and "mixture", a Gaussian mixture fitted on the pilot under the tilt; docs/gp_tilted.md).
 
 Usage: python benchmarks/vs_mixture.py [--tables magic,meters,rental] [--methods fd,ncfd,fvpd] [--k-grid 1,2,4,...]
-       [--bases empirical,mixture] [--discrete auto|none] [--adbench [letter,cardio,...]] [--json out.json]
+       [--bases empirical,mixture] [--discrete auto|none] [--bounds auto|none] [--units data|standardized]
+       [--adbench [letter,cardio,...]] [--json out.json]
 """
 
 from __future__ import annotations
@@ -135,7 +138,8 @@ def sliced(held: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
 
 
 def run_table(name: str, X: np.ndarray, methods: list[str], k_grid: list[int],
-              bases: tuple[str, ...] = ("empirical",), discrete: str = "auto") -> list[dict[str, Any]]:
+              bases: tuple[str, ...] = ("empirical",), discrete: str = "auto", bounds: str = "auto",
+              units: str = "data") -> list[dict[str, Any]]:
     import tgpflow
     from tgpflow.io.column_kinds import cell_widths, column_kinds, dequantize
 
@@ -170,6 +174,17 @@ def run_table(name: str, X: np.ndarray, methods: list[str], k_grid: list[int],
     one = tuned_mixture(train_q, [1], 0)[0]
     rows.append({"table": name, "model": "one Gaussian", "loglik": float(one.score(held_q)),
                  **dict(zip(("ks", "wd"), sliced(held, one.sample(50_000)[0]), strict=True))})
+    # tgpflow fits the rows in the table's own units, as a user would (``--units data``): its bounds="auto" finds
+    # the edges at 0 and 1 there; its log-densities are moved to the standardized units by the Jacobian
+    raw = units == "data"
+    jacobian = float(np.log(sd).sum()) if raw else 0.0
+    held_raw = X[order[cut:]]
+    # the rows tgpflow fits and scores: the table's own values wherever a row was not moved (no float round trip: a
+    # 0 stays exactly 0, as in the user's table)
+    fit_rows = (X[order[:cut]] if discrete == "auto" else train_q * sd + mu) if raw else (
+        train if discrete == "auto" else train_q)
+    held_fit = np.where(held_q == held, held_raw, held_q * sd + mu) if raw else held_q
+
     for method, base in [(m, b) for m in methods for b in bases]:
         label = f"tgpflow {method}" + ("" if base == "empirical" else f" ({base})")
         t0 = time.perf_counter()
@@ -177,20 +192,22 @@ def run_table(name: str, X: np.ndarray, methods: list[str], k_grid: list[int],
             warnings.simplefilter("always")
             try:
                 est = tgpflow.GPTiltedDensity(method=method, base=base, random_state=0,
-                                              discrete="auto" if discrete == "auto" else None).fit(
-                    train if discrete == "auto" else train_q)
+                                              discrete="auto" if discrete == "auto" else None,
+                                              bounds="auto" if bounds == "auto" else None).fit(fit_rows)
             except (ValueError, FloatingPointError) as exc:  # a default fit that refuses the table is a result too
                 rows.append({"table": name, "model": label, "failed": str(exc)[:300],
                              "ks": float("nan"), "wd": float("nan")})
                 continue
         seconds = time.perf_counter() - t0
         diag = est.fit_diagnostics_
-        ks, wd = sliced(held, est.sample(50_000, random_state=1))
-        rows.append({"table": name, "model": label, "loglik": float(np.mean(
-            est.log_density(at_atoms(est, held_q), normalized=True))), "ks": ks, "wd": wd, "seconds": seconds,
-            "ess_fraction": diag.get("ess_fraction"), "mass_outside": diag.get("mass_outside"),
-            "discrete": None if est.discrete_ is None else list(est.discrete_.columns),
-            "warnings": len([w for w in caught if "DiagnosticWarning" in type(w.message).__name__])})
+        samples = est.sample(50_000, random_state=1)
+        ks, wd = sliced(held, (samples - mu) / sd if raw else samples)
+        loglik = est.log_density(at_atoms(est, held_fit), normalized=True) + jacobian
+        rows.append({"table": name, "model": label, "loglik": float(np.mean(loglik)), "ks": ks, "wd": wd,
+                     "seconds": seconds, "bounds": None if est.bounds_ is None else est.bounds_.describe(),
+                     "ess_fraction": diag.get("ess_fraction"), "mass_outside": diag.get("mass_outside"),
+                     "discrete": None if est.discrete_ is None else list(est.discrete_.columns),
+                     "warnings": len([w for w in caught if "DiagnosticWarning" in type(w.message).__name__])})
     ref = rows[1]
     for r in rows:
         if "loglik" in r and "failed" not in r:
@@ -207,6 +224,9 @@ def main() -> None:
     ap.add_argument("--bases", default="empirical,mixture", help="the GP-tilted bases to fit (base=)")
     ap.add_argument("--discrete", default="auto", choices=("auto", "none"),
                     help="auto: tgpflow fits the raw rows with discrete='auto'; none: the dequantized rows")
+    ap.add_argument("--bounds", default="auto", choices=("auto", "none"), help="tgpflow's bounds=")
+    ap.add_argument("--units", default="data", choices=("data", "standardized"),
+                    help="the units tgpflow fits in: the table's own (as a user would) or the standardized rows")
     ap.add_argument("--adbench", nargs="?", const="all", default=None,
                     help="the ADBench development sets: all of them, or those whose names contain one of a "
                          "comma-separated list (e.g. letter,cardio)")
@@ -222,7 +242,9 @@ def main() -> None:
     print(f"{'table':14s} {'model':30s} {'loglik':>9s} {'Δ vs GMM':>9s} {'KS':>8s} {'KS/GMM':>7s} {'WD':>8s} "
           f"{'ESS':>6s} {'outside':>8s} {'warn':>4s} {'s':>7s}")
     for name, X in data.items():
-        for r in run_table(name, X, args.methods.split(","), k_grid, tuple(args.bases.split(",")), args.discrete):
+        for r in run_table(name, X, args.methods.split(","), k_grid, tuple(args.bases.split(",")), args.discrete,
+                           args.bounds,
+                           args.units):
             out.append(r)
             fmt = lambda key, spec: format(r[key], spec) if r.get(key) is not None else "-"  # noqa: E731
             if "failed" in r:

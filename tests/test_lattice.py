@@ -6,6 +6,8 @@ own rounded samples and against their sum over the lattice, the noise against th
 
 from __future__ import annotations
 
+import dataclasses
+
 import dask.array as da
 import numpy as np
 import pandas as pd
@@ -336,7 +338,8 @@ def _meter_table(n: int, seed: int) -> np.ndarray:
 
 def test_a_spike_at_an_edge_is_an_atom_whose_probability_the_density_and_the_samples_agree_on():
     X, held = _meter_table(20_000, 0), _meter_table(20_000, 1)
-    est = tgpflow.GPTiltedDensity(n_features=300, base="empirical").fit(X)  # (the mixture base: 5e-3 nats off)
+    # (the mixture base: 5e-3 nats off; the load's own bound at 0, bounds="auto", is tested below)
+    est = tgpflow.GPTiltedDensity(n_features=300, base="empirical", bounds=None).fit(X)
     cells = est.discrete_
     assert cells.columns == () and cells.atom_columns == ("1",)
     assert cells.atom_value.tolist() == [0.0] and cells.atom_side.tolist() == [-1.0]
@@ -364,7 +367,7 @@ def test_a_spike_at_an_edge_is_an_atom_whose_probability_the_density_and_the_sam
     # the edge and spills 5 % of the mass into small readings, docs/gp_tilted.md), a known shortfall bounded here
     assert abs(p_atom - (held[:, 1] == 0).mean()) < 0.11
     # rows dequantized over their 3-decimal cells score better than under a smooth fit of the spike
-    smooth = tgpflow.GPTiltedDensity(n_features=300, discrete=None).fit(X)
+    smooth = tgpflow.GPTiltedDensity(n_features=300, discrete=None, bounds=None).fit(X)
     held_q = held + np.random.default_rng(3).uniform(-0.0005, 0.0005, held.shape)
     ll_atom = np.median(est.log_density(held_q, normalized=True))
     ll_smooth = np.median(smooth.log_density(held_q, normalized=True))
@@ -373,7 +376,7 @@ def test_a_spike_at_an_edge_is_an_atom_whose_probability_the_density_and_the_sam
         est.partial_fit(np.r_[X[:100], [[1.0, -0.5]]])
 
 
-def test_bounds_auto_bounds_positive_columns_at_zero_and_a_pipeline_keeps_them(tmp_path):
+def test_bounds_auto_bounds_positive_columns_just_below_zero_and_a_pipeline_keeps_them(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
     import yaml
@@ -385,30 +388,42 @@ def test_bounds_auto_bounds_positive_columns_at_zero_and_a_pipeline_keeps_them(t
     X[:40, 0] = np.nan  # on_bad_rows="drop" below: the pilot and the pass drop them alike
     # on the Gaussian base, which spills past 0 (a mixture base follows the lognormal: bounds gain 0.02 nats there)
     auto = tgpflow.GPTiltedDensity(n_features=300, bounds="auto", on_bad_rows="drop", base="empirical").fit(X)
-    plain = tgpflow.GPTiltedDensity(n_features=300, on_bad_rows="drop", base="empirical").fit(X)
-    # the load (every value > 0, a Gaussian would put 10 % below 0) is bounded at 0; the sub-meter has its atom's
-    assert auto.bounds_.to_dict() == {"0": [0.0, None], "1": [-auto.discrete_.atom_width[0], None]}
-    assert auto.pilot_["suggested_bounds"] == {} and plain.pilot_["suggested_bounds"] == {"0": [0.0, None]}
+    plain = tgpflow.GPTiltedDensity(n_features=300, on_bad_rows="drop", base="empirical", bounds=None).fit(X)
+    # the load (every value > 0, a Gaussian would put 10 % below 0) is bounded one gap below 0 (the gap from its
+    # minimum to its 1 % quantile); the sub-meter has its atom's
+    load = X[~np.isnan(X[:, 0]), 0]
+    edge = [pytest.approx(load.min() - np.quantile(load, 0.01), rel=1e-12), None]
+    assert auto.bounds_.to_dict() == {"0": edge, "1": [-auto.discrete_.atom_width[0], None]}
+    assert auto.pilot_["suggested_bounds"] == {} and plain.pilot_["suggested_bounds"] == {"0": edge}
     held_q = held + np.random.default_rng(3).uniform(-0.0005, 0.0005, held.shape)
     ll_auto, ll_plain = (np.mean(m.log_density(held_q, normalized=True)) for m in (auto, plain))
     assert ll_auto > ll_plain + 0.1, (ll_auto, ll_plain)  # the lognormal's tail: no row far below the model
     assert auto.fit_diagnostics_["warnings"] == []
-    with pytest.raises(ValueError, match="bounds='auto' is read off a fit's pilot"):
-        tgpflow.GPTiltedDensity(n_features=300, bounds="auto").fit_from_stats(auto.stats_)
-    fresh = tgpflow.GPTiltedDensity(n_features=300, lam=auto.lam_, bounds=auto.bounds_.to_pairs()).fit_from_stats(
-        auto.stats_)
-    np.testing.assert_allclose(fresh.log_density(held[:50]), auto.log_density(held[:50]), rtol=1e-10)
+    # the statistics carry the bounds their rows were read with: a fresh "auto" estimator takes them, declared ones
+    # must be the same
+    for bounds in ("auto", auto.bounds_.to_pairs()):
+        fresh = tgpflow.GPTiltedDensity(n_features=300, lam=auto.lam_, bounds=bounds,
+                                        base="empirical").fit_from_stats(auto.stats_)
+        assert fresh.bounds_.to_pairs() == auto.bounds_.to_pairs()
+        np.testing.assert_allclose(fresh.log_density(held[:50]), auto.log_density(held[:50]), rtol=1e-10)
+    with pytest.raises(tgpflow.errors.FeaturesMismatchError, match="within other bounds"):
+        tgpflow.GPTiltedDensity(n_features=300, lam=auto.lam_, bounds=[[0.5, None], [None, None]]).fit_from_stats(
+            auto.stats_)
+    with pytest.raises(tgpflow.errors.FeaturesMismatchError, match="within other bounds"):
+        _ = auto.stats_ + dataclasses.replace(auto.stats_, bounds=None)
     auto.save(tmp_path / "auto.zarr")
     assert tgpflow.load(tmp_path / "auto.zarr", verify=True).bounds_.to_dict() == auto.bounds_.to_dict()
     # a table with no code nor atom: only the positive column is bounded
     L = np.c_[np.random.default_rng(5).lognormal(0, 0.8, 5000), np.random.default_rng(6).normal(size=5000)]
     assert tgpflow.GPTiltedDensity(n_features=32, lam=1.0, bandwidth=1.0, bounds="auto").fit(
-        L).bounds_.to_dict() == {"0": [0.0, None]}
-    # a column with a few exact zeros (0.5 %: no atom) cannot be bounded at 0 (its zeros would be bad rows)
+        L).bounds_.to_dict() == {"0": [pytest.approx(L[:, 0].min() - np.quantile(L[:, 0], 0.01)), None]}
+    # a column with a few exact zeros (0.5 %: no atom) is bounded just below 0 (at 0 its zeros would be bad rows),
+    # one gap beyond: the distance from 0 to the column's 1 % quantile (tests/test_hard_edges.py)
     Z = X[40:].copy()
     Z[:100, 0] = 0.0
-    assert "0" not in tgpflow.GPTiltedDensity(n_features=32, lam=1.0, bandwidth=1.0, bounds="auto").fit(
-        Z).bounds_.to_dict()
+    zeros = tgpflow.GPTiltedDensity(n_features=32, lam=1.0, bandwidth=1.0, bounds="auto").fit(Z)
+    assert zeros.bounds_.to_dict()["0"] == [pytest.approx(-np.quantile(Z[:, 0], 0.01), rel=1e-12), None]
+    assert zeros.n_samples_seen_ == Z.shape[0] and np.isfinite(zeros.log_density(Z[:100])).all()
 
     (tmp_path / "data").mkdir()
     for k in range(2):
@@ -423,7 +438,7 @@ def test_bounds_auto_bounds_positive_columns_at_zero_and_a_pipeline_keeps_them(t
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     run_pipeline(load_spec(tmp_path / "spec.yaml"))
     est = tgpflow.load(tmp_path / "models" / "density")
-    assert est.bounds_.to_dict()["load"] == [0.0, None] and est.discrete_.atom_columns == ("sub",)
+    assert est.bounds_.to_dict()["load"][0] < 0.01 and est.discrete_.atom_columns == ("sub",)
     day = pd.read_parquet(tmp_path / "data" / "d0.parquet")
     np.testing.assert_allclose(est.log_density(day, normalized=True),
                                pd.read_parquet(tmp_path / "scores" / "d0.parquet")["log_density"], rtol=1e-9)

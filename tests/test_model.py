@@ -143,7 +143,7 @@ def test_magic_gamma_fit_and_sample(magic_frame, method):
               else (None, None) for j, c in enumerate(names)]
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore", DiagnosticWarning)  # the unbounded fit rightly warns (tested below)
-        free = GPTiltedDensity(method=method, n_features=128).fit(X)
+        free = GPTiltedDensity(method=method, n_features=128, bounds=None).fit(X)
     est = GPTiltedDensity(method=method, n_features=128, bounds=bounds, on_bad_rows="drop").fit(X)
     assert est.fit_diagnostics_["warnings"] == [] and free.fit_diagnostics_["warnings"]
     assert est.normalizer_.mass_outside < free.normalizer_.mass_outside / 3

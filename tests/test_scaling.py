@@ -127,7 +127,8 @@ def test_a_warning_names_the_flags_that_fix_it():
 
     box = SupportBox(np.array([100.0, 10.0, 0.0]), np.array([2100.0, 30.0, 0.2]), 0.005, 1000)
     text = remedies(lam="auto", lam_fitted=0.1, box=box, scaled=False, suggested_bounds={"rate": [0.0, None]})
-    assert text == ("declare the columns bounded at 0: bounds={'rate': (0.0, None)} (tgpflow fit --bounds rate:0:); or "
+    assert text == ("declare the bounds the pilot shows: bounds={'rate': (0.0, None)} (tgpflow fit --bounds rate:0:), "
+                    "or let the fit read them off: bounds='auto' (--bounds auto); or "
                     "standardize the columns (their spreads differ 1e+04-fold): scale=True (tgpflow fit --scale); or "
                     "extend lam_grid to larger values (-p lam_grid=...)")
     assert remedies(lam=0.5, lam_fitted=0.5, box=box, scaled=True, suggested_bounds=None) == (

@@ -88,7 +88,8 @@ def remedies(*, lam: Any, lam_fitted: float, box: SupportBox | None, scaled: boo
         python = ", ".join(f"{c!r}: ({lo!r}, {hi!r})" for c, (lo, hi) in suggested_bounds.items())
         cli = ",".join(f"{c}:{'' if lo is None else f'{lo:g}'}:{'' if hi is None else f'{hi:g}'}"
                        for c, (lo, hi) in suggested_bounds.items())
-        fixes.append(f"declare the columns bounded at 0: bounds={{{python}}} (tgpflow fit --bounds {cli})")
+        fixes.append(f"declare the bounds the pilot shows: bounds={{{python}}} (tgpflow fit --bounds {cli}), or let "
+                     f"the fit read them off: bounds='auto' (--bounds auto)")
     if box is not None and not scaled:
         widths = box.upper - box.lower
         if widths.size > 1 and widths.min() > 0 and widths.max() > MIXED_SCALES * widths.min():

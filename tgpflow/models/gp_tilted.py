@@ -88,10 +88,11 @@ def _data_units(bounds: ColumnBounds | None, scaling: Scaling | None, cells: Lat
         return None
     return functools.partial(_to_data_rows, bounds=bounds, scaling=scaling, cells=cells)
 
-def _carrying_cells(fn: Any, cells: LatticeCells, *args: Any) -> Any:
-    """``fn(*args)``, chunk statistics, carrying the discrete columns' ``cells`` their rows were dequantized over."""
+def _carrying(fn: Any, carried: dict[str, Any], *args: Any) -> Any:
+    """``fn(*args)``, chunk statistics, carrying how their rows were read: the discrete columns' ``cells`` they were
+    dequantized over and the ``bounds`` they were transformed by."""
     out = fn(*args)
-    return dataclasses.replace(out, cells=cells) if hasattr(out, "cells") else out
+    return dataclasses.replace(out, **carried) if hasattr(out, "cells") else out
 
 #: λ when ``lam="auto"`` has no validation rows to select on (a few rows): a smooth fit.
 FALLBACK_LAM = 1.0
@@ -168,13 +169,16 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         weighted by N/q (the default: the fit pays for mass put beyond the base's reach), or on plain base draws
         (seed 003 Alg 1, for reproducing the paper; model files written before this option load as "base").
     kernel_cov : {"paper", "identity"} — Σ_z = dΣ/tr Σ (seed 003 §IV) or I.
-    bounds : dict or list, optional — hard bounds of columns, ``{"col": (lower, upper)}`` or one
+    bounds : "auto", dict, list or None — hard bounds of columns, ``{"col": (lower, upper)}`` or one
         pair per column, None for an open side (e.g. ``{"length": (0, None), "angle": (0, 90)}``).
         Bounded columns are fitted after a log/logit transform and every output (densities,
         scores, samples) is in the data's units with the Jacobian (:mod:`tgpflow.features.bounds`).
-        A fit suggests bounds for columns that look bounded at 0 (``pilot_["suggested_bounds"]``); ``"auto"``
-        declares those bounds itself, where every pilot value lies strictly inside them (``bounds_`` holds what
-        a fit resolved; docs/gp_tilted.md, "Hard edges").
+        ``"auto"`` (the default) declares the bounds the pilot shows, one gap beyond its extreme values (the
+        distance to the 1 % quantile): for columns that never go below 0 (above 1) while a Gaussian of them
+        would, and where the rows pile up against an extreme value
+        (:func:`~tgpflow.features.bounds.suggest_bounds`); None fits every column open and only
+        suggests them (``pilot_["suggested_bounds"]``). ``bounds_`` holds what a fit resolved, the statistics
+        carry it, and a refit reads every partition within it (docs/gp_tilted.md, "Hard edges").
     discrete : "auto", None or a list of columns — columns modelled as discrete by uniform dequantization over
         their lattice's cells (:mod:`tgpflow.features.lattice`): the fit sees each row's value moved by fixed
         noise within its cell, a row's density is its cell's average of the fitted density (a density in the
@@ -220,7 +224,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                  lam_grid: list[float] | None = None, criterion: str = "sliced",
                  normalizer_draws: int = DEFAULT_NORMALIZER_DRAWS, validation_fraction: float = 0.1,
                  map_draws: int = 100_000,
-                 map_max_iter: int = 100, map_points: str = "proposal", kernel_cov: str = "paper", bounds: BoundsSpec = None,
+                 map_max_iter: int = 100, map_points: str = "proposal", kernel_cov: str = "paper",
+                 bounds: BoundsSpec | str = "auto",
                  discrete: str | list[str] | None = "auto", pilot: str = "sample",
                  pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
@@ -429,10 +434,11 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                                         noise_levels=getattr(self, "noise_levels_", None), validation=validation,
                                         mixture=getattr(self, "base_mixture_", None),
                                         ladder=self.sigma_max == "auto" and self.lam == "auto")
-        cells = getattr(self, "discrete_", None)
-        if spec is None or cells is None:
+        carried = {k: v for k, v in (("cells", getattr(self, "discrete_", None)),
+                                     ("bounds", getattr(self, "bounds_", None))) if v is not None}
+        if spec is None or not carried:
             return spec
-        return functools.partial(_carrying_cells, spec[0], cells), spec[1]  # the statistics say how rows were read
+        return functools.partial(_carrying, spec[0], carried), spec[1]  # the statistics say how rows were read
 
     def _val_args(self) -> tuple[Any, ...] | None:
         """Arguments of the chunk function for held-out rows, where they need more sums (FVPD's Σφφᵀ)."""
@@ -559,8 +565,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                                                                            self.bounds_).items() if c not in discrete}
         self.pilot_["column_kinds"] = column_kinds(rows, self._column_names(source))
         if self.pilot_["suggested_bounds"]:
-            logger.info("columns that look bounded at 0 (every pilot value ≥ 0, a Gaussian would put > 1%% below): "
-                        "%s; declare them with bounds=", self.pilot_["suggested_bounds"])
+            logger.info("columns that look bounded (at 0 or 1, or rows piled against an edge): %s; declare them with "
+                        "bounds=, or bounds='auto'", self.pilot_["suggested_bounds"])
         self.fit_from_stats(stats)
         self._set_threshold(rows)
         self._pilot_rows = self._pilot_sample = None
@@ -621,12 +627,10 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return fitting
 
     def _auto_bounds(self, rows: np.ndarray, names: list[str]) -> ColumnBounds | None:
-        """``bounds="auto"``: a bound at 0 (and 1) beside the pilot's values, in the columns that are neither bounded
-        nor discrete already, where :func:`~tgpflow.features.bounds.suggest_bounds` finds that a Gaussian would
-        spill past it and every value is strictly inside (a row on a bound would be a bad row); added to
-        ``bounds_``. None when no column qualifies."""
-        found = {c: b for c, b in suggest_bounds(rows, names, self.bounds_).items()
-                 if rows[:, names.index(c)].min() > 0 and (b[1] is None or rows[:, names.index(c)].max() < 1)}
+        """``bounds="auto"``: the bounds :func:`~tgpflow.features.bounds.suggest_bounds` reads off the pilot's rows
+        (just beyond them: a row on a bound would be a bad row), in the columns that are neither bounded nor
+        discrete already; added to ``bounds_``. None when no column qualifies."""
+        found = suggest_bounds(rows, names, self.bounds_)
         if not found:
             return None
         logger.info("bounds='auto': %s", ColumnBounds.from_param(found, names).describe())
@@ -747,7 +751,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         features = self._solve_draw(stats, features)
         if not hasattr(self, "features_"):  # no draw of its own yet: bounds= as set now (a failed call leaves none)
             self._refuse_unknown_scaling()
-            self.bounds_ = self._fresh_bounds(features.n_dims)
+            self.bounds_ = self._fresh_bounds(features.n_dims, stats)
             self.discrete_ = self._stats_cells(stats)
         if isinstance(stats, StatsBundle):
             stats, features = self._select(stats, features)
@@ -758,6 +762,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         stats.check_features(features)
         if hasattr(stats, "check_cells"):  # rows dequantized over the same cells as this model reads rows with
             stats.check_cells(getattr(self, "discrete_", None))
+        if getattr(stats, "bounds", None) is not None:  # and transformed by the same bounds (none: older files)
+            stats.check_bounds(getattr(self, "bounds_", None))
         if self._method.noise_conditional:
             if not hasattr(self, "noise_levels_"):
                 self.noise_levels_ = stats.sigmas.copy()
@@ -789,21 +795,22 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self.bounds_ = cells.bounds_with(self.bounds_, names)
         return cells
 
-    def _fresh_bounds(self, d: int) -> ColumnBounds | None:
-        """``bounds=`` of an estimator that solves statistics it did not accumulate. Statistics do not carry the
-        bounded columns' transform, and those of a bounded fit are sums in its fitting space: without ``bounds_``
-        the model would read them in the data's units. Columns are named only by a fit, so bounds by column
-        name need one."""
+    def _fresh_bounds(self, d: int, stats: Any) -> ColumnBounds | None:
+        """``bounds=`` of an estimator that solves statistics it did not accumulate. Those of a bounded fit are sums
+        in its fitting space, and they carry the bounds they were read with (``stats.bounds``): ``bounds="auto"``
+        takes those, and declared bounds must be the same (checked by the solve). Columns are named only by a fit,
+        so bounds by column name need one."""
         names = getattr(self, "feature_names_in_", None)
+        names = [str(c) for c in names] if names is not None else [f"x{j}" for j in range(d)]
         if self._bounds_auto:
-            raise ValueError("bounds='auto' is read off a fit's pilot sample, which statistics do not carry: give the "
-                             "bounds the statistics were accumulated with (bounds=est.bounds_.to_pairs() of the "
-                             "estimator that accumulated them), or solve with that estimator")
-        if self.bounds is not None and names is None and isinstance(self.bounds, dict):
+            one = next(iter(stats.values())) if isinstance(stats, StatsBundle) else stats
+            carried = getattr(one, "bounds", None)
+            return None if carried is None else carried.named(names)
+        if self.bounds is not None and not hasattr(self, "feature_names_in_") and isinstance(self.bounds, dict):
             raise ValueError("bounds= names columns, but this estimator has not seen the data's columns: give one "
-                             "(lower, upper) pair per column, or solve with the estimator that accumulated the statistics")
-        return ColumnBounds.from_param(self.bounds, [str(c) for c in names] if names is not None
-                                       else [f"x{j}" for j in range(d)])
+                             "(lower, upper) pair per column, or solve with the estimator that accumulated the "
+                             "statistics")
+        return ColumnBounds.from_param(self.bounds, names)
 
     # -- selection ----------------------------------------------------------------------
     def _lam_grid(self) -> list[float]:

@@ -56,9 +56,10 @@ class CliText:
 
 
 def parse_bounds(text: str) -> dict[str, list[float | None]]:
-    """``COL:LO:HI,...`` → ``{col: [lo, hi]}`` (an empty side is open), or ``auto``: the command line's ``bounds``."""
-    if text.strip() == "auto":
-        return "auto"  # type: ignore[return-value]
+    """``COL:LO:HI,...`` → ``{col: [lo, hi]}`` (an empty side is open), ``auto`` or ``none``: the command line's
+    ``bounds``."""
+    if text.strip() in ("auto", "none"):
+        return None if text.strip() == "none" else "auto"  # type: ignore[return-value]
     out: dict[str, list[float | None]] = {}
     for item in text.split(","):
         parts = item.strip().rsplit(":", 2)
@@ -96,7 +97,7 @@ _Side = Union[Annotated[float, Finite], None]
 _Pair = Annotated[list[_Side], Len(2, 2)]
 Bounds = Annotated[Union[None, Literal["auto"], dict[Union[str, int], _Pair], list[_Pair]],
                    Allowed("None, 'auto', a dict {column: (lower, upper)} or a list of (lower, upper) pairs (None: an "
-                           "open side)"), CliText(parse_bounds, "auto|COL:LO:HI,...")]
+                           "open side)"), CliText(parse_bounds, "auto|none|COL:LO:HI,...")]
 Discrete = Annotated[Union[None, Literal["auto", "none"], Annotated[list[Union[str, int]], MinLen(1)]],
                      Allowed("'auto', None ('none') or a non-empty list of columns"),
                      CliText(parse_discrete, "auto|none|COL,...")]
@@ -378,8 +379,9 @@ class GPTiltedParams(StreamingParams):
         "proposal", "MAP: its expectation on draws of the defensive proposal weighted by N/q, or on plain base "
                     "draws (seed 003 Alg 1, for reproduction).", applies="solve_draws")
     kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (seed 003 §IV) or the identity.")
-    bounds: Bounds = param(None, "Hard column bounds, fitted after a log/logit transform; 'auto': at 0 (and 1) where "
-                                 "the pilot's values sit inside them and a Gaussian would spill past.")
+    bounds: Bounds = param("auto", "Hard column bounds, fitted after a log/logit transform; 'auto': those the pilot "
+                                   "shows (non-negative columns, shares, rows piled against an edge), just beyond "
+                                   "its extreme values; None: none.")
     discrete: Discrete = param(
         "auto", "Columns modelled as discrete (dequantized over their lattice's cells; samples rounded): 'auto' the "
                 "binary columns and coarse lattices of the pilot, None none, or a list.")

@@ -42,6 +42,7 @@ from tgpflow.core.backend import to_numpy
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
 from tgpflow.core.summable import AdditiveStats
+from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.lattice import LatticeCells
 from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.noise import ladder_prefixes, level_bandwidth
@@ -119,7 +120,7 @@ class NCFDStats(RFFStats):
     +, −, ``scaled``, save/load — :class:`~tgpflow.core.summable.AdditiveStats`; the draw and the levels
     ``sigmas`` are carried, not summed)."""
 
-    CARRIED: ClassVar[tuple[str, ...]] = (*AdditiveStats.CARRIED, "sigmas", "mixture", "cells")
+    CARRIED: ClassVar[tuple[str, ...]] = (*AdditiveStats.CARRIED, "sigmas", "mixture", "cells", "bounds")
 
     draw: RandomFourierFeatures | None
     sigmas: np.ndarray
@@ -134,6 +135,7 @@ class NCFDStats(RFFStats):
     abar_prefix: np.ndarray | None = None  # (P, S, S): Ā over the ladder's lower parts (module docstring)
     mixture: GaussianMixtureBase | None = None
     cells: LatticeCells | None = None
+    bounds: ColumnBounds | None = None
     fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     @property
@@ -154,7 +156,7 @@ class NCFDStats(RFFStats):
             V = self.V[0] - (self.U[0] - np.outer(self.u[0], self.mixture.mean - shift)) @ precision
         return TGPStats(self.draw, self.moments, self.gram0, self.u[0], self.U[0], self.psi[0],
                         V=V, base_sums=self.base_sums, mixture=self.mixture, cells=self.cells,
-                        fingerprint=self.fingerprint)
+                        bounds=self.bounds, fingerprint=self.fingerprint)
 
     @property
     def prefixes(self) -> tuple[int, ...]:

@@ -34,6 +34,7 @@ from tgpflow.core.choices import PRECISIONS
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
 from tgpflow.errors import FeaturesMismatchError
+from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.lattice import LatticeCells
 from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.rff import RandomFourierFeatures
@@ -121,16 +122,7 @@ class RFFStats(StoredStats):
         super()._check_combinable(other, sign)
         self.check_mixture(getattr(other, "mixture", None))
         self.check_cells(getattr(other, "cells", None))
-
-    def check_cells(self, cells: LatticeCells | None) -> None:
-        """Raise unless these statistics are of rows whose discrete columns were dequantized over ``cells`` (None:
-        none; :mod:`tgpflow.features.lattice`)."""
-        own = getattr(self, "cells", None)
-        mine = None if own is None else own.fingerprint[:12]
-        theirs = None if cells is None else cells.fingerprint[:12]
-        if mine != theirs:
-            raise FeaturesMismatchError(self.CELLS_MISMATCH.format(a=mine or "no discrete columns",
-                                                                   b=theirs or "no discrete columns"))
+        self.check_bounds(getattr(other, "bounds", None))
 
     def check_mixture(self, mixture: GaussianMixtureBase | None) -> None:
         """Raise unless these statistics were summed under the mixture base ``mixture`` (None: a Gaussian base;
@@ -141,6 +133,14 @@ class RFFStats(StoredStats):
         """Raise unless these statistics are of rows whose discrete columns were dequantized over ``cells`` (None:
         none; :mod:`tgpflow.features.lattice`)."""
         self._check_carried("cells", cells, self.CELLS_MISMATCH, "no discrete columns")
+
+    BOUNDS_MISMATCH: ClassVar[str] = ("cannot combine statistics of rows read within other bounds ({a} and {b}; "
+                                      "bounds=): accumulate every part with the estimator's bounds_, or refit")
+
+    def check_bounds(self, bounds: ColumnBounds | None) -> None:
+        """Raise unless these statistics are of rows transformed by ``bounds`` (None: none;
+        :mod:`tgpflow.features.bounds`)."""
+        self._check_carried("bounds", bounds, self.BOUNDS_MISMATCH, "no bounds")
 
     def _check_carried(self, name: str, value: Any, message: str, none: str) -> None:
         """Raise ``message`` unless the carried field ``name`` and ``value`` have the same fingerprint (or are both
@@ -169,9 +169,10 @@ class TGPStats(RFFStats):
     base_sums: np.ndarray | None = None
     mixture: GaussianMixtureBase | None = None
     cells: LatticeCells | None = None
+    bounds: ColumnBounds | None = None
     fingerprint: str = dataclasses.field(default="", kw_only=True)
 
-    CARRIED: ClassVar[tuple[str, ...]] = ("fingerprint", "draw", "mixture", "cells")
+    CARRIED: ClassVar[tuple[str, ...]] = ("fingerprint", "draw", "mixture", "cells", "bounds")
 
     @property
     def n(self) -> int:
