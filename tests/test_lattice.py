@@ -409,8 +409,15 @@ def test_bounds_auto_bounds_positive_columns_just_below_zero_and_a_pipeline_keep
     with pytest.raises(tgpflow.errors.FeaturesMismatchError, match="within other bounds"):
         tgpflow.GPTiltedDensity(n_features=300, lam=auto.lam_, bounds=[[0.5, None], [None, None]]).fit_from_stats(
             auto.stats_)
+    other = dataclasses.replace(auto.stats_, bounds=dataclasses.replace(auto.bounds_, lower=auto.bounds_.lower - 1))
     with pytest.raises(tgpflow.errors.FeaturesMismatchError, match="within other bounds"):
-        _ = auto.stats_ + dataclasses.replace(auto.stats_, bounds=None)
+        _ = auto.stats_ + other
+    auto.stats_.save(tmp_path / "stats.npz")  # saved and read back with them
+    loaded = type(auto.stats_).load(tmp_path / "stats.npz")
+    assert loaded.bounds.to_pairs() == auto.bounds_.to_pairs()
+    # a part from a file written before statistics carried their bounds combines, and the sum carries them
+    old = dataclasses.replace(auto.stats_, bounds=None)
+    assert (old + auto.stats_).bounds.fingerprint == (auto.stats_ + old).bounds.fingerprint == auto.bounds_.fingerprint
     auto.save(tmp_path / "auto.zarr")
     assert tgpflow.load(tmp_path / "auto.zarr", verify=True).bounds_.to_dict() == auto.bounds_.to_dict()
     # a table with no code nor atom: only the positive column is bounded

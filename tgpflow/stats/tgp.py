@@ -122,7 +122,8 @@ class RFFStats(StoredStats):
         super()._check_combinable(other, sign)
         self.check_mixture(getattr(other, "mixture", None))
         self.check_cells(getattr(other, "cells", None))
-        self.check_bounds(getattr(other, "bounds", None))
+        if getattr(self, "bounds", None) is not None and getattr(other, "bounds", None) is not None:
+            self.check_bounds(other.bounds)  # (a part read from a file written before statistics carried them has none)
 
     def check_mixture(self, mixture: GaussianMixtureBase | None) -> None:
         """Raise unless these statistics were summed under the mixture base ``mixture`` (None: a Gaussian base;
