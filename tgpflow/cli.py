@@ -341,6 +341,7 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
                      for k, v in (getattr(est, "selection_", {}).get("chosen") or {}).items()} or None,
         "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
         "diagnostics": _diagnostics_summary(est),
+        "bounds": None if getattr(est, "bounds_", None) is None else est.bounds_.to_dict(),  # as the fit resolved
         "suggested_bounds": getattr(est, "pilot_", {}).get("suggested_bounds") or None,
         "column_kinds": getattr(est, "pilot_", {}).get("column_kinds"),
         "discrete": _discrete_columns(est),
