@@ -186,9 +186,9 @@ class ColumnBounds:
     @property
     def fingerprint(self) -> str:
         """A digest of the bounds: statistics summed in other transformed spaces do not combine."""
-        import hashlib
+        from tgpflow.features.digest import array_hash
 
-        return hashlib.sha256(np.ascontiguousarray(np.r_[self.lower, self.upper]).tobytes()).hexdigest()
+        return array_hash(b"tgpflow.ColumnBounds.v1", (self.lower.size,), (self.lower, self.upper)).hexdigest()
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The arrays a statistics value carries (without the column names: :meth:`named` gives them back)."""

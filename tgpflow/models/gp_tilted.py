@@ -88,6 +88,13 @@ def _data_units(bounds: ColumnBounds | None, scaling: Scaling | None, cells: Lat
         return None
     return functools.partial(_to_data_rows, bounds=bounds, scaling=scaling, cells=cells)
 
+
+def _carried(stats: Any, name: str) -> Any:
+    """What statistics carry in the field ``name`` (a selecting bundle's parts all carry the same), else None."""
+    one = next(iter(stats.values())) if isinstance(stats, StatsBundle) else stats
+    return getattr(one, name, None)
+
+
 def _carrying(fn: Any, carried: dict[str, Any], *args: Any) -> Any:
     """``fn(*args)``, chunk statistics, carrying how their rows were read: the discrete columns' ``cells`` they were
     dequantized over and the ``bounds`` they were transformed by."""
@@ -752,7 +759,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         if not hasattr(self, "features_"):  # no draw of its own yet: bounds= as set now (a failed call leaves none)
             self._refuse_unknown_scaling()
             self.bounds_ = self._fresh_bounds(features.n_dims, stats)
-            self.discrete_ = self._stats_cells(stats)
+            self.discrete_ = self._stats_cells(features.n_dims, stats)
         if isinstance(stats, StatsBundle):
             stats, features = self._select(stats, features)
         expected = self._method.stats_type
@@ -781,16 +788,18 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             params["bounds"] = None if self.bounds_ is None else self.bounds_.to_pairs()
         return params
 
-    def _stats_cells(self, stats: Any) -> LatticeCells | None:
+    def _fresh_names(self, d: int) -> list[str]:
+        """The data's column names for an estimator that solves statistics: those it has seen, else x0 … x{d−1}."""
+        names = getattr(self, "feature_names_in_", None)
+        return [str(c) for c in names] if names is not None else [f"x{j}" for j in range(d)]
+
+    def _stats_cells(self, d: int, stats: Any) -> LatticeCells | None:
         """The discrete columns that statistics carry, for an estimator that did not accumulate them (named by its
         columns where it has seen them), with ``bounds_`` widened by their cells' bounds."""
-        one = next(iter(stats.values())) if isinstance(stats, StatsBundle) else stats
-        cells = getattr(one, "cells", None)
+        cells = _carried(stats, "cells")
         if cells is None:
             return None
-        names = getattr(self, "feature_names_in_", None)
-        d = one.draw.n_dims if one.draw is not None else int(one.moments.mean.shape[0])
-        names = [str(c) for c in names] if names is not None else [f"x{j}" for j in range(d)]
+        names = self._fresh_names(d)
         cells = cells.named(names)
         self.bounds_ = cells.bounds_with(self.bounds_, names)
         return cells
@@ -800,11 +809,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         in its fitting space, and they carry the bounds they were read with (``stats.bounds``): ``bounds="auto"``
         takes those, and declared bounds must be the same (checked by the solve). Columns are named only by a fit,
         so bounds by column name need one."""
-        names = getattr(self, "feature_names_in_", None)
-        names = [str(c) for c in names] if names is not None else [f"x{j}" for j in range(d)]
+        names = self._fresh_names(d)
         if self._bounds_auto:
-            one = next(iter(stats.values())) if isinstance(stats, StatsBundle) else stats
-            carried = getattr(one, "bounds", None)
+            carried = _carried(stats, "bounds")
             return None if carried is None else carried.named(names)
         if self.bounds is not None and not hasattr(self, "feature_names_in_") and isinstance(self.bounds, dict):
             raise ValueError("bounds= names columns, but this estimator has not seen the data's columns: give one "
