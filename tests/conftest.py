@@ -3,7 +3,6 @@ real data, GPU skipping."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,35 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 ZERO_DENSITY_ROWS = "ignore:.*zero or undefined density under the model:tgpflow.errors.DiagnosticWarning"
 
 
-def _gpu_visible() -> bool:
-    if importlib.util.find_spec("cupy") is None:
-        return False
-    try:
-        import cupy
+def two_blobs(rng: np.random.Generator, n: int, n_features: int) -> tuple[np.ndarray, Any]:
+    """``n`` rows in d = 3 (70 % N(0, I), 30 % N(2, ¼I)) and a feature draw for them (γ = 0.8, seed 3): the device
+    tests' data (tests/test_device_path.py, tests/test_gpu.py)."""
+    from tgpflow import RandomFourierFeatures
 
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
+    rows = np.vstack([rng.normal(size=(n * 7 // 10, 3)), rng.normal(size=(n - n * 7 // 10, 3)) * 0.5 + 2.0])
+    return rows, RandomFourierFeatures.draw(n_features, bandwidth=0.8, n_dims=3, shift=rows.mean(0), random_state=3)
+
+
+@pytest.fixture
+def blobs(rng, request):
+    """:func:`two_blobs` of the size the requesting module names in ``BLOBS = (rows, features)``."""
+    return two_blobs(rng, *request.module.BLOBS)
+
+
+@pytest.fixture
+def rows(blobs):
+    return blobs[0]
+
+
+@pytest.fixture
+def draw(blobs):
+    return blobs[1]
 
 
 def pytest_collection_modifyitems(config, items):
-    if _gpu_visible():
+    from tgpflow.core.backend import gpu_visible
+
+    if gpu_visible():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU visible (CuPy missing or no device)")
     for item in items:

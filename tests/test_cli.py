@@ -1,3 +1,4 @@
+import importlib.util
 import json
 
 import numpy as np
@@ -6,6 +7,7 @@ import pandas as pd
 from click.testing import CliRunner
 
 import tgpflow
+from tgpflow.core.backend import gpu_visible
 from tgpflow.cli import main
 from tests.conftest import write_parquet
 
@@ -152,12 +154,22 @@ def test_fit_kernel_models_then_score_and_info(tmp_path, rng):
     assert r.exit_code == 2
 
 
-def test_fit_on_gpu_fails_clearly_without_a_gpu_path(tmp_path, rng):
+def test_fit_on_gpu_names_the_extra_without_cupy_and_the_cpu_for_other_families(tmp_path, rng):
     src, _ = _data(tmp_path, rng)
-    r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "g.zarr"), "--device", "gpu",
-                                  "--n-features", "16", "--progress", "none"])
-    assert r.exit_code == 1 and "device='gpu' is not available" in r.output
-    assert not (tmp_path / "g.zarr").exists()
+    if not gpu_visible():  # CI: no CuPy, or no CUDA device
+        r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "g.zarr"), "--device", "gpu",
+                                      "--n-features", "16", "--progress", "none"])
+        assert r.exit_code == 1 and 'pip install "tgpflow[gpu]"' in r.output, r.output
+        assert not (tmp_path / "g.zarr").exists()
+    r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "k.zarr"), "--device", "gpu",
+                                  "--model", "nkef", "--progress", "none"])
+    assert r.exit_code == 1 and "use device='cpu'" in r.output and "GP-tilted" in r.output, r.output
+    assert not (tmp_path / "k.zarr").exists()
+    if importlib.util.find_spec("dask_cuda") is None:  # --local gpu names the extra too
+        r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "c.zarr"), "--local", "gpu",
+                                      "--n-features", "16", "--progress", "none"])
+        assert r.exit_code == 1 and '--local gpu needs dask-cuda: pip install "tgpflow[gpu]"' in r.output, r.output
+        assert not (tmp_path / "c.zarr").exists()
     r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "m.zarr"), "--precision", "mixed",
                                   "--model", "fd", "--n-features", "16", "--progress", "none"])
     assert r.exit_code == 0, r.output

@@ -100,14 +100,3 @@ def test_mixed_ncfd_and_fits_agree_with_float64(gaussian_mix, draw):
         np.testing.assert_allclose(f32.log_density(x), f64.log_density(x), rtol=1e-3, atol=1e-3)
     with pytest.raises(ValueError, match="precision"):
         GPTiltedDensity(precision="float16").fit(gaussian_mix)
-
-
-@pytest.mark.gpu
-def test_gpu_and_cpu_statistics_agree(gaussian_mix, draw):
-    import cupy
-
-    cpu = tgp_chunk_stats(gaussian_mix, draw)
-    gpu = tgp_chunk_stats(cupy.asarray(gaussian_mix), draw)
-    np.testing.assert_allclose(gpu.gram, cpu.gram, rtol=1e-10, atol=1e-10)
-    mixed = tgp_chunk_stats(cupy.asarray(gaussian_mix), draw, precision="mixed")
-    assert np.abs(mixed.gram - cpu.gram).max() < 1e-6 * np.abs(cpu.gram).max()

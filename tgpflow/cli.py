@@ -302,8 +302,9 @@ def _model_params(ctx: click.Context, model: str, options: dict[str, Any], pairs
 @_overwrite
 @_columns
 @_scheduler
-@click.option("--local", default="auto", show_default=True, type=click.Choice(["auto", "cluster", "threads"]),
-              help="Without --scheduler: threads (auto; measured fastest on one machine) or an embedded LocalCluster.")
+@click.option("--local", default="auto", show_default=True, type=click.Choice(["auto", "cluster", "threads", "gpu"]),
+              help="Without --scheduler: threads (auto; measured fastest on one machine), an embedded LocalCluster, "
+                   "or gpu: dask-cuda's LocalCUDACluster, one worker per GPU (needs the gpu extra).")
 @_progress_opt
 @click.pass_context
 def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | None, scheduler: str | None, local: str,

@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tgpflow.core.backend import GPU_EXTRA
 from tgpflow.errors import SchedulerAddressError, SchedulerError, cause
 
 if TYPE_CHECKING:
@@ -134,8 +135,12 @@ def dask_client(scheduler: str | None = None, *, work: float | None = None, n_wo
                         len(client.scheduler_info().get("workers", {})))
             yield client
         return
-    if local not in ("auto", "cluster", "threads"):
-        raise ValueError(f"local must be 'auto', 'cluster' or 'threads'; got {local!r}")
+    if local not in ("auto", "cluster", "threads", "gpu"):
+        raise ValueError(f"local must be 'auto', 'cluster', 'threads' or 'gpu'; got {local!r}")
+    if local == "gpu":
+        with gpu_cluster(dashboard) as client:
+            yield client
+        return
     if local != "cluster":
         logger.info("threaded scheduler on this machine (pass work %.3g flops)", work or 0.0)
         yield None
@@ -201,6 +206,23 @@ def _dashboard_address() -> str | None:
     return ":8787"
 
 
+@contextlib.contextmanager
+def gpu_cluster(dashboard: bool = False, **kw: Any) -> Iterator[Any]:
+    """dask-cuda's ``LocalCUDACluster`` (one worker per visible GPU, each advertising a ``GPU`` resource that device
+    tasks ask for: docs/gpu.md, "GPU workers") and a Client; ``kw`` go to the cluster (``rmm_pool_size``, …)."""
+    from distributed import Client
+
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError as exc:
+        raise ImportError(f'--local gpu needs dask-cuda: {GPU_EXTRA}') from exc
+    kw.setdefault("resources", {"GPU": 1})
+    address = _dashboard_address() if dashboard else None
+    with worker_malloc(), LocalCUDACluster(dashboard_address=address, **kw) as cluster, Client(cluster) as client:
+        logger.info("embedded LocalCUDACluster: %d GPU workers", len(cluster.workers))
+        yield client
+
+
 def load_cluster_file(path: str | os.PathLike[str]) -> tuple[str, dict[str, Any]]:
     """A cluster file of ``cluster/`` (YAML), validated (:mod:`tgpflow.cluster_files`): its ``type``
     (local | cuda | slurm | scheduler) and the keys it sets, as keyword arguments."""
@@ -232,7 +254,8 @@ def cluster_from_file(path: str | os.PathLike[str]) -> Iterator[Any]:
         try:
             from dask_cuda import LocalCUDACluster as cls
         except ImportError as exc:
-            raise ImportError(f"{path}: a CUDA cluster needs dask-cuda: pip install 'tgpflow[gpu]'") from exc
+            raise ImportError(f"{path}: a CUDA cluster needs dask-cuda: {GPU_EXTRA}") from exc
+        kw.setdefault("resources", {"GPU": 1})  # what device tasks ask for (tgpflow.core.engine.task_resources)
     else:
         try:
             from dask_jobqueue import SLURMCluster as cls

@@ -1,20 +1,34 @@
-"""Array namespaces and device handling.
+"""Array namespaces and device handling (docs/gpu.md).
 
 Array code in tgpflow is written once against the array API standard
 (``array_api_compat.array_namespace``) and runs on NumPy, CuPy or ``array_api_strict``.
-This module owns the namespace lookup, host transfers and the few choices that depend on
-the backend. NumPy arrays additionally take the fast CPU kernels of
-:mod:`tgpflow.features.sincos` and the BLAS ``dsyrk`` of :mod:`tgpflow.stats.tgp`.
+This module owns the namespace lookup, the two host transfers and the choice of device:
+
+* :func:`to_device` moves a host chunk onto the device once, inside the task that reads it;
+* :func:`to_numpy` brings a result back to the host (statistics after a chunk's pass, a block of
+  log densities). Nothing else on the device path converts a device array to NumPy: the tests run
+  it on ``array_api_strict``'s second device, which refuses any other conversion.
+
+NumPy arrays additionally take the fast CPU kernels of :mod:`tgpflow.features.sincos` and the BLAS
+``dsyrk`` of :mod:`tgpflow.stats.tgp`; CuPy arrays take cuBLAS ``dsyrk`` (:mod:`tgpflow.stats.tgp_cupy`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
 from typing import Any
 
 import numpy as np
-from array_api_compat import array_namespace, is_numpy_namespace
+from array_api_compat import array_namespace, is_cupy_namespace, is_numpy_namespace
+from array_api_compat import device as array_device
 
-__all__ = ["namespace", "is_numpy", "to_numpy", "resolve_device", "gpu_visible"]
+__all__ = ["namespace", "is_numpy", "is_cupy", "device_of", "to_numpy", "to_device", "DeviceTarget", "on_device",
+           "resolve_device", "device_target", "gpu_visible", "GPU_EXTRA"]
+
+#: What to install for ``device="gpu"`` (the one sentence a missing CuPy gets).
+GPU_EXTRA = 'pip install "tgpflow[gpu]" (CuPy and dask-cuda)'
 
 
 def namespace(*arrays: Any) -> Any:
@@ -27,17 +41,58 @@ def is_numpy(xp: Any) -> bool:
     return is_numpy_namespace(xp)
 
 
+def is_cupy(xp: Any) -> bool:
+    """True when ``xp`` is CuPy (or its array-api-compat wrapper)."""
+    return is_cupy_namespace(xp)
+
+
+def device_of(x: Any) -> Any:
+    """The device ``x`` lives on; new arrays for it are made with ``device=device_of(x)``."""
+    return array_device(x)
+
+
 def to_numpy(x: Any) -> np.ndarray:
-    """A host float64 NumPy copy of any array-API array (CuPy arrays leave the device here)."""
+    """A host NumPy copy of any array-API array: the documented transfer back from a device."""
     if isinstance(x, np.ndarray):
         return x
     if hasattr(x, "get"):  # CuPy
         return np.asarray(x.get())
+    if type(x).__module__.startswith("array_api_strict"):  # its other devices refuse np.asarray
+        import array_api_strict
+
+        return np.asarray(x.to_device(array_api_strict.Device("CPU_DEVICE")))
     return np.asarray(x)
 
 
+@dataclasses.dataclass(frozen=True)
+class DeviceTarget:
+    """Where a task's arrays go: an array-API module by name (so the target pickles to any worker) and one of its
+    devices (None: the module's current device, e.g. CuPy's current GPU)."""
+
+    module: str
+    device: str | None = None
+
+    def put(self, rows: np.ndarray) -> Any:
+        """``rows`` (host float64) as an array on this device."""
+        mod = importlib.import_module(self.module)
+        if self.device is None:
+            return mod.asarray(rows)
+        return mod.asarray(rows, device=mod.Device(self.device))
+
+
+def to_device(rows: np.ndarray, target: DeviceTarget | None) -> Any:
+    """``rows`` moved to ``target`` (unchanged without one): once per chunk, inside the task that reads it."""
+    return rows if target is None else target.put(np.ascontiguousarray(rows, dtype=np.float64))
+
+
+def on_device(target: DeviceTarget, fn: Any, rows: np.ndarray, *args: Any) -> Any:
+    """``fn(rows on target, *args)``: a chunk function run on the device (its result comes back to the host)."""
+    return fn(to_device(rows, target), *args)
+
+
+@functools.cache
 def gpu_visible() -> bool:
-    """Whether CuPy imports and sees at least one CUDA device."""
+    """Whether CuPy imports and sees at least one CUDA device (asked once per process)."""
     try:
         import cupy
 
@@ -46,20 +101,27 @@ def gpu_visible() -> bool:
         return False
 
 
-def resolve_device(device: str) -> str:
-    """Resolve ``device="auto"|"cpu"|"gpu"`` to the device this build runs on.
+def resolve_device(device: str, supported: bool = True) -> str:
+    """Resolve ``device="auto"|"cpu"|"gpu"`` to where this estimator computes (docs/gpu.md).
 
-    The CPU path is complete. The GP-tilted statistics kernels are written against the array
-    API and accept CuPy arrays, but that is tested only through ``array_api_strict`` (no GPU
-    was available); GPU workers, chunk moves to the device, GPU solves and GPU evaluation are
-    not part of this release. So ``"auto"`` resolves to the CPU and ``"gpu"`` raises with that
-    message instead of silently computing on the CPU.
+    ``"auto"`` is the GPU when CuPy sees one and the estimator's family runs there (``supported``), else the CPU.
+    ``"gpu"`` without CuPy or a visible GPU raises with the extra to install; for a family without a device path it
+    raises naming ``device='cpu'``.
     """
     if device not in ("auto", "cpu", "gpu"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'gpu'; got {device!r}")
-    if device == "gpu":
-        raise NotImplementedError(
-            "device='gpu' is not available in this release of tgpflow (GPU workers and solves are not "
-            "implemented yet); use device='cpu' (or 'auto', which resolves to the CPU)"
-        )
-    return "cpu"
+    if device == "cpu":
+        return "cpu"
+    if device == "auto":
+        return "gpu" if supported and gpu_visible() else "cpu"
+    if not supported:
+        raise ValueError("device='gpu' runs the GP-tilted family (GPTiltedDensity) in this release; this model "
+                         "computes on the CPU: use device='cpu' (or 'auto')")
+    if not gpu_visible():
+        raise ValueError(f"device='gpu' needs CuPy and a visible CUDA GPU: {GPU_EXTRA}, or use device='cpu'")
+    return "gpu"
+
+
+def device_target(device: str, supported: bool = True) -> DeviceTarget | None:
+    """The :class:`DeviceTarget` a resolved ``device`` sends chunks to: CuPy's current GPU, or None (the host)."""
+    return DeviceTarget("cupy") if resolve_device(device, supported) == "gpu" else None

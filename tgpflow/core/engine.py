@@ -17,6 +17,7 @@ tasks instead, as it does for every ``dask.compute``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -25,7 +26,7 @@ from threadpoolctl import threadpool_limits
 
 from tgpflow.core.memory import plan_pass
 
-__all__ = ["accumulate", "tree_reduce", "compute", "Progress", "ChunkSource"]
+__all__ = ["accumulate", "tree_reduce", "compute", "Progress", "ChunkSource", "task_resources", "annotated"]
 
 #: Called with the futures of a distributed compute, before the engine waits for them (to show progress).
 Progress = Callable[[Sequence[Any]], None]
@@ -73,6 +74,22 @@ def _active_client() -> Any:
         return None
 
 
+def task_resources(on_device: bool) -> dict[str, int] | None:
+    """The resources a chunk task asks for (docs/gpu.md, "GPU workers"): ``{"GPU": 1}`` for a task on the device when
+    the active distributed cluster has workers that advertise a ``GPU`` resource (a mixed CPU/GPU cluster then sends
+    such tasks to them only), else None (no worker would match, and the tasks would wait forever)."""
+    client = _active_client() if on_device else None
+    if client is None:
+        return None
+    workers = client.scheduler_info(n_workers=-1).get("workers", {}).values()
+    return {"GPU": 1} if any((w.get("resources") or {}).get("GPU") for w in workers) else None
+
+
+def annotated(resources: dict[str, int] | None) -> Any:
+    """``dask.annotate(resources=…)`` for the tasks built inside it, or nothing without resources."""
+    return dask.annotate(resources=resources) if resources else contextlib.nullcontext()
+
+
 def compute(*objs: Any, progress: Progress | None = None) -> tuple[Any, ...]:
     """Compute lazy objects in one graph on the active scheduler.
 
@@ -92,7 +109,8 @@ def compute(*objs: Any, progress: Progress | None = None) -> tuple[Any, ...]:
 
 
 def accumulate(source: ChunkSource, chunk_fn: Callable[..., Any], *args: Any, split_every: int = 8,
-               with_row_keys: bool = False, progress: Progress | None = None) -> tuple[Any, int]:
+               with_row_keys: bool = False, progress: Progress | None = None,
+               resources: dict[str, int] | None = None) -> tuple[Any, int]:
     """Run the one pass: ``chunk_fn(block, *args)`` on every validated chunk, merged by a tree.
 
     With ``with_row_keys`` the call is ``chunk_fn(block, keys, *args)``, ``keys`` the stable
@@ -100,15 +118,17 @@ def accumulate(source: ChunkSource, chunk_fn: Callable[..., Any], *args: Any, sp
     ``args`` (e.g. the feature draw) enter the graph once, not once per task. Returns
     ``(statistics, rows_dropped)``. A chunk function that declared its memory
     (:func:`tgpflow.core.memory.declare`) is planned first: the plan is logged, and a pass whose
-    task cannot fit one row in the workers' memory is refused before it starts.
+    task cannot fit one row in the workers' memory is refused before it starts. ``resources``: what each chunk task
+    asks of its worker (:func:`task_resources`).
     """
     plan_pass(chunk_fn, args, source.n_columns)
     fn = dask.delayed(chunk_fn, pure=True)
     shared = [dask.delayed(a, pure=True) for a in args]
-    if with_row_keys:
-        parts = [fn(block, keys, *shared) for block, keys in zip(source.blocks(), source.row_keys(), strict=True)]
-    else:
-        parts = [fn(block, *shared) for block in source.blocks()]
+    with annotated(resources):
+        if with_row_keys:
+            parts = [fn(block, keys, *shared) for block, keys in zip(source.blocks(), source.row_keys(), strict=True)]
+        else:
+            parts = [fn(block, *shared) for block in source.blocks()]
     root = tree_reduce(parts, split_every)
     dropped = dask.delayed(sum, pure=True)(source.dropped_counts())
     stats, n_dropped = compute(root, dropped, progress=progress)

@@ -128,6 +128,12 @@ class GaussianMixtureBase:
         return (u_cat, np.einsum("kd,kde->ke", self.means, U).reshape(-1),
                 p_cat, np.einsum("kd,kde->ke", self.means, P).reshape(-1))
 
+    def component_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([U_1 … U_K] (d, K·d), μ_kᵀU_k (K·d), log π_k + log|U_k| − d/2 log 2π (K)): log π_k N(x | μ_k, Σ_k) is
+        ``const_k − ½‖(xᵀU_cat − u_mean)_k‖²``, the arrays a device evaluates it from (docs/gpu.md)."""
+        u_cat, u_mean, _, _ = self._stacked
+        return u_cat, u_mean, self._factors[2]
+
     def _log_components(self, x: np.ndarray) -> np.ndarray:
         """log π_k N(x | μ_k, Σ_k), (n, K), of a block of rows."""
         u_cat, u_mean, _, _ = self._stacked

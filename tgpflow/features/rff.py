@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.core.backend import is_numpy, namespace
+from tgpflow.core.backend import device_of, is_numpy, namespace
 from tgpflow.features.digest import array_hash
 
 __all__ = ["RandomFourierFeatures", "scott_bandwidth", "paper_kernel_cov", "evaluation_threads"]
@@ -237,8 +237,9 @@ class RandomFourierFeatures:
                 return sin, cos
             angle += self.phase[:, None]
             return np.sin(angle), np.cos(angle)
-        W = xp.asarray(self.frequencies)
-        angle = W @ xp.matrix_transpose(x_shifted) + xp.asarray(self.phase)[:, None]
+        dev = device_of(x_shifted)  # the rows' device (a strict namespace refuses to mix two)
+        W = xp.asarray(self.frequencies, device=dev)
+        angle = W @ xp.matrix_transpose(x_shifted) + xp.asarray(self.phase, device=dev)[:, None]
         return xp.sin(angle), xp.cos(angle)
 
     def cos_sin_sums(self, X: Any, cos_weights: np.ndarray, sin_weights: np.ndarray, *, block_rows: int = 4096,
@@ -256,14 +257,16 @@ class RandomFourierFeatures:
         B = np.ascontiguousarray(sin_weights, dtype=np.float64).reshape(self.n_features, -1)
         n = int(X.shape[0])
         if not is_numpy(xp):
-            Cx, Bx = xp.asarray(C), xp.asarray(B)
+            dev = device_of(X)
+            Cx, Bx, shift = (xp.asarray(a, device=dev) for a in (C, B, self.shift))
             parts_c, parts_s = [], []
             for start in range(0, n, block_rows):
-                sin, cos = self.sincos(X[start:start + block_rows, ...] - xp.asarray(self.shift))
+                sin, cos = self.sincos(X[start:min(start + block_rows, n), ...] - shift)
                 parts_c.append(xp.matrix_transpose(cos) @ Cx)
                 parts_s.append(xp.matrix_transpose(sin) @ Bx)
             if not parts_c:
-                return xp.zeros((0, C.shape[1]), dtype=xp.float64), xp.zeros((0, B.shape[1]), dtype=xp.float64)
+                return (xp.zeros((0, C.shape[1]), dtype=xp.float64, device=dev),
+                        xp.zeros((0, B.shape[1]), dtype=xp.float64, device=dev))
             return xp.concat(parts_c, axis=0), xp.concat(parts_s, axis=0)
         from tgpflow.features.sincos import cos_sin_sums_rows  # Numba: imported when first used
 
@@ -323,7 +326,7 @@ class RandomFourierFeatures:
         """φ(X) and φ'(X) as (n, S) arrays (MATH.md §0)."""
         xp = namespace(X)
         scale = math.sqrt(2.0 / self.n_features)
-        sin, cos = self.sincos(X - xp.asarray(self.shift))
+        sin, cos = self.sincos(X - xp.asarray(self.shift, device=device_of(X)))
         return scale * xp.matrix_transpose(cos), -scale * xp.matrix_transpose(sin)
 
     # -- storage ----------------------------------------------------------------------

@@ -19,7 +19,7 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from tgpflow.core.backend import resolve_device
+from tgpflow.core.backend import DeviceTarget, device_target, resolve_device
 from tgpflow.core.engine import Progress
 from tgpflow.core.logs import phase
 from tgpflow.features.scaling import Scaling
@@ -78,8 +78,15 @@ class Estimator(BaseEstimator):
         and what is allowed (and, with a ``device``, that the device exists here)."""
         table = self.params_table.check(self.get_params(deep=False))
         if "device" in self.params_table.model_fields:
-            resolve_device(table.device)  # type: ignore[attr-defined]
+            resolve_device(table.device, self._runs_on_gpu)  # type: ignore[attr-defined]
         return table
+
+    #: Whether this family's pass and evaluation run on a GPU (docs/gpu.md); without, ``device="gpu"`` is refused.
+    _runs_on_gpu: ClassVar[bool] = False
+
+    def _device_target(self) -> DeviceTarget | None:
+        """Where this estimator's chunks go: the GPU's :class:`~tgpflow.core.backend.DeviceTarget`, or None (host)."""
+        return device_target(getattr(self, "device", "cpu"), self._runs_on_gpu)
 
     def _forget(self, *names: str) -> None:
         """Drop what a previous fit set."""
@@ -125,7 +132,10 @@ class Estimator(BaseEstimator):
         normaliser its estimate and the fit diagnostics."""
         support = getattr(self, "support_", None)
         scaling = getattr(self, "scaling_", None)
-        meta = {"params": plain(self.get_params()),
+        params = plain(self.get_params())
+        if "device" in params:  # where it was fitted is not part of the model: it loads and computes anywhere
+            params["device"] = "auto"
+        meta = {"params": params,
                 "scaling": None if scaling is None else scaling.to_dict(),
                 "feature_names_in": [str(c) for c in getattr(self, "feature_names_in_", [])] or None,
                 "n_samples_seen": self.n_samples_seen_,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from tgpflow.core.backend import on_device
 from tgpflow.core.engine import Progress
 from tgpflow.core.engine import accumulate as run_pass
 from tgpflow.core.gaussian_base import base_from_moments, check_covariance, mixture_base
@@ -204,7 +205,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         RAM), and refused with both numbers when one row does not fit.
     split_every : int — fan-in of the reduction tree.
     random_state : int — seed of the pilot, the feature draw and the MAP draws.
-    device : {"auto", "cpu", "gpu"} — "auto" resolves to the CPU in this release.
+    device : {"auto", "cpu", "gpu"} — "gpu": each chunk's statistics and the log density on a CUDA GPU through
+        CuPy (results back on the host: the model file is the same); "auto": the GPU when CuPy sees one
+        (docs/gpu.md).
     precision : {"float64", "mixed"} — "mixed": float32 S×S products accumulated in float64
         (see ``benchmarks/precision_modes.py`` for the measured error and speed).
     threshold_quantile : float — share of (pilot) training rows flagged by ``is_anomaly``.
@@ -220,6 +223,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
     """
 
     params_table = GPTiltedParams
+    _runs_on_gpu = True
     _DRAW = "features_"
     _NO_DRAW = ("fit_from_stats needs the feature draw the statistics were computed with, and these statistics do not "
                 "carry it (read from a file written before statistics carried their draw): pass features=… (the "
@@ -441,9 +445,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
                                         noise_levels=getattr(self, "noise_levels_", None), validation=validation,
                                         mixture=getattr(self, "base_mixture_", None),
                                         ladder=self.sigma_max == "auto" and self.lam == "auto")
+        if spec is None:
+            return spec
+        target = self._device_target()
+        if target is not None:  # each chunk goes to the device inside its task; its sums come back (docs/gpu.md)
+            spec = functools.partial(on_device, target, spec[0]), spec[1]
         carried = {k: v for k, v in (("cells", getattr(self, "discrete_", None)),
                                      ("bounds", getattr(self, "bounds_", None))) if v is not None}
-        if spec is None or not carried:
+        if not carried:
             return spec
         return functools.partial(_carrying, spec[0], carried), spec[1]  # the statistics say how rows were read
 
@@ -1038,12 +1047,17 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """The fitted model at level σ in the fitting space (bounded columns transformed)."""
         check_is_fitted(self, "_fitted")
         if sigma is None or sigma == 0:
-            return self._fitted
+            return self._on_device(self._fitted)
         if not self._method.noise_conditional:
             raise ValueError(f"sigma is defined for the noise-conditional model (method='ncfd'), not {self.method!r}")
         if not (isinstance(sigma, numbers.Real) and math.isfinite(sigma) and sigma > 0):
             raise ValueError(f"sigma must be a number >= 0; got {sigma!r}")
-        return self._fitted.at_level(float(sigma))
+        return self._on_device(self._fitted.at_level(float(sigma)))
+
+    def _on_device(self, fitted: TGPFitted) -> TGPFitted:
+        """``fitted`` evaluating its rows on this estimator's device (docs/gpu.md)."""
+        target = self._device_target()
+        return fitted if target == fitted.device else dataclasses.replace(fitted, device=target)
 
     def _evaluate(self, X: Any, which: str, sigma: float | None = None) -> Any:
         return self._map_rows(X, getattr(self.fitted(sigma), which), per_row_dims=which == "grad_log_density")

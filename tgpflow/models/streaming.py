@@ -20,7 +20,7 @@ import dask.array as da
 import numpy as np
 from sklearn.utils.validation import validate_data
 
-from tgpflow.core.engine import Progress
+from tgpflow.core.engine import Progress, annotated, task_resources
 from tgpflow.core.engine import accumulate as run_pass
 from tgpflow.core.logs import phase
 from tgpflow.features.scaling import Scaling
@@ -132,9 +132,10 @@ class StreamingMixin:
         task = dask.delayed(fn, pure=True)
         shared = [dask.delayed(a, pure=True) for a in args]
         source = self.fitting_source(source)
-        if with_keys:
-            return [task(b, k, *shared) for b, k in zip(source.blocks(), source.row_keys(), strict=True)]
-        return [task(b, *shared) for b in source.blocks()]
+        with annotated(task_resources(self._device_target() is not None)):
+            if with_keys:
+                return [task(b, k, *shared) for b, k in zip(source.blocks(), source.row_keys(), strict=True)]
+            return [task(b, *shared) for b in source.blocks()]
 
     def _stream_pass(self, source: Source, chunk_fn: Any, draw: Any, args: tuple[Any, ...],
                      variants: dict[float, Any] | None, val_args: tuple[Any, ...] | None = None,
@@ -150,18 +151,19 @@ class StreamingMixin:
         to the engine (:func:`tgpflow.core.engine.accumulate`).
         """
         split = variants is not None
+        resources = task_resources(self._device_target() is not None)
         with phase("pass", chunks=source.n_chunks, split=split, **facts) as info:
             if split:
                 parts = {name: (v, *args) for name, v in variants.items()}
                 val_parts = None if val_args is None else {name: (v, *val_args) for name, v in variants.items()}
                 stats, dropped = run_pass(source, split_chunk_stats, float(self.validation_fraction), SPLIT_SALT,
                                           chunk_fn, parts, val_parts, grid, split_every=int(self.split_every),
-                                          with_row_keys=True, progress=progress)
+                                          with_row_keys=True, progress=progress, resources=resources)
                 first = next(iter(variants))
                 n_rows = sum(v.n for k, v in stats.items() if k[1] == first)
             else:
                 stats, dropped = run_pass(source, chunk_fn, draw, *args, split_every=int(self.split_every),
-                                          progress=progress)
+                                          progress=progress, resources=resources)
                 n_rows = stats.n
             info.update(rows=n_rows, dropped=dropped)
         if dropped:

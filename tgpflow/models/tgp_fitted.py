@@ -29,6 +29,7 @@ import scipy.linalg
 from scipy.linalg.blas import dgemv, dtrmm
 from scipy.linalg.lapack import dtrtri
 
+from tgpflow.core.backend import DeviceTarget
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.bounds import ColumnBounds
@@ -37,6 +38,7 @@ from tgpflow.features.noise import level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.blocked_score import BlockedScore
 from tgpflow.models.fitted import Fitted, WrappedFitted, fitted_from_arrays, prefixed
+from tgpflow.models.tgp_on_device import log_density_on_device
 from tgpflow.solve.linalg import gemm_is_safe
 from tgpflow.solve.ncfd import level_base
 from tgpflow.stats.tgp import block_rows_for
@@ -82,6 +84,9 @@ class TGPFitted(BlockedScore, Fitted):
     v: np.ndarray | None = None
     kde_weights: np.ndarray | None = None
     block_bytes: int = DEFAULT_BLOCK_BYTES
+    #: Where ``log_density`` runs (docs/gpu.md): a device, or None for the host. Not stored: a model file loads
+    #: anywhere, and the estimator that loads it sets its own.
+    device: DeviceTarget | None = None
 
     def __post_init__(self) -> None:
         tilts = [n for n in ("theta", "M_chol", "kde_weights") if getattr(self, n) is not None]
@@ -125,7 +130,8 @@ class TGPFitted(BlockedScore, Fitted):
         if self.theta is None:
             raise ValueError("only a θ tilt (NCFD) is defined at a noise level σ > 0")
         feats = self.features.with_bandwidth(level_bandwidth(self.features.gamma, float(sigma)))
-        return TGPFitted(feats, level_base(self.base, float(sigma)), theta=self.theta, block_bytes=self.block_bytes)
+        return TGPFitted(feats, level_base(self.base, float(sigma)), theta=self.theta, block_bytes=self.block_bytes,
+                         device=self.device)
 
     def _blocks(self, x: np.ndarray):
         rows = block_rows_for(self.features.n_features, self.features.n_dims, self.block_bytes)
@@ -165,6 +171,8 @@ class TGPFitted(BlockedScore, Fitted):
         :meth:`_inv_chol_norms`, in float64 and as a sum of squares (≥ 0).
         """
         x = np.asarray(x, dtype=np.float64)
+        if self.device is not None:  # tgpflow.models.tgp_on_device
+            return log_density_on_device(self, self.device, x)
         if self.M_chol is None:
             f = self._fused_sums(x, [self._weights], [])[0][:, 0]
             if self.kde_weights is not None:

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tgpflow.core.backend import to_numpy
+from tgpflow.core.backend import device_of, is_numpy, namespace, to_numpy
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
 from tgpflow.core.summable import AdditiveStats
@@ -48,6 +48,7 @@ from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.noise import ladder_prefixes, level_bandwidth
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.tgp import RFFStats, TGPStats, level_products, mixture_terms
+from tgpflow.stats.tgp_cupy import DEVICE_BLOCK_BYTES
 
 __all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights", "ncfd_memory"]
 
@@ -235,7 +236,7 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
         g_sin, g_cos, u_h, U_h, psi_h, V_h = level_products(x, level, rows, cos_gram=sigma > 0, precision=precision,
                                                             score=score)
         if V is not None:
-            V[h] = -scale * (V_h if h == 0 else _noisy_sin_score(host, level, mixture, float(sigma), h, rows))
+            V[h] = -scale * (V_h if h == 0 else _noisy_sin_score(host, level, mixture, float(sigma), h, rows, x))
         w_plus, w_minus = ncfd_weights(features, float(sigma))
         g_sin *= scale2
         if h == 0:
@@ -255,18 +256,39 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
 
 
 def _noisy_sin_score(x: np.ndarray, level: RandomFourierFeatures, mixture: GaussianMixtureBase, sigma: float,
-                     h: int, rows: int) -> np.ndarray:
+                     h: int, rows: int, chunk: Any = None) -> np.ndarray:
     """Σ_i sin_h(y_i) (s_h(y_i) − g_h(y_i))ᵀ (unscaled, S × d) at y_i = x_i + ξ_i, ξ_i ~ N(0, σ²I) seeded by the
-    chunk's bytes and the level (module docstring)."""
+    chunk's bytes and the level (module docstring). The noise and the mixture's score at y are drawn and evaluated on
+    the host (the same draws wherever the chunk is); with ``chunk`` on a device (docs/gpu.md), the sines and their
+    product with the score are formed there."""
     digest = hashlib.blake2b(np.ascontiguousarray(x).tobytes(), digest_size=8).digest()
     rng = np.random.default_rng([int.from_bytes(digest, "little"), h])
     y = x + sigma * rng.standard_normal(x.shape)
     score = mixture.at_level(sigma).derivatives(y)[1] - _gaussian_score(mixture, sigma, y)
+    xp = np if chunk is None else namespace(chunk)
+    if not is_numpy(xp):
+        return _noisy_sin_score_on(chunk, y, score, level, rows)
     out = np.zeros((level.n_features, x.shape[1]))
     for start in range(0, y.shape[0], rows):
         sin, _ = level.sincos(y[start:start + rows] - level.shift)
         out += sin @ score[start:start + rows]
     return out
+
+
+def _noisy_sin_score_on(chunk: Any, y: np.ndarray, score: np.ndarray, level: RandomFourierFeatures,
+                        rows: int) -> np.ndarray:
+    """:func:`_noisy_sin_score`'s sums on the device of ``chunk``: y and the score moved there, host float64 out."""
+    xp, dev = namespace(chunk), device_of(chunk)
+    yd, sd = xp.asarray(y, device=dev), xp.asarray(score, device=dev)
+    shift = xp.asarray(level.shift, device=dev)
+    out = xp.zeros((level.n_features, y.shape[1]), dtype=xp.float64, device=dev)
+    n = y.shape[0]
+    rows = max(rows, DEVICE_BLOCK_BYTES // (3 * 8 * level.n_features))  # the device's memory bounds its blocks
+    for start in range(0, n, rows):
+        stop = min(start + rows, n)
+        sin, _ = level.sincos(yd[start:stop, ...] - shift)
+        out = out + sin @ sd[start:stop, ...]
+    return to_numpy(out)
 
 
 def _gaussian_score(mixture: GaussianMixtureBase, sigma: float, y: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tgpflow.core.backend import is_numpy, namespace, to_numpy
+from tgpflow.core.backend import device_of, is_cupy, is_numpy, namespace, to_numpy
 from tgpflow.core.choices import PRECISIONS
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
@@ -65,8 +65,9 @@ def tgp_memory(features: RandomFourierFeatures, precision: str = "float64", with
     row: the sin block A (S, and the d + 1 augmented rows in float64) and, for Σφφᵀ, the cos block (S), in the
     products' precision; the kernel's three float64 rows; the transposed and the shifted row with its absolute
     value (3·d); two float64 rows for an eighth of the block where angles leave the compiled kernel's range
-    (:func:`_libm_block`). Per chunk row: the centred copy of the moments (d). Other array namespaces (CuPy,
-    array_api_strict) form each product as a new S×S array: one more S². A ``mixture`` base adds its sum ``V``,
+    (:func:`_libm_block`). Per chunk row: the centred copy of the moments (d). Other array namespaces
+    (array_api_strict) form each product as a new S×S array: one more S². CuPy chunks plan their blocks for the
+    device (:mod:`tgpflow.stats.tgp_cupy`). A ``mixture`` base adds its sum ``V``,
     its evaluation's blocks (about 32 MB) and, per chunk row, its score (d).
     """
     S, d = features.n_features, features.n_dims
@@ -264,6 +265,10 @@ def level_products(x: Any, features: RandomFourierFeatures, rows: int, cos_gram:
     xp = namespace(x)
     if is_numpy(xp):
         return _products_numpy(np.asarray(x, dtype=np.float64), features, rows, cos_gram, precision == "mixed", score)
+    if is_cupy(xp):  # cuBLAS SYRK into device accumulators, in blocks sized for the device (docs/gpu.md)
+        from tgpflow.stats.tgp_cupy import products_cupy
+
+        return products_cupy(x, features, cos_gram, precision == "mixed", score)
     return _products_xp(x, features, rows, cos_gram, xp, precision == "mixed", score)
 
 
@@ -345,14 +350,17 @@ def _libm_block(xs: np.ndarray, W: np.ndarray, phase: np.ndarray, sin_out: np.nd
 def _products_xp(x: Any, features: RandomFourierFeatures, rows: int, cos_gram: bool, xp: Any,
                  mixed: bool = False, score: np.ndarray | None = None) -> tuple[Any, ...]:
     S, d = features.n_features, features.n_dims
-    gram = xp.zeros((S, S), dtype=xp.float64)
-    gram_cos = xp.zeros((S, S), dtype=xp.float64) if cos_gram else None
-    u = xp.zeros((S,), dtype=xp.float64)
-    U = xp.zeros((S, d), dtype=xp.float64)
-    psi = xp.zeros((S,), dtype=xp.float64)
-    V = None if score is None else xp.zeros((S, d), dtype=xp.float64)
-    score_x = None if score is None else xp.asarray(score)
-    xs_all = x - xp.asarray(features.shift)
+    dev = device_of(x)  # every array on the chunk's device: a strict namespace refuses to mix two
+
+    def zeros(*shape: int) -> Any:
+        return xp.zeros(shape, dtype=xp.float64, device=dev)
+
+    gram = zeros(S, S)
+    gram_cos = zeros(S, S) if cos_gram else None
+    u, U, psi = zeros(S), zeros(S, d), zeros(S)
+    V = None if score is None else zeros(S, d)
+    score_x = None if score is None else xp.asarray(score, device=dev)
+    xs_all = x - xp.asarray(features.shift, device=dev)
     n = int(x.shape[0])
     for start in range(0, n, rows):
         xs = xs_all[start:min(start + rows, n), ...]  # in-range stops: the standard leaves others undefined

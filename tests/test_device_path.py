@@ -1,0 +1,192 @@
+"""The device path (docs/gpu.md) on the CPU: array_api_strict's second device stands in for a GPU.
+
+``array_api_strict.Device("device1")`` refuses to combine its arrays with host ones and refuses ``np.asarray`` of
+them, so these tests fail if the device path mixes a host array into a device computation or converts a device
+array to NumPy anywhere but the documented transfer (:func:`tgpflow.core.backend.to_numpy`). Every result is
+checked against the NumPy path on the same rows.
+"""
+
+import array_api_strict as xps
+import dask.array as da
+import numpy as np
+import pytest
+
+import tgpflow.core.backend as backend
+from tgpflow import GPTiltedDensity, NystromKEF
+from tgpflow.core.backend import DeviceTarget, device_target, resolve_device, to_device, to_numpy
+from tgpflow.features.mixture_base import GaussianMixtureBase
+from tgpflow.features.noise import noise_levels
+from tgpflow.stats.ncfd import ncfd_chunk_stats
+from tgpflow.stats.tgp import tgp_chunk_stats
+
+DEVICE1 = DeviceTarget("array_api_strict", "device1")
+FIELDS = ("gram", "u", "U", "psi")
+
+
+#: The rows and feature draw of the ``rows`` and ``draw`` fixtures (tests/conftest.py).
+BLOBS = (1_000, 48)
+
+
+def _close(a, b, rtol):
+    np.testing.assert_allclose(a, b, rtol=0, atol=rtol * np.abs(b).max())
+
+
+def test_the_guard_refuses_a_stray_conversion_and_mixing():
+    """What makes the tests below able to fail: the stand-in device refuses both mistakes."""
+    x = to_device(np.ones((3, 2)), DEVICE1)
+    with pytest.raises(RuntimeError, match="NumPy"):
+        np.asarray(x)
+    with pytest.raises(ValueError, match="different devices"):
+        x + xps.asarray(np.ones((3, 2)))
+    np.testing.assert_array_equal(to_numpy(x), np.ones((3, 2)))  # the documented transfer
+
+
+@pytest.mark.parametrize("precision", ["float64", "mixed"])
+def test_chunk_statistics_on_a_device_equal_the_host_ones(rows, draw, precision):
+    host = tgp_chunk_stats(rows, draw, precision=precision, with_phi_gram=True)
+    dev = tgp_chunk_stats(to_device(rows, DEVICE1), draw, block_bytes=200_000, precision=precision,
+                          with_phi_gram=True)
+    rtol = 1e-12 if precision == "float64" else 1e-6  # mixed: float32 products rounded either way
+    for name in (*FIELDS, "phi_gram"):
+        _close(getattr(dev, name), getattr(host, name), rtol if name in ("gram", "phi_gram") else 1e-12)
+    _close(dev.moments.m2, host.moments.m2, 1e-12)
+
+
+def test_mixture_base_and_ncfd_statistics_on_a_device(rows, draw):
+    mixture = GaussianMixtureBase(np.array([0.7, 0.3]), np.array([[0.0] * 3, [2.0] * 3]),
+                                  np.stack([np.eye(3), 0.25 * np.eye(3)]))
+    host = tgp_chunk_stats(rows, draw, mixture=mixture)
+    dev = tgp_chunk_stats(to_device(rows, DEVICE1), draw, mixture=mixture)
+    for name in (*FIELDS, "V", "base_sums"):
+        _close(getattr(dev, name), getattr(host, name), 1e-12)
+    sigmas = noise_levels(1.0, 3)
+    for base in (None, mixture):  # a mixture base adds the noisy levels' Σ sin (s − g)ᵀ, formed on the device
+        host_n = ncfd_chunk_stats(rows, draw, sigmas, mixture=base)
+        dev_n = ncfd_chunk_stats(to_device(rows, DEVICE1), draw, sigmas, mixture=base)
+        for name in ("abar", "gram0", "u", "U", "psi", *(() if base is None else ("V", "base_sums"))):
+            _close(getattr(dev_n, name), getattr(host_n, name), 1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")  # a fixed λ on two blobs: not the point
+@pytest.mark.parametrize("method, base", [("fd", "empirical"), ("fd", "mixture"), ("fvpd", "empirical"),
+                                          ("fvpd", "mixture"), ("ncfd", "mixture"), ("map", "empirical"),
+                                          ("kde_rff", "empirical")])
+def test_a_fit_on_a_device_equals_the_host_fit(rows, draw, method, base, monkeypatch):
+    """The estimator's whole device path: each chunk moved inside its task (Dask's threads), its sums back on the
+    host, and the fitted model's log density (tilt and base) evaluated on the device."""
+    kw = dict(method=method, n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, base=base)
+    chunks = da.from_array(rows, chunks=(250, 3))  # four tasks
+    probe = np.vstack([rows[:40], rows[:5] + 4.0])
+    host = GPTiltedDensity(device="cpu", **kw).fit(chunks, features=draw)
+    assert host._level(None).device is None
+    assert (host._level(None).base.mixture is not None) == (base == "mixture")
+    want = host.log_density(probe)
+    monkeypatch.setattr(GPTiltedDensity, "_device_target", lambda self: DEVICE1)
+    dev = GPTiltedDensity(device="cpu", **kw).fit(chunks, features=draw)
+    assert dev._level(None).device == DEVICE1
+    for name in ("abar", "u", "U", "psi") if method == "ncfd" else FIELDS:
+        _close(getattr(dev.stats_, name), getattr(host.stats_, name), 1e-12)
+    got = dev.log_density(probe)
+    finite = np.isfinite(want)
+    assert np.array_equal(np.isfinite(got), finite) and finite.sum() >= 30  # KDE-RFF: −inf where its sum is ≤ 0
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-10, atol=1e-10)
+
+
+#: The workers whose tasks moved rows to the device (in-process workers share this module).
+WORKERS_SEEN: list[str] = []
+
+
+class Recording(DeviceTarget):
+    """A device target that notes the worker of each chunk task (the fit's own evaluations run on the client)."""
+
+    def put(self, rows):
+        from distributed import get_worker
+
+        try:
+            WORKERS_SEEN.append(get_worker().name)
+        except ValueError:
+            pass
+        return super().put(rows)
+
+
+def test_device_choice(monkeypatch):
+    monkeypatch.setattr(backend, "gpu_visible", lambda: False)
+    assert resolve_device("auto") == "cpu" and device_target("auto") is None
+    with pytest.raises(ValueError, match=r'pip install "tgpflow\[gpu\]"'):
+        resolve_device("gpu")
+    monkeypatch.setattr(backend, "gpu_visible", lambda: True)
+    assert resolve_device("auto") == "gpu" and device_target("auto") == DeviceTarget("cupy")
+    assert resolve_device("auto", supported=False) == "cpu"
+    with pytest.raises(ValueError, match="GP-tilted"):
+        NystromKEF(device="gpu").check_params()
+    with pytest.raises(ValueError, match="device must be"):
+        resolve_device("tpu")
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+def test_device_tasks_go_to_gpu_workers_of_a_mixed_cluster(rows, draw, monkeypatch):
+    """A cluster of one CPU worker and one worker advertising a GPU resource: every chunk task on the device runs
+    on the GPU worker; without such a worker the tasks carry no annotation (they would wait forever)."""
+    from distributed import Client, Scheduler, SpecCluster, Worker
+
+    from tgpflow.core.engine import task_resources
+
+    seen = WORKERS_SEEN
+    seen.clear()
+    monkeypatch.setattr(GPTiltedDensity, "_device_target", lambda self: Recording("array_api_strict", "device1"))
+    workers = {"cpu": {"cls": Worker, "options": {"nthreads": 1}},
+               "gpu": {"cls": Worker, "options": {"nthreads": 1, "resources": {"GPU": 1}}}}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
+    chunks = da.from_array(rows, chunks=(125, 3))  # eight tasks
+    with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster):
+        assert task_resources(True) == {"GPU": 1} and task_resources(False) is None
+        GPTiltedDensity(method="fd", n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, device="cpu").fit(
+            chunks, features=draw)
+    assert len(seen) == 8 and set(seen) == {"gpu"}, seen
+    seen.clear()
+    workers.pop("gpu")
+    with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster):
+        assert task_resources(True) is None
+        GPTiltedDensity(method="fd", n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, device="cpu").fit(
+            chunks, features=draw)
+    assert len(seen) == 8 and set(seen) == {"cpu"}
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+def test_a_model_fitted_on_a_device_loads_and_scores_on_the_host(rows, draw, tmp_path, monkeypatch):
+    import tgpflow
+
+    with monkeypatch.context() as m:
+        m.setattr(backend, "gpu_visible", lambda: True)  # device="gpu" accepted …
+        m.setattr(GPTiltedDensity, "_device_target", lambda self: DEVICE1)  # … and run on the stand-in
+        est = GPTiltedDensity(method="fd", n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, device="gpu")
+        est.fit(rows, features=draw)
+        want = est.log_density(rows[:30])
+        est.save(tmp_path / "m.zarr")
+    monkeypatch.setattr(backend, "gpu_visible", lambda: False)  # a machine without a GPU
+    back = tgpflow.load(tmp_path / "m.zarr")  # the file does not ask for one
+    assert back.device == "auto" and back._level(None).device is None
+    np.testing.assert_allclose(back.log_density(rows[:30]), want, rtol=1e-10, atol=1e-10)
+
+
+def test_a_pipeline_spec_asks_for_the_gpu_through_its_model_params(tmp_path, monkeypatch):
+    """``params: {device: gpu}`` in a spec is checked when the spec loads: the extra to install without CuPy, the CPU
+    for a family without a device path."""
+    import yaml
+
+    from tgpflow.pipeline.spec import load_spec
+
+    def spec(estimator, params):
+        raw = {"name": "t", "source": {"path": str(tmp_path / "*.parquet")},
+               "models": [{"name": "m", "estimator": estimator, "params": params}],
+               "outputs": {"store": str(tmp_path / "store.zarr"), "models": str(tmp_path / "models")}}
+        (tmp_path / "spec.yaml").write_text(yaml.safe_dump(raw))
+        return tmp_path / "spec.yaml"
+
+    monkeypatch.setattr(backend, "gpu_visible", lambda: False)
+    with pytest.raises(ValueError, match=r'pip install "tgpflow\[gpu\]"'):
+        load_spec(spec("GPTiltedDensity", {"method": "fd", "device": "gpu"}))
+    monkeypatch.setattr(backend, "gpu_visible", lambda: True)
+    assert load_spec(spec("GPTiltedDensity", {"method": "fd", "device": "gpu"})).models[0].params["device"] == "gpu"
+    with pytest.raises(ValueError, match="GP-tilted"):
+        load_spec(spec("NystromKEF", {"device": "gpu"}))
