@@ -97,7 +97,16 @@ WORKERS_SEEN: list[str] = []
 
 
 class Recording(DeviceTarget):
-    """A device target that notes the worker of each chunk task (the fit's own evaluations run on the client)."""
+    """A device target that notes the worker of each chunk task (the fit's own evaluations run on the client), and
+    that only the worker named "gpu" (and the client) can use."""
+
+    def available(self):
+        from distributed import get_worker
+
+        try:
+            return get_worker().name == "gpu"
+        except ValueError:
+            return True
 
     def put(self, rows):
         from distributed import get_worker
@@ -125,31 +134,46 @@ def test_device_choice(monkeypatch):
 
 @pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
 def test_device_tasks_go_to_gpu_workers_of_a_mixed_cluster(rows, draw, monkeypatch):
-    """A cluster of one CPU worker and one worker advertising a GPU resource: every chunk task on the device runs
-    on the GPU worker; without such a worker the tasks carry no annotation (they would wait forever)."""
+    """A cluster of one CPU worker and one worker advertising a GPU resource: every chunk task on the device runs on
+    the GPU worker; without such a worker the tasks carry no annotation (they would wait forever) and a pass task
+    refuses, naming its worker. Scoring tasks go anywhere, and one on the CPU worker computes there. ``"auto"``
+    follows the workers, not this machine."""
     from distributed import Client, Scheduler, SpecCluster, Worker
 
-    from tgpflow.core.engine import task_resources
+    from tgpflow.core.engine import cluster_has_gpus, task_resources
 
     seen = WORKERS_SEEN
     seen.clear()
     monkeypatch.setattr(GPTiltedDensity, "_device_target", lambda self: Recording("array_api_strict", "device1"))
-    workers = {"cpu": {"cls": Worker, "options": {"nthreads": 1}},
+    workers = {"cpu": {"cls": Worker, "options": {"nthreads": 2}},  # unannotated tasks would go there too
                "gpu": {"cls": Worker, "options": {"nthreads": 1, "resources": {"GPU": 1}}}}
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
     chunks = da.from_array(rows, chunks=(125, 3))  # eight tasks
+    assert cluster_has_gpus() is None  # no cluster: this machine decides
     with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster):
-        assert task_resources(True) == {"GPU": 1} and task_resources(False) is None
-        GPTiltedDensity(method="fd", n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, device="cpu").fit(
-            chunks, features=draw)
-    assert len(seen) == 8 and set(seen) == {"gpu"}, seen
+        assert task_resources(True) == {"GPU": 1} and task_resources(False) is None and cluster_has_gpus()
+        assert resolve_device("auto", cluster_gpus=cluster_has_gpus()) == "gpu"  # GPU workers, none here
+        est = GPTiltedDensity(method="fd", n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, device="cpu")
+        est.fit(chunks, features=draw)
+        assert len(seen) == 8 and set(seen) == {"gpu"}, seen
+        seen.clear()
+        got = est.log_density(chunks).compute()  # eight scoring tasks, wherever Dask puts them
+        assert set(seen) <= {"gpu"}  # the CPU worker's tasks computed on its CPU
+        monkeypatch.setattr(GPTiltedDensity, "_device_target", lambda self: None)
+        np.testing.assert_allclose(got, est.log_density(rows), rtol=1e-10, atol=1e-10)
+        monkeypatch.setattr(GPTiltedDensity, "_device_target", lambda self: Recording("array_api_strict", "device1"))
     seen.clear()
     workers.pop("gpu")
     with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster):
-        assert task_resources(True) is None
-        GPTiltedDensity(method="fd", n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, device="cpu").fit(
-            chunks, features=draw)
-    assert len(seen) == 8 and set(seen) == {"cpu"}
+        assert task_resources(True) is None and cluster_has_gpus() is False
+        with monkeypatch.context() as m:
+            m.setattr(backend, "gpu_visible", lambda: True)  # a GPU here, but the workers have none
+            assert resolve_device("auto", cluster_gpus=cluster_has_gpus()) == "cpu"
+            assert resolve_device("gpu", cluster_gpus=cluster_has_gpus()) == "gpu"  # asked for: this machine's
+        with pytest.raises(RuntimeError, match="worker tcp://.* has no GPU .*GPU resource"):  # no task waits forever
+            GPTiltedDensity(method="fd", n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, device="cpu").fit(
+                chunks, features=draw)
+    assert seen == []
 
 
 @pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
@@ -190,3 +214,45 @@ def test_a_pipeline_spec_asks_for_the_gpu_through_its_model_params(tmp_path, mon
     assert load_spec(spec("GPTiltedDensity", {"method": "fd", "device": "gpu"})).models[0].params["device"] == "gpu"
     with pytest.raises(ValueError, match="GP-tilted"):
         load_spec(spec("NystromKEF", {"device": "gpu"}))
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+def test_where_a_model_computes_is_not_part_of_it(rows, draw, tmp_path):
+    """``device`` changes no statistics (a pipeline store keeps its sums when only it changes), and a model file keeps
+    an explicit ``device="cpu"``; only ``"gpu"`` is written as ``"auto"`` (the test above)."""
+    import tgpflow
+    from tgpflow.models.params import GPTiltedParams
+
+    a = GPTiltedParams.statistics_params({"method": "fd", "n_features": 48, "device": "gpu"})
+    assert a == GPTiltedParams.statistics_params({"method": "fd", "n_features": 48, "device": "cpu"})
+    assert "device" not in a
+    GPTiltedDensity(method="fd", n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, device="cpu").fit(
+        rows, features=draw).save(tmp_path / "m.zarr")
+    assert tgpflow.load(tmp_path / "m.zarr").device == "cpu"
+
+
+def test_a_wrapped_chunk_function_is_planned_as_the_one_it_wraps(draw):
+    import functools
+
+    from tgpflow.core.backend import on_device
+    from tgpflow.core.memory import cost_of
+
+    args = (draw, 1 << 20, "float64", False)
+    plain = cost_of(tgp_chunk_stats, args, 3)
+    assert plain is not None
+    assert cost_of(functools.partial(on_device, DEVICE1, tgp_chunk_stats), args, 3) == plain
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+@pytest.mark.parametrize("method", ["fd", "fvpd"])
+def test_device_evaluation_in_slabs_and_blocks_equals_one_piece(rows, draw, method, monkeypatch):
+    """The rows go to the device in slabs and are evaluated in blocks: 1 000 rows in slabs of 250, blocks of 100."""
+    import tgpflow.models.tgp_on_device as on
+
+    est = GPTiltedDensity(method=method, n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, base="mixture",
+                          device="cpu").fit(rows, features=draw)
+    want = est.log_density(rows)
+    monkeypatch.setattr(GPTiltedDensity, "_device_target", lambda self: DEVICE1)
+    monkeypatch.setattr(on, "DEVICE_EVAL_BYTES", 4 * 8 * 48 * 100)
+    monkeypatch.setattr(on, "DEVICE_INPUT_BYTES", 8 * 3 * 250)
+    np.testing.assert_allclose(est.log_density(rows), want, rtol=1e-10, atol=1e-10)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # All GPU verification of tgpflow in one command (benchmarks/gpu/README.md): install the carried wheels into a
 # temporary site directory, run the GPU tests and the GPU benchmark, write the logs, one JSON and one Markdown
-# table into OUTDIR. Usage (from the repository root): bash benchmarks/gpu/run.sh OUTDIR [--rehearse]
+# table into OUTDIR. Usage (from the repository root): bash benchmarks/gpu/run.sh OUTDIR [BENCH_OPTIONS]
+# BENCH_OPTIONS, one quoted argument, go to bench.py: "--rehearse" (no GPU steps), "--only scoring".
 set -u -o pipefail
-OUT=${1:?usage: benchmarks/gpu/run.sh OUTDIR [--rehearse]}
+OUT=${1:?usage: benchmarks/gpu/run.sh OUTDIR [BENCH_OPTIONS]}
 MODE=${2:-}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-python3}

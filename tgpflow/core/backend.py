@@ -18,14 +18,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import importlib.util
 from typing import Any
 
 import numpy as np
-from array_api_compat import array_namespace, is_cupy_namespace, is_numpy_namespace
+from array_api_compat import array_namespace, is_array_api_strict_namespace, is_cupy_namespace, is_numpy_namespace
 from array_api_compat import device as array_device
 
 __all__ = ["namespace", "is_numpy", "is_cupy", "device_of", "to_numpy", "to_device", "DeviceTarget", "on_device",
-           "resolve_device", "device_target", "gpu_visible", "GPU_EXTRA"]
+           "resolve_device", "device_target", "gpu_visible", "gpu_probe", "GPU_EXTRA"]
 
 #: What to install for ``device="gpu"`` (the one sentence a missing CuPy gets).
 GPU_EXTRA = 'pip install "tgpflow[gpu]" (CuPy and dask-cuda)'
@@ -57,7 +58,7 @@ def to_numpy(x: Any) -> np.ndarray:
         return x
     if hasattr(x, "get"):  # CuPy
         return np.asarray(x.get())
-    if type(x).__module__.startswith("array_api_strict"):  # its other devices refuse np.asarray
+    if is_array_api_strict_namespace(array_namespace(x)):  # its other devices refuse np.asarray
         import array_api_strict
 
         return np.asarray(x.to_device(array_api_strict.Device("CPU_DEVICE")))
@@ -72,6 +73,12 @@ class DeviceTarget:
     module: str
     device: str | None = None
 
+    def available(self) -> bool:
+        """Whether this process can put arrays there (a CPU worker of a mixed cluster cannot put them on a GPU)."""
+        if self.module == "cupy":
+            return gpu_visible()
+        return importlib.util.find_spec(self.module) is not None
+
     def put(self, rows: np.ndarray) -> Any:
         """``rows`` (host float64) as an array on this device."""
         mod = importlib.import_module(self.module)
@@ -81,8 +88,26 @@ class DeviceTarget:
 
 
 def to_device(rows: np.ndarray, target: DeviceTarget | None) -> Any:
-    """``rows`` moved to ``target`` (unchanged without one): once per chunk, inside the task that reads it."""
-    return rows if target is None else target.put(np.ascontiguousarray(rows, dtype=np.float64))
+    """``rows`` moved to ``target`` (unchanged without one): once per chunk, inside the task that reads it. Raises,
+    naming the process, where the target is not available (a task of the pass sent to a worker without a GPU)."""
+    if target is None:
+        return rows
+    if not target.available():
+        where = _process_name()
+        raise RuntimeError(f"device='gpu': {where} has no GPU ({gpu_probe()[1]}); give the cluster's GPU workers a "
+                           f"GPU resource (dask-cuda's LocalCUDACluster and `type: cuda` cluster files do) so that "
+                           f"device tasks go to them, or use device='cpu'")
+    return target.put(np.ascontiguousarray(rows, dtype=np.float64))
+
+
+def _process_name() -> str:
+    """This process as a message names it: its Dask worker, or this machine."""
+    try:
+        from distributed import get_worker
+
+        return f"worker {get_worker().address}"
+    except (ImportError, ValueError):
+        return "this machine"
 
 
 def on_device(target: DeviceTarget, fn: Any, rows: np.ndarray, *args: Any) -> Any:
@@ -91,37 +116,50 @@ def on_device(target: DeviceTarget, fn: Any, rows: np.ndarray, *args: Any) -> An
 
 
 @functools.cache
-def gpu_visible() -> bool:
-    """Whether CuPy imports and sees at least one CUDA device (asked once per process)."""
+def gpu_probe() -> tuple[bool, str]:
+    """(whether CuPy imports and sees at least one CUDA device, why not), asked once per process."""
     try:
         import cupy
 
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
+        count = cupy.cuda.runtime.getDeviceCount()
+    except ImportError:
+        return False, "CuPy is not installed"
+    except Exception as exc:  # a driver or runtime error: the user needs its words, not an install hint
+        return False, f"CuPy sees no GPU: {type(exc).__name__}: {exc}"
+    return (count > 0), ("" if count > 0 else "CuPy sees no CUDA device")
 
 
-def resolve_device(device: str, supported: bool = True) -> str:
-    """Resolve ``device="auto"|"cpu"|"gpu"`` to where this estimator computes (docs/gpu.md).
+def gpu_visible() -> bool:
+    """Whether CuPy imports and sees at least one CUDA device on this machine."""
+    return gpu_probe()[0]
 
-    ``"auto"`` is the GPU when CuPy sees one and the estimator's family runs there (``supported``), else the CPU.
-    ``"gpu"`` without CuPy or a visible GPU raises with the extra to install; for a family without a device path it
-    raises naming ``device='cpu'``.
+
+def resolve_device(device: str, supported: bool = True, *, cluster_gpus: bool | None = None) -> str:
+    """Resolve ``device="auto"|"cpu"|"gpu"`` to where this estimator computes (docs/gpu.md, "Choosing the device").
+
+    ``cluster_gpus``: whether the active distributed cluster's workers advertise a ``GPU`` resource (None: no
+    cluster; the chunks then run on this machine). ``"auto"`` is the GPU when the estimator's family runs there
+    (``supported``) and the machines that run its tasks have one: the cluster's workers where there is a cluster,
+    this machine otherwise; else the CPU. ``"gpu"`` needs a GPU on this machine or GPU workers: without it raises
+    with the reason and the extra to install; for a family without a device path it raises naming
+    ``device='cpu'``.
     """
     if device not in ("auto", "cpu", "gpu"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'gpu'; got {device!r}")
     if device == "cpu":
         return "cpu"
     if device == "auto":
-        return "gpu" if supported and gpu_visible() else "cpu"
+        here = gpu_visible() if cluster_gpus is None else cluster_gpus
+        return "gpu" if supported and here else "cpu"
     if not supported:
         raise ValueError("device='gpu' runs the GP-tilted family (GPTiltedDensity) in this release; this model "
                          "computes on the CPU: use device='cpu' (or 'auto')")
-    if not gpu_visible():
-        raise ValueError(f"device='gpu' needs CuPy and a visible CUDA GPU: {GPU_EXTRA}, or use device='cpu'")
+    if not (cluster_gpus or gpu_visible()):
+        raise ValueError(f"device='gpu' needs CuPy and a visible CUDA GPU ({gpu_probe()[1]}): {GPU_EXTRA}, or use "
+                         f"device='cpu'")
     return "gpu"
 
 
-def device_target(device: str, supported: bool = True) -> DeviceTarget | None:
+def device_target(device: str, supported: bool = True, *, cluster_gpus: bool | None = None) -> DeviceTarget | None:
     """The :class:`DeviceTarget` a resolved ``device`` sends chunks to: CuPy's current GPU, or None (the host)."""
-    return DeviceTarget("cupy") if resolve_device(device, supported) == "gpu" else None
+    return DeviceTarget("cupy") if resolve_device(device, supported, cluster_gpus=cluster_gpus) == "gpu" else None

@@ -24,9 +24,10 @@ from typing import Any, Protocol
 import dask
 from threadpoolctl import threadpool_limits
 
-from tgpflow.core.memory import plan_pass
+from tgpflow.core.memory import cluster_workers, plan_pass
 
-__all__ = ["accumulate", "tree_reduce", "compute", "Progress", "ChunkSource", "task_resources", "annotated"]
+__all__ = ["accumulate", "tree_reduce", "compute", "Progress", "ChunkSource", "task_resources", "annotated",
+           "cluster_has_gpus"]
 
 #: Called with the futures of a distributed compute, before the engine waits for them (to show progress).
 Progress = Callable[[Sequence[Any]], None]
@@ -74,15 +75,20 @@ def _active_client() -> Any:
         return None
 
 
+def cluster_has_gpus() -> bool | None:
+    """Whether the active distributed cluster has workers that advertise a ``GPU`` resource (dask-cuda's, or a
+    ``type: cuda`` cluster file's); None without a distributed client (the tasks run on this machine)."""
+    client = _active_client()
+    if client is None:
+        return None
+    return any((w.get("resources") or {}).get("GPU") for w in cluster_workers(client).values())
+
+
 def task_resources(on_device: bool) -> dict[str, int] | None:
     """The resources a chunk task asks for (docs/gpu.md, "GPU workers"): ``{"GPU": 1}`` for a task on the device when
     the active distributed cluster has workers that advertise a ``GPU`` resource (a mixed CPU/GPU cluster then sends
     such tasks to them only), else None (no worker would match, and the tasks would wait forever)."""
-    client = _active_client() if on_device else None
-    if client is None:
-        return None
-    workers = client.scheduler_info(n_workers=-1).get("workers", {}).values()
-    return {"GPU": 1} if any((w.get("resources") or {}).get("GPU") for w in workers) else None
+    return {"GPU": 1} if on_device and cluster_has_gpus() else None
 
 
 def annotated(resources: dict[str, int] | None) -> Any:

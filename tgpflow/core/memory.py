@@ -28,14 +28,16 @@ cost with :func:`declare`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DEFAULT_BLOCK_BYTES", "MemoryCost", "BlockPlan", "sequential", "plan_blocks", "plan_pass", "declare", "cost_of",
-           "cluster_budget", "local_budget", "task_budget", "pass_budget", "check_fits", "traced_peak"]
+__all__ = ["DEFAULT_BLOCK_BYTES", "MemoryCost", "BlockPlan", "sequential", "plan_blocks", "plan_pass", "declare",
+           "declare_wrapper", "cost_of", "cluster_workers", "cluster_budget", "local_budget", "task_budget",
+           "pass_budget", "check_fits", "traced_peak"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -140,12 +142,18 @@ def plan_blocks(cost: MemoryCost, block_bytes: int, *, chunk_rows: int | None = 
 
 
 # -- budgets ----------------------------------------------------------------------------------
+def cluster_workers(client: Any) -> dict[str, dict[str, Any]]:
+    """Every worker of the client's cluster, address → the scheduler's record of it (memory_limit, nthreads,
+    resources, …)."""
+    try:
+        return client.scheduler_info(n_workers=-1)["workers"]
+    except TypeError:  # older distributed: every worker is listed
+        return client.scheduler_info()["workers"]
+
+
 def cluster_budget(client: Any) -> tuple[int | None, str]:
     """The smallest ``memory_limit / nthreads`` over the client's workers (None when none sets a limit)."""
-    try:
-        workers = client.scheduler_info(n_workers=-1)["workers"]
-    except TypeError:  # older distributed: every worker is listed
-        workers = client.scheduler_info()["workers"]
+    workers = cluster_workers(client)
     best: tuple[int, str] | None = None
     for addr, w in workers.items():
         limit, threads = int(w.get("memory_limit") or 0), max(1, int(w.get("nthreads") or 1))
@@ -218,9 +226,22 @@ def declare(chunk_fn: Callable[..., Any], cost_fn: Callable[..., tuple[MemoryCos
     _COSTS[chunk_fn] = cost_fn
 
 
+#: Wrappers of a chunk function → the position, among a ``functools.partial``'s arguments, of the function they wrap
+#: (:func:`declare_wrapper`).
+_WRAPPERS: dict[Callable[..., Any], int] = {}
+
+
+def declare_wrapper(wrapper: Callable[..., Any], inner: int) -> None:
+    """Register ``wrapper``: ``functools.partial(wrapper, *a)`` runs the chunk function ``a[inner]`` on the same rows
+    and arguments (moved to a device, say), so it is planned as that function is."""
+    _WRAPPERS[wrapper] = int(inner)
+
+
 def cost_of(chunk_fn: Callable[..., Any], args: tuple[Any, ...], n_dims: int) -> tuple[MemoryCost, int] | None:
     """The declared (cost, block_bytes) of ``chunk_fn`` called with ``args`` after rows of ``n_dims``
-    columns, or None when it declared none."""
+    columns (seen through the wrappers of :func:`declare_wrapper`), or None when it declared none."""
+    while isinstance(chunk_fn, functools.partial) and chunk_fn.func in _WRAPPERS:
+        chunk_fn = chunk_fn.args[_WRAPPERS[chunk_fn.func]]
     try:
         fn = _COSTS.get(chunk_fn)
     except TypeError:  # an unhashable callable declares nothing

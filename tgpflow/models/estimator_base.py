@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from tgpflow.core.backend import DeviceTarget, device_target, resolve_device
-from tgpflow.core.engine import Progress
+from tgpflow.core.engine import Progress, cluster_has_gpus
 from tgpflow.core.logs import phase
 from tgpflow.features.scaling import Scaling
 from tgpflow.models.model_file import verify_solution, write_model
@@ -78,7 +78,7 @@ class Estimator(BaseEstimator):
         and what is allowed (and, with a ``device``, that the device exists here)."""
         table = self.params_table.check(self.get_params(deep=False))
         if "device" in self.params_table.model_fields:
-            resolve_device(table.device, self._runs_on_gpu)  # type: ignore[attr-defined]
+            resolve_device(table.device, self._runs_on_gpu, cluster_gpus=cluster_has_gpus())  # type: ignore[attr-defined]
         return table
 
     #: Whether this family's pass and evaluation run on a GPU (docs/gpu.md); without, ``device="gpu"`` is refused.
@@ -86,7 +86,7 @@ class Estimator(BaseEstimator):
 
     def _device_target(self) -> DeviceTarget | None:
         """Where this estimator's chunks go: the GPU's :class:`~tgpflow.core.backend.DeviceTarget`, or None (host)."""
-        return device_target(getattr(self, "device", "cpu"), self._runs_on_gpu)
+        return device_target(getattr(self, "device", "cpu"), self._runs_on_gpu, cluster_gpus=cluster_has_gpus())
 
     def _forget(self, *names: str) -> None:
         """Drop what a previous fit set."""
@@ -133,7 +133,7 @@ class Estimator(BaseEstimator):
         support = getattr(self, "support_", None)
         scaling = getattr(self, "scaling_", None)
         params = plain(self.get_params())
-        if "device" in params:  # where it was fitted is not part of the model: it loads and computes anywhere
+        if params.get("device") == "gpu":  # a GPU where it was fitted is not part of the model: it loads anywhere
             params["device"] = "auto"
         meta = {"params": params,
                 "scaling": None if scaling is None else scaling.to_dict(),

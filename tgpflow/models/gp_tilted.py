@@ -24,7 +24,7 @@ from tgpflow.core.engine import Progress
 from tgpflow.core.engine import accumulate as run_pass
 from tgpflow.core.gaussian_base import base_from_moments, check_covariance, mixture_base
 from tgpflow.core.logs import logger, phase
-from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
+from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, declare_wrapper
 from tgpflow.core.moments import Moments
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
 from tgpflow.features.lattice import LatticeCells, choose_discrete, dequantize_chunk
@@ -101,6 +101,10 @@ def _carrying(fn: Any, carried: dict[str, Any], *args: Any) -> Any:
     dequantized over and the ``bounds`` they were transformed by."""
     out = fn(*args)
     return dataclasses.replace(out, **carried) if hasattr(out, "cells") else out
+
+# A chunk function run on the device, or carrying how its rows were read, is planned as the function it wraps.
+declare_wrapper(on_device, 1)
+declare_wrapper(_carrying, 0)
 
 #: λ when ``lam="auto"`` has no validation rows to select on (a few rows): a smooth fit.
 FALLBACK_LAM = 1.0
@@ -1055,9 +1059,17 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return self._on_device(self._fitted.at_level(float(sigma)))
 
     def _on_device(self, fitted: TGPFitted) -> TGPFitted:
-        """``fitted`` evaluating its rows on this estimator's device (docs/gpu.md)."""
+        """``fitted`` evaluating its rows on this estimator's device (docs/gpu.md): one copy per fitted model and
+        device, kept, so that what the model caches (FVPD's L⁻¹, M⁻¹) is computed once."""
         target = self._device_target()
-        return fitted if target == fitted.device else dataclasses.replace(fitted, device=target)
+        if target == fitted.device:
+            return fitted
+        key = (id(fitted), target)
+        cached = self.__dict__.get("_device_copy")
+        if cached is None or cached[0] != key or cached[1] is not fitted:
+            cached = (key, fitted, dataclasses.replace(fitted, device=target))
+            self.__dict__["_device_copy"] = cached
+        return cached[2]
 
     def _evaluate(self, X: Any, which: str, sigma: float | None = None) -> Any:
         return self._map_rows(X, getattr(self.fitted(sigma), which), per_row_dims=which == "grad_log_density")

@@ -167,6 +167,11 @@ def _bare(tp: Any) -> Any:
     return typing.get_args(tp)[0] if typing.get_origin(tp) is Annotated else tp
 
 
+#: Parameters that say where a model computes, not what: no statistics, draw or solution depends on them
+#: (:meth:`ParamTable.statistics_params`; docs/gpu.md).
+WHERE_ONLY = frozenset({"device"})
+
+
 class ParamTable(BaseModel):
     """The parameter table of one estimator (see the module docstring): subclass it, one field per parameter."""
 
@@ -199,7 +204,7 @@ class ParamTable(BaseModel):
         """``params`` as the statistics see them: legacy names read as today's (:meth:`current_names`), the
         solve-only parameters (:attr:`solve_only`) left out. Two sets of params with equal statistics params
         give equal statistics from the same rows and draw."""
-        return {k: v for k, v in cls.current_names(params).items() if k not in cls.solve_only}
+        return {k: v for k, v in cls.current_names(params).items() if k not in cls.solve_only | WHERE_ONLY}
 
     @classmethod
     def check(cls, params: Mapping[str, Any]) -> ParamTable:

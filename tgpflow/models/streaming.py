@@ -175,7 +175,8 @@ class StreamingMixin:
         return stats
 
     def _map_rows(self, X: Any, fn: Any, per_row_dims: bool) -> Any:
-        """``fn`` over the rows of X: (n,) or (n, d) results; lazy for lazy X."""
+        """``fn`` over the rows of X: (n,) or (n, d) results; lazy for lazy X (its tasks carry no resource annotation:
+        Dask's array graph drops them, so a model on the device evaluates on the CPU of a worker without one)."""
         if is_lazy(X):
             source = self._source(X, None, reset=False)
             self._check_width(source)

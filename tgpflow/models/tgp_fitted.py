@@ -171,8 +171,8 @@ class TGPFitted(BlockedScore, Fitted):
         :meth:`_inv_chol_norms`, in float64 and as a sum of squares (≥ 0).
         """
         x = np.asarray(x, dtype=np.float64)
-        if self.device is not None:  # tgpflow.models.tgp_on_device
-            return log_density_on_device(self, self.device, x)
+        if self.device is not None and self.device.available():  # a worker without it computes on its CPU
+            return log_density_on_device(self, self.device, x)  # tgpflow.models.tgp_on_device
         if self.M_chol is None:
             f = self._fused_sums(x, [self._weights], [])[0][:, 0]
             if self.kde_weights is not None:
