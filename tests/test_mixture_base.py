@@ -136,6 +136,40 @@ def test_fit_mixture_base_chooses_two_components_for_two_blobs():
     assert scores[2] > scores[1] + 0.3
 
 
+@pytest.mark.parametrize("n, starts", [(2_000, 3), (13_000, 1)])
+def test_a_small_table_keeps_the_best_of_several_em_starts_at_its_k(n, starts, monkeypatch):
+    """Below MIXTURE_STARTS_ROWS training rows the chosen K is fitted from MIXTURE_STARTS seeds and the start with the
+    best validation log-likelihood is carried on to all rows (its warm start); above, one start."""
+    from sklearn.mixture import GaussianMixture
+
+    import tgpflow.features.mixture_base as mb
+
+    fits: list[tuple[int, bool, float]] = []
+    real_fit, real_score = GaussianMixture.fit, GaussianMixture.score_samples
+    scored: dict[int, float] = {}
+
+    def fit(self, x, y=None):
+        out = real_fit(self, x)
+        fits.append((self.n_components, bool(self.warm_start), id(self)))
+        return out
+
+    def score_samples(self, x):
+        values = real_score(self, x)
+        scored[id(self)] = float(values.mean())
+        return values
+
+    monkeypatch.setattr(GaussianMixture, "fit", fit)
+    monkeypatch.setattr(GaussianMixture, "score_samples", score_samples)
+    mix, _ = fit_mixture_base(_two_blobs(n, 16), random_state=0)
+    k = mix.n_components
+    at_k = [f for f in fits if f[0] == k and not f[1]]
+    assert len(at_k) == starts
+    final = [f for f in fits if f[1]]
+    assert len(final) == 1 and final[0][0] == k
+    assert scored[final[0][2]] == max(scored[f[2]] for f in at_k)  # the carried start is the best one
+    assert n * 4 // 5 < mb.MIXTURE_STARTS_ROWS if starts > 1 else n * 4 // 5 >= mb.MIXTURE_STARTS_ROWS
+
+
 @pytest.mark.parametrize("method", ["fd", "fvpd"])
 def test_selection_scores_the_mixture_itself_and_never_does_worse_on_held_out_rows(method):
     """λ = ∞ (θ = 0) is a candidate under a mixture base; its held-out log-likelihood is the mixture's mean log

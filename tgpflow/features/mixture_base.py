@@ -18,7 +18,7 @@ GP-tilted fits of the ADBench development sets (FD, held out): on Stamps (272 tr
 validation rows) the mean chose K = 4, whose narrow components gave held-out rows −175 nats and the fit −11.64
 nats/row; the rule kept K = 2 (−8.70). On annthyroid it cost: K = 16 (−1.74) where the mean's K = 32 scored
 −1.03. The letter set keeps K = 4 either way. Which K wins also moves with EM's seeded initialisation (one
-start per K): a steadier choice (several starts, or a held-out split of the whole pass) is open.
+start per K during the search); at the chosen K a small table gets :data:`MIXTURE_STARTS` starts.
 """
 
 from __future__ import annotations
@@ -51,6 +51,14 @@ MIXTURE_REG = 1e-6
 #: the mixture base scored −28.65 nats/row held out against the tuned mixture's −24.88; at 5, −25.11. The held-out
 #: log-likelihood still decides among the counts tried, so the smaller floor only lets it look further.
 MIXTURE_ROWS_PER_DIM = 5
+#: EM starts at the chosen K (one per K during the search) when the search fits fewer than
+#: :data:`MIXTURE_STARTS_ROWS` training rows: the best on the validation rows is carried on. On small tables a K's
+#: fit moves most with EM's initialisation and each start is cheap. Measured (FD, ADBench, held out, against a tuned
+#: GaussianMixture): thyroid (2 900 training rows) from −0.085 to +0.098 nats/row, cardio's sliced KS from 1.30× to
+#: 1.02× the mixture's; glass, Stamps, Wilt, annthyroid unchanged, Pima +1.469 → +1.463. On the demo's 20 000 pilot
+#: rows the two extra starts cost 2.1 s of a 15.3 s FD fit, so larger pilots keep one start.
+MIXTURE_STARTS = 3
+MIXTURE_STARTS_ROWS = 10_000
 _BLOCK_ELEMENTS = 1 << 22
 
 
@@ -254,7 +262,13 @@ def fit_mixture_base(rows: np.ndarray, random_state: Any = 0, components: tuple[
             if worse == 2:
                 break
     best_k = _one_standard_error(scores, best_k)
-    gm = fits[best_k]
+    gm, val_score = fits[best_k], float(scores[best_k].mean())
+    starts = MIXTURE_STARTS if train.shape[0] < MIXTURE_STARTS_ROWS else 1
+    for _ in range(starts - 1):  # a K's fit moves with EM's initialisation: keep the best of a few starts
+        other = fitted(best_k, train)
+        score = float(other.score_samples(val).mean()) - log_det
+        if score > val_score:
+            gm, val_score = other, score
     gm.set_params(warm_start=True, max_iter=100)  # all the rows, from the chosen K's fit
     gm.fit(z)
     covs = gm.covariances_ * np.outer(scale, scale)[None]
