@@ -18,7 +18,7 @@ import numpy as np
 
 from tgpflow.core.backend import DeviceTarget, device_of, namespace, to_device, to_numpy
 
-__all__ = ["log_density_on_device", "DEVICE_EVAL_BYTES"]
+__all__ = ["log_density_on_device", "DEVICE_EVAL_BYTES", "DEVICE_INPUT_BYTES"]
 
 #: Bytes of one evaluation block's four (S, rows) float64 arrays on the device: 1 GiB (33 000 rows at S = 1000).
 DEVICE_EVAL_BYTES = 1 << 30
