@@ -206,19 +206,27 @@ def _dashboard_address() -> str | None:
     return ":8787"
 
 
+def _cuda_cluster(what: str, kw: dict[str, Any]) -> Any:
+    """dask-cuda's ``LocalCUDACluster`` class, or an ImportError saying that ``what`` needs the gpu extra; ``kw`` (the
+    cluster's keywords) gets each worker's ``GPU`` resource, which device tasks ask for
+    (:func:`tgpflow.core.engine.task_resources`)."""
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError as exc:
+        raise ImportError(f"{what} needs dask-cuda: {GPU_EXTRA}") from exc
+    kw.setdefault("resources", {"GPU": 1})
+    return LocalCUDACluster
+
+
 @contextlib.contextmanager
 def gpu_cluster(dashboard: bool = False, **kw: Any) -> Iterator[Any]:
     """dask-cuda's ``LocalCUDACluster`` (one worker per visible GPU, each advertising a ``GPU`` resource that device
     tasks ask for: docs/gpu.md, "GPU workers") and a Client; ``kw`` go to the cluster (``rmm_pool_size``, …)."""
     from distributed import Client
 
-    try:
-        from dask_cuda import LocalCUDACluster
-    except ImportError as exc:
-        raise ImportError(f'--local gpu needs dask-cuda: {GPU_EXTRA}') from exc
-    kw.setdefault("resources", {"GPU": 1})
+    cls = _cuda_cluster("--local gpu", kw)
     address = _dashboard_address() if dashboard else None
-    with worker_malloc(), LocalCUDACluster(dashboard_address=address, **kw) as cluster, Client(cluster) as client:
+    with worker_malloc(), cls(dashboard_address=address, **kw) as cluster, Client(cluster) as client:
         logger.info("embedded LocalCUDACluster: %d GPU workers", len(cluster.workers))
         yield client
 
@@ -251,11 +259,7 @@ def cluster_from_file(path: str | os.PathLike[str]) -> Iterator[Any]:
     if kind == "local":
         from distributed import LocalCluster as cls
     elif kind == "cuda":
-        try:
-            from dask_cuda import LocalCUDACluster as cls
-        except ImportError as exc:
-            raise ImportError(f"{path}: a CUDA cluster needs dask-cuda: {GPU_EXTRA}") from exc
-        kw.setdefault("resources", {"GPU": 1})  # what device tasks ask for (tgpflow.core.engine.task_resources)
+        cls = _cuda_cluster(f"{path}: a CUDA cluster", kw)
     else:
         try:
             from dask_jobqueue import SLURMCluster as cls

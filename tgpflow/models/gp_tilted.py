@@ -1064,10 +1064,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         target = self._device_target()
         if target == fitted.device:
             return fitted
-        key = (id(fitted), target)
-        cached = self.__dict__.get("_device_copy")
-        if cached is None or cached[0] != key or cached[1] is not fitted:
-            cached = (key, fitted, dataclasses.replace(fitted, device=target))
+        cached = self.__dict__.get("_device_copy")  # (the host model, its device, the copy on it)
+        if cached is None or cached[0] is not fitted or cached[1] != target:
+            cached = (fitted, target, dataclasses.replace(fitted, device=target))
             self.__dict__["_device_copy"] = cached
         return cached[2]
 

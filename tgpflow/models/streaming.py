@@ -132,10 +132,15 @@ class StreamingMixin:
         task = dask.delayed(fn, pure=True)
         shared = [dask.delayed(a, pure=True) for a in args]
         source = self.fitting_source(source)
-        with annotated(task_resources(self._device_target() is not None)):
+        with annotated(self._task_resources()):
             if with_keys:
                 return [task(b, k, *shared) for b, k in zip(source.blocks(), source.row_keys(), strict=True)]
             return [task(b, *shared) for b in source.blocks()]
+
+    def _task_resources(self) -> dict[str, int] | None:
+        """What this estimator's chunk tasks ask of a worker: a GPU where they run on the device
+        (:func:`~tgpflow.core.engine.task_resources`)."""
+        return task_resources(self._device_target() is not None)
 
     def _stream_pass(self, source: Source, chunk_fn: Any, draw: Any, args: tuple[Any, ...],
                      variants: dict[float, Any] | None, val_args: tuple[Any, ...] | None = None,
@@ -151,7 +156,7 @@ class StreamingMixin:
         to the engine (:func:`tgpflow.core.engine.accumulate`).
         """
         split = variants is not None
-        resources = task_resources(self._device_target() is not None)
+        resources = self._task_resources()
         with phase("pass", chunks=source.n_chunks, split=split, **facts) as info:
             if split:
                 parts = {name: (v, *args) for name, v in variants.items()}

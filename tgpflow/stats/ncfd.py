@@ -265,8 +265,7 @@ def _noisy_sin_score(x: np.ndarray, level: RandomFourierFeatures, mixture: Gauss
     rng = np.random.default_rng([int.from_bytes(digest, "little"), h])
     y = x + sigma * rng.standard_normal(x.shape)
     score = mixture.at_level(sigma).derivatives(y)[1] - _gaussian_score(mixture, sigma, y)
-    xp = np if chunk is None else namespace(chunk)
-    if not is_numpy(xp):
+    if chunk is not None and not is_numpy(namespace(chunk)):
         return _noisy_sin_score_on(chunk, y, score, level, rows)
     out = np.zeros((level.n_features, x.shape[1]))
     for start in range(0, y.shape[0], rows):
