@@ -162,8 +162,8 @@ def test_fit_on_gpu_names_the_extra_without_cupy_and_the_cpu_for_other_families(
         assert r.exit_code == 1 and 'pip install "tgpflow[gpu]"' in r.output, r.output
         assert not (tmp_path / "g.zarr").exists()
     r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "k.zarr"), "--device", "gpu",
-                                  "--model", "nkef", "--progress", "none"])
-    assert r.exit_code == 1 and "use device='cpu'" in r.output and "GP-tilted" in r.output, r.output
+                                  "--model", "rsr", "--progress", "none"])  # a family without a device path
+    assert r.exit_code == 1 and "use device='cpu'" in r.output and "computes on the CPU" in r.output, r.output
     assert not (tmp_path / "k.zarr").exists()
     if importlib.util.find_spec("dask_cuda") is None:  # --local gpu names the extra too
         r = CliRunner().invoke(main, ["fit", src, "--out", str(tmp_path / "c.zarr"), "--local", "gpu",

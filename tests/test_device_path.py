@@ -12,10 +12,13 @@ import numpy as np
 import pytest
 
 import tgpflow.core.backend as backend
-from tgpflow import GPTiltedDensity, NystromKEF
+import tgpflow.stats.kef as kef_module
+from tgpflow import GPTiltedDensity, NystromKEF, ScoreEstimator
 from tgpflow.core.backend import DeviceTarget, device_target, resolve_device, to_device, to_numpy
 from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.noise import noise_levels
+from tgpflow.features.nystrom import NystromBasis
+from tgpflow.stats.kef import diag_chunk_stats, diag_memory, kef_chunk_stats, kef_memory, lite_chunk_stats, lite_memory
 from tgpflow.stats.ncfd import ncfd_chunk_stats
 from tgpflow.stats.tgp import tgp_chunk_stats
 
@@ -92,6 +95,49 @@ def test_a_fit_on_a_device_equals_the_host_fit(rows, draw, method, base, monkeyp
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("radial", ["gaussian", "imq"])
+def test_kernel_statistics_on_a_device_equal_the_host_ones(rows, radial):
+    """The curl-free, diagonal and lite sums of a chunk on the device, in blocks of 40 rows (the host path forms the
+    (rows, m, d) differences and the d × d blocks; the device one sums them with GEMMs in another order)."""
+    basis = NystromBasis(rows[::50] + 0.1, 2.0, radial, shift=rows.mean(axis=0))
+    for fn in (kef_chunk_stats, diag_chunk_stats, lite_chunk_stats):
+        host = fn(rows, basis)
+        per_row = {kef_chunk_stats: kef_memory, diag_chunk_stats: diag_memory, lite_chunk_stats: lite_memory}[fn]
+        dev = fn(to_device(rows, DEVICE1), basis, 40 * per_row(basis).per_row)
+        assert dev.draw is basis and dev.n == host.n
+        for name, value in vars(host).items():
+            if isinstance(value, np.ndarray):
+                _close(getattr(dev, name), value, 1e-12)
+        _close(dev.moments.m2, host.moments.m2, 1e-12)
+    with pytest.raises(ValueError, match="n_components"):  # dimension subsampling has no device form
+        kef_chunk_stats(to_device(rows, DEVICE1), basis.with_components(1, np.random.default_rng(0)))
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")  # a fixed λ on two blobs: not the point
+@pytest.mark.parametrize("make", [lambda d: NystromKEF(device=d, n_basis=30, base="gaussian", bandwidth=2.0),
+                                  lambda d: NystromKEF(device=d, n_basis=30, lite=True, bandwidth=2.0),
+                                  lambda d: ScoreEstimator(device=d, kernel="diagonal", n_basis=30, bandwidth=2.0),
+                                  lambda d: NystromKEF(device=d, n_basis=30, lam="auto")],
+                         ids=["nkef-gaussian", "lite", "diagonal", "nkef-selected"])
+def test_a_kernel_fit_on_a_device_equals_the_host_fit(rows, make, monkeypatch):
+    """A Nyström kernel model's whole device path: chunks moved inside their tasks (with a λ search, each chunk's
+    train and validation parts), the sums back on the host, the log density and the score evaluated on the device."""
+    chunks = da.from_array(rows, chunks=(250, 3))
+    probe = np.vstack([rows[:40], rows[:5] + 4.0])
+    host = make("cpu").fit(chunks)
+    monkeypatch.setattr(type(host), "_device_target", lambda self: DEVICE1)
+    summed_there = []
+    real = kef_module._from_device
+    monkeypatch.setattr(kef_module, "_from_device", lambda *a: summed_there.append(1) or real(*a))
+    dev = make("cpu").fit(chunks)
+    assert len(summed_there) >= 4  # every chunk (with a search: its two parts) summed on the device
+    assert dev._on_device(dev._fitted).device == DEVICE1 and host._fitted.device is None
+    np.testing.assert_allclose(dev.coef_, host.coef_, rtol=1e-8, atol=1e-8 * np.abs(host.coef_).max())
+    np.testing.assert_allclose(dev.grad_log_density(probe), host.grad_log_density(probe), rtol=1e-9, atol=1e-9)
+    if host._fitted.has_log_density:
+        np.testing.assert_allclose(dev.log_density(probe), host.log_density(probe), rtol=1e-9, atol=1e-9)
+
+
 #: The workers whose tasks moved rows to the device (in-process workers share this module).
 WORKERS_SEEN: list[str] = []
 
@@ -126,8 +172,10 @@ def test_device_choice(monkeypatch):
     monkeypatch.setattr(backend, "gpu_visible", lambda: True)
     assert resolve_device("auto") == "gpu" and device_target("auto") == DeviceTarget("cupy")
     assert resolve_device("auto", supported=False) == "cpu"
-    with pytest.raises(ValueError, match="GP-tilted"):
-        NystromKEF(device="gpu").check_params()
+    NystromKEF(device="gpu").check_params()  # the Nyström kernel models run there too
+    with pytest.raises(ValueError, match="n_components"):  # but not with dimension subsampling
+        NystromKEF(device="gpu", n_components=1).check_params()
+    assert NystromKEF(device="auto", n_components=1)._device_target() is None
     with pytest.raises(ValueError, match="device must be"):
         resolve_device("tpu")
 
@@ -212,8 +260,8 @@ def test_a_pipeline_spec_asks_for_the_gpu_through_its_model_params(tmp_path, mon
         load_spec(spec("GPTiltedDensity", {"method": "fd", "device": "gpu"}))
     monkeypatch.setattr(backend, "gpu_visible", lambda: True)
     assert load_spec(spec("GPTiltedDensity", {"method": "fd", "device": "gpu"})).models[0].params["device"] == "gpu"
-    with pytest.raises(ValueError, match="GP-tilted"):
-        load_spec(spec("NystromKEF", {"device": "gpu"}))
+    with pytest.raises(ValueError, match="this model computes on the CPU"):
+        load_spec(spec("RootSobolevDensity", {"device": "gpu"}))
 
 
 @pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
@@ -247,7 +295,7 @@ def test_a_wrapped_chunk_function_is_planned_as_the_one_it_wraps(draw):
 @pytest.mark.parametrize("method", ["fd", "fvpd"])
 def test_device_evaluation_in_slabs_and_blocks_equals_one_piece(rows, draw, method, monkeypatch):
     """The rows go to the device in slabs and are evaluated in blocks: 1 000 rows in slabs of 250, blocks of 100."""
-    import tgpflow.models.tgp_on_device as on
+    import tgpflow.models.on_device as on
 
     est = GPTiltedDensity(method=method, n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, base="mixture",
                           device="cpu").fit(rows, features=draw)

@@ -9,10 +9,11 @@
    (the element-wise floor) and beside the CPU path on the same rows.
 4. A default FVPD fit of 2M × 7 (selection and diagnostics included), on the GPU and, time permitting, the CPU.
 5. A default NCFD fit of 14.3M × 3 on the GPU.
+6. NystromKEF n = 10⁶, d = 10, m = 500 on the GPU; its pass beside cuBLAS DSYRK and the CPU path (per row).
 
-Without a GPU (``--rehearse``, or CuPy missing) only tiny CPU versions of 4 and 5 run, to check the script.
+Without a GPU (``--rehearse``, or CuPy missing) only tiny CPU versions of 4, 5 and 6 run, to check the script.
 Writes ``gpu_results.json`` and ``gpu_results.md`` into ``--out``.
-Usage: python benchmarks/gpu/bench.py --out DIR [--budget-s 330] [--rehearse]
+Usage: python benchmarks/gpu/bench.py --out DIR [--budget-s 330] [--rehearse | --only scoring|kef]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import platform
 import time
 import traceback
@@ -64,6 +66,12 @@ def timed(fn: Any, repeats: int = 1) -> float:
         fn()
         best = min(best, time.perf_counter() - t)
     return best
+
+
+def max_relative(got: Any, want: Any, fields: tuple[str, ...]) -> float:
+    """The largest relative difference of the named statistics (each against its largest entry)."""
+    return max(float(np.abs(getattr(got, k) - getattr(want, k)).max() / np.abs(getattr(want, k)).max())
+               for k in fields)
 
 
 def cublas_references(run: Run) -> dict[str, float]:
@@ -136,8 +144,7 @@ def fd_pass(run: Run, refs: dict[str, float]) -> Any:
             reference=f"rows already on the GPU {t_dev:.3f} s", ratio=t_dev / t_host)
     sub = host[:200_000]
     cpu, gpu = tgp_chunk_stats(sub, feats), tgp_chunk_stats(cp.asarray(sub), feats)
-    err = max(float(np.abs(getattr(gpu, k) - getattr(cpu, k)).max() / np.abs(getattr(cpu, k)).max())
-              for k in ("gram", "u", "U", "psi"))
+    err = max_relative(gpu, cpu, ("gram", "u", "U", "psi"))
     run.add("float64 GPU vs CPU statistics (200k rows), max relative error", err, "", target="≤ 1e-10",
             ok=err <= 1e-10)
     tgp_chunk_stats(x[:50_000], feats, precision="mixed")
@@ -211,6 +218,8 @@ def default_fits(run: Run, gpu: bool, scale: float = 1.0) -> None:
         healthy = not est.fit_diagnostics_.get("warnings")
         return seconds, f"λ {est.lam_:.3g}, γ {est.bandwidth_:.3g}, {'healthy' if healthy else 'warned'}"
 
+    logging.basicConfig(level=logging.WARNING, format="  %(name)s %(message)s")  # the fits' phases, with seconds
+    logging.getLogger("tgpflow").setLevel(logging.INFO)
     n7, n3 = int(2_000_000 * scale), int(N_PASS * scale)
     x7 = mixture_rows(n7, 7, 4)
     t_fvpd, note = fit("fvpd", x7, device)
@@ -226,6 +235,81 @@ def default_fits(run: Run, gpu: bool, scale: float = 1.0) -> None:
         t_cpu, note = fit("fvpd", x7, "cpu")
         run.add(f"default FVPD fit {n7}×7, CPU (all cores)", t_cpu, "s", reference=f"GPU {t_fvpd:.1f} s; {note}",
                 ratio=t_cpu / t_fvpd)
+
+
+KEF_N, KEF_D, KEF_M = 1_000_000, 10, 500
+
+
+def kernel_models(run: Run, gpu: bool, scale: float = 1.0) -> None:
+    """6. NystromKEF n = 10⁶, d = 10, m = 500 (defaults otherwise: λ = 1e-3, σ_k by the median heuristic, flat base):
+    the whole fit on the GPU; its statistics pass beside cuBLAS DSYRK on the same (rows·d × md) blocks and beside
+    the CPU path on a slice of the rows (per row); float64 GPU vs CPU statistics and log densities."""
+    from tgpflow import NystromKEF
+    from tgpflow.stats.kef import kef_chunk_stats
+
+    n = int(KEF_N * scale)
+    x = mixture_rows(n, KEF_D, 6)
+    device = "gpu" if gpu else "cpu"
+    t0 = time.perf_counter()
+    est = NystromKEF(n_basis=KEF_M, device=device).fit(x)
+    t_fit = time.perf_counter() - t0
+    healthy = not est.fit_diagnostics_.get("warnings")
+    md = KEF_M * KEF_D
+    run.add(f"NystromKEF fit n={n}, d={KEF_D}, m={KEF_M}, {device}", t_fit, "s", target="≤ 30 s" if gpu else "",
+            ok=(t_fit <= 30) if gpu else None,
+            reference=f"σ_k {est.basis_.bandwidth:.3g}, solve {est.solver_info_.get('method')}, "
+                      f"{'healthy' if healthy else 'warned'}")
+    basis = est.basis_
+    n_cpu = max(200, min(n, 10_000) if gpu else n)
+    t_cpu = timed(lambda: kef_chunk_stats(x[:n_cpu], basis), 1) * (n / n_cpu)
+    if not gpu:
+        run.add(f"KEF statistics pass {n}×{KEF_D}, m={KEF_M}, CPU", t_cpu, "s")
+        return
+    import cupy as cp
+
+    xd = cp.asarray(x)
+
+    def gpu_pass() -> Any:
+        out = kef_chunk_stats(xd, basis)
+        cp.cuda.Device().synchronize()
+        return out
+
+    gpu_pass()  # warm-up (kernels compiled, pools grown)
+    t_gpu = timed(gpu_pass, 1)
+    from tgpflow.stats.kef import kef_memory
+    from tgpflow.stats.kef_on_device import DEVICE_BLOCK_BYTES
+    from tgpflow.stats.tgp_cupy import syrk_add
+
+    rows = DEVICE_BLOCK_BYTES // kef_memory(basis).per_row
+    a = cp.random.default_rng(0).standard_normal((rows * KEF_D, md))
+    acc = cp.zeros((md, md))
+
+    def syrk() -> None:
+        for _ in range(3):
+            syrk_add(a, acc, trans="T")
+        cp.cuda.Device().synchronize()
+
+    syrk()
+    t_syrk = timed(syrk, 2) / 3 * (n / rows)  # DSYRK alone over the pass's blocks
+    flops = float(n) * KEF_D * md * md
+    run.add(f"KEF statistics pass {n}×{KEF_D}, m={KEF_M} (md={md}), GPU", t_gpu, "s",
+            reference=f"cuBLAS DSYRK alone on the same blocks {t_syrk:.2f} s ({flops / t_syrk / 1e12:.1f} TFLOP/s); "
+                      f"CPU path {t_cpu:.1f} s (16 cores, {n_cpu} rows × {n // n_cpu})",
+            ratio=t_syrk / t_gpu)
+    run.add("KEF pass, CPU time / GPU time (per row)", t_cpu / t_gpu, "")
+    small = x[:50_000]
+    host, dev = kef_chunk_stats(small, basis), kef_chunk_stats(cp.asarray(small), basis)
+    rel = max_relative(dev, host, ("C", "h_lap", "E0", "F"))
+    run.add("KEF statistics GPU vs CPU (50k rows), max relative difference", rel, "", target="≤ 1e-10",
+            ok=rel <= 1e-10)
+    probe = x[:200_000]
+    a_gpu = est.log_density(probe)
+    t_score = timed(lambda: est.log_density(x), 1)
+    est.set_params(device="cpu")
+    b_cpu = est.log_density(probe)
+    rel = float(np.max(np.abs(a_gpu - b_cpu)) / np.max(np.abs(b_cpu)))
+    run.add(f"NystromKEF log density {n} rows, GPU", t_score, "s",
+            reference=f"GPU vs CPU (200k rows) max difference / max |log p| {rel:.2g}")
 
 
 def device_name() -> str:
@@ -260,7 +344,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budget-s", type=float, default=330.0, help="stop optional steps past this many seconds")
     parser.add_argument("--rehearse", action="store_true", help="no GPU steps: tiny CPU fits only")
-    parser.add_argument("--only", choices=["scoring"], help="one step alone (its rows drawn here)")
+    parser.add_argument("--only", choices=["scoring", "kef"], help="one step alone (its rows drawn here)")
     args = parser.parse_args()
     from tgpflow.core.backend import gpu_visible
 
@@ -283,8 +367,11 @@ def main() -> None:
     try:
         if args.rehearse or not gpu_visible():
             stage("default fits (CPU rehearsal)", default_fits, run, gpu=False, scale=0.005)
+            stage("kernel models (CPU rehearsal)", kernel_models, run, gpu=False, scale=0.005)
         elif args.only == "scoring":
             stage("scoring", scoring, run, mixture_rows(N_SCORE, D, 1))
+        elif args.only == "kef":
+            stage("kernel models", kernel_models, run, gpu=True)
         else:
             refs = stage("cuBLAS references", cublas_references, run) or {"syrk_block_s": float("nan")}
             host = stage("FD pass", fd_pass, run, refs)
@@ -293,6 +380,7 @@ def main() -> None:
             stage("scoring", scoring, run, host)
             del host
             stage("default fits", default_fits, run, gpu=True)
+            stage("kernel models", kernel_models, run, gpu=True)
     finally:
         write(run, args.out, device)
     raise SystemExit(1 if failed else 0)

@@ -23,7 +23,7 @@ timeout 150 "$PY" -m pytest -q -p no:cacheprovider -p no:xdist -o timeout=90 -m 
 GPU_RC=$?
 timeout 60 "$PY" -m pytest -q -p no:cacheprovider -p no:xdist tests/test_device_path.py 2>&1 | tee "$OUT/pytest_device_path.log"
 PATH_RC=$?
-timeout 300 "$PY" benchmarks/gpu/bench.py --out "$OUT" --budget-s 220 $MODE 2>&1 | tee "$OUT/bench.log"
+timeout 360 "$PY" benchmarks/gpu/bench.py --out "$OUT" --budget-s 220 $MODE 2>&1 | tee "$OUT/bench.log"
 BENCH_RC=$?
 echo "run.sh: pytest -m gpu rc=$GPU_RC, device-path tests rc=$PATH_RC, benchmark rc=$BENCH_RC" | tee -a "$OUT/bench.log"
 rm -rf "$SITE"

@@ -25,8 +25,8 @@ import numpy as np
 from array_api_compat import array_namespace, is_array_api_strict_namespace, is_cupy_namespace, is_numpy_namespace
 from array_api_compat import device as array_device
 
-__all__ = ["namespace", "is_numpy", "is_cupy", "device_of", "to_numpy", "to_device", "DeviceTarget", "on_device",
-           "resolve_device", "device_target", "gpu_visible", "gpu_probe", "GPU_EXTRA"]
+__all__ = ["namespace", "on_a_device", "is_numpy", "is_cupy", "device_of", "to_numpy", "to_device", "DeviceTarget",
+           "on_device", "resolve_device", "device_target", "gpu_visible", "gpu_probe", "GPU_EXTRA"]
 
 #: What to install for ``device="gpu"`` (the one sentence a missing CuPy gets).
 GPU_EXTRA = 'pip install "tgpflow[gpu]" (CuPy and dask-cuda)'
@@ -45,6 +45,16 @@ def is_numpy(xp: Any) -> bool:
 def is_cupy(xp: Any) -> bool:
     """True when ``xp`` is CuPy (or its array-api-compat wrapper)."""
     return is_cupy_namespace(xp)
+
+
+def on_a_device(x: Any) -> bool:
+    """True for an array of a namespace other than NumPy's (CuPy, array_api_strict): the device path takes it."""
+    if isinstance(x, np.ndarray) or not hasattr(x, "shape"):
+        return False
+    try:  # CuPy's arrays have no __array_namespace__: array_api_compat knows them
+        return not is_numpy(namespace(x))
+    except TypeError:  # not an array of any namespace (a DataFrame)
+        return False
 
 
 def device_of(x: Any) -> Any:
@@ -152,8 +162,9 @@ def resolve_device(device: str, supported: bool = True, *, cluster_gpus: bool | 
         here = gpu_visible() if cluster_gpus is None else cluster_gpus
         return "gpu" if supported and here else "cpu"
     if not supported:
-        raise ValueError("device='gpu' runs the GP-tilted family (GPTiltedDensity) in this release; this model "
-                         "computes on the CPU: use device='cpu' (or 'auto')")
+        raise ValueError("device='gpu' runs GPTiltedDensity and the Nyström kernel models (NystromKEF, "
+                         "ScoreEstimator; without n_components) in this release; this model computes on the CPU: "
+                         "use device='cpu' (or 'auto')")
     if not (cluster_gpus or gpu_visible()):
         raise ValueError(f"device='gpu' needs CuPy and a visible CUDA GPU ({gpu_probe()[1]}): {GPU_EXTRA}, or use "
                          f"device='cpu'")

@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from tgpflow.core.backend import namespace
 from tgpflow.core.choices import KERNELS
 
 __all__ = ["RadialKernel", "KERNELS", "median_heuristic", "curl_free_blocks", "curl_free_columns", "sq_dist"]
@@ -47,8 +48,8 @@ class RadialKernel:
     def profile(self, u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """ψ, ψ', ψ'', ψ''' at u = ‖r‖²."""
         s = self.bandwidth
-        if self.name == "gaussian":
-            k = np.exp(-u / s)
+        if self.name == "gaussian":  # u of any array namespace: the device path evaluates ψ where u is
+            k = np.exp(-u / s) if isinstance(u, np.ndarray) else namespace(u).exp(-u / s)
             return k, -k / s, k / s**2, -k / s**3
         t = 1.0 + u / s
         k = t**-0.5

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import scipy.special
 
+from tgpflow.core.backend import device_of, namespace
 from tgpflow.features.digest import array_hash
 from tgpflow.io.column_kinds import dequantize
 
@@ -141,6 +142,19 @@ class GaussianMixtureBase:
         ``const_k − ½‖(xᵀU_cat − u_mean)_k‖²``, the arrays a device evaluates it from (docs/gpu.md)."""
         u_cat, u_mean, _, _ = self._stacked
         return u_cat, u_mean, self._factors[2]
+
+    def score_on(self, y: Any) -> Any:
+        """The score s₀ (n, d) at rows ``y`` of any array namespace, computed where they are (docs/gpu.md: NCFD's
+        noisy scores on the device); float64, the formula of :meth:`derivatives`."""
+        xp, dev = namespace(y), device_of(y)
+        u_cat, u_mean, p_cat, p_mean = (xp.asarray(a, device=dev) for a in self._stacked)
+        const = xp.asarray(self._factors[2], device=dev)
+        n, K, d = int(y.shape[0]), self.n_components, self.n_dims
+        z = xp.reshape(y @ u_cat - u_mean, (n, K, d))
+        log_comp = const[None, :] - 0.5 * xp.sum(z * z, axis=2)
+        r = xp.exp(log_comp - xp.max(log_comp, axis=1)[:, None])
+        r = r / xp.sum(r, axis=1)[:, None]  # responsibilities (n, K)
+        return xp.sum(r[:, :, None] * xp.reshape(p_mean - y @ p_cat, (n, K, d)), axis=1)
 
     def _log_components(self, x: np.ndarray) -> np.ndarray:
         """log π_k N(x | μ_k, Σ_k), (n, K), of a block of rows."""

@@ -10,6 +10,7 @@ own candidates), and ``load(verify=True)``. The maths stays in the families.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from pathlib import Path
@@ -100,7 +101,20 @@ class Estimator(BaseEstimator):
         if sigma not in (None, 0):
             raise ValueError("sigma is defined for the noise-conditional GP-tilted density only")
         check_is_fitted(self, "_fitted")
-        return in_data_units(self._fitted, getattr(self, "scaling_", None))
+        return in_data_units(self._on_device(self._fitted), getattr(self, "scaling_", None))
+
+    def _on_device(self, fitted: Any) -> Any:
+        """``fitted`` evaluating its rows on this estimator's device (docs/gpu.md): one copy per fitted model and
+        device, kept, so that what the model caches (FVPD's L⁻¹, M⁻¹) is computed once. A fitted model without a
+        ``device`` field (a family that computes on the CPU) is returned as it is."""
+        target = self._device_target()
+        if target == getattr(fitted, "device", None):
+            return fitted
+        cached = self.__dict__.get("_device_copy")  # (the host model, its device, the copy on it)
+        if cached is None or cached[0] is not fitted or cached[1] != target:
+            cached = (fitted, target, dataclasses.replace(fitted, device=target))
+            self.__dict__["_device_copy"] = cached
+        return cached[2]
 
     # -- model files --------------------------------------------------------------------------
     def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True,

@@ -1058,18 +1058,6 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             raise ValueError(f"sigma must be a number >= 0; got {sigma!r}")
         return self._on_device(self._fitted.at_level(float(sigma)))
 
-    def _on_device(self, fitted: TGPFitted) -> TGPFitted:
-        """``fitted`` evaluating its rows on this estimator's device (docs/gpu.md): one copy per fitted model and
-        device, kept, so that what the model caches (FVPD's L⁻¹, M⁻¹) is computed once."""
-        target = self._device_target()
-        if target == fitted.device:
-            return fitted
-        cached = self.__dict__.get("_device_copy")  # (the host model, its device, the copy on it)
-        if cached is None or cached[0] is not fitted or cached[1] != target:
-            cached = (fitted, target, dataclasses.replace(fitted, device=target))
-            self.__dict__["_device_copy"] = cached
-        return cached[2]
-
     def _evaluate(self, X: Any, which: str, sigma: float | None = None) -> Any:
         return self._map_rows(X, getattr(self.fitted(sigma), which), per_row_dims=which == "grad_log_density")
 

@@ -19,10 +19,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tgpflow.core.backend import DeviceTarget
 from tgpflow.core.gaussian_base import Base
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.models.blocked_score import BlockedScore
 from tgpflow.models.fitted import Fitted, prefixed
+from tgpflow.models.kernel_on_device import kernel_log_density_on_device, kernel_score_on_device
 from tgpflow.models.tgp_fitted import base_arrays, base_from_arrays
 
 __all__ = ["KernelFitted", "KERNEL_MODELS"]
@@ -41,6 +43,9 @@ class KernelFitted(BlockedScore, Fitted):
     coef: np.ndarray  # (m, d); (m,) for lite
     base: Base | None
     block_rows: int = 2048
+    #: Where ``log_density`` and ``grad_log_density`` run (docs/gpu.md): a device, or None for the host. Not stored:
+    #: a model file loads anywhere, and the estimator that loads it sets its own.
+    device: DeviceTarget | None = None
 
     def __post_init__(self) -> None:
         if self.model not in KERNEL_MODELS:
@@ -96,6 +101,8 @@ class KernelFitted(BlockedScore, Fitted):
         """f(x) + log q0(x), f = Σ_a −2ψ'(u_a) r_aᵀc_a (curl-free; lite: Σ_a α_a k(Y_a, x); unnormalised)."""
         if self.model == "diagonal":
             raise AttributeError("a diagonal-kernel score is not a gradient field: it has no log density")
+        if self._on_device:
+            return kernel_log_density_on_device(self, self.device, np.asarray(x, dtype=np.float64))
         out = np.empty(x.shape[0])
         for start, xb in self._blocks(x):
             if self.model == "lite":
@@ -105,6 +112,18 @@ class KernelFitted(BlockedScore, Fitted):
                 f = np.einsum("nm,nmd,md->n", alpha, r, self.coef)
             out[start:start + xb.shape[0]] = f + self._base_terms(xb)[0]
         return out
+
+    @property
+    def _on_device(self) -> bool:
+        """Whether rows are evaluated on :attr:`device` (a worker without it computes on its CPU)."""
+        return self.device is not None and self.device.available()
+
+    def grad_log_density(self, x: np.ndarray) -> np.ndarray:
+        """The score ∇ log p(x), (n, d); on :attr:`device` when there is one
+        (:mod:`tgpflow.models.kernel_on_device`)."""
+        if self._on_device:
+            return kernel_score_on_device(self, self.device, np.asarray(x, dtype=np.float64))
+        return super().grad_log_density(x)
 
     def _score_block(self, xb: np.ndarray, with_div: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
         k = self.basis.kernel

@@ -14,12 +14,14 @@ Gaussian base uses the exact moments of the pass. float64 throughout.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
+from tgpflow.core.backend import on_device
 from tgpflow.core.engine import Progress
 from tgpflow.core.gaussian_base import Base, base_from_moments
 from tgpflow.core.logs import logger, phase
@@ -196,8 +198,16 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
     def _kind(self) -> str:
         return self.kernel
 
+    @property
+    def _runs_on_gpu(self) -> bool:  # type: ignore[override]
+        """The pass and evaluation run on a GPU (docs/gpu.md), except with dimension subsampling (``n_components``)."""
+        return getattr(self, "n_components", None) is None
+
     def _chunk_fn(self) -> Any:
-        return {"curl_free": kef_chunk_stats, "diagonal": diag_chunk_stats, "lite": lite_chunk_stats}[self._kind]
+        """The statistics function of one chunk; on the device, each chunk goes there inside its task."""
+        fn = {"curl_free": kef_chunk_stats, "diagonal": diag_chunk_stats, "lite": lite_chunk_stats}[self._kind]
+        target = self._device_target()
+        return fn if target is None else functools.partial(on_device, target, fn)
 
     def _stats_type(self) -> type:
         return {"curl_free": KEFStats, "diagonal": DiagStats, "lite": LiteStats}[self._kind]

@@ -341,9 +341,10 @@ class StreamingParams(ParamTable):
     block_bytes: PositiveInt = param(DEFAULT_BLOCK_BYTES, "Cap on the per-row part of a chunk task's memory "
                                                          "(bytes); each pass is planned within the workers' limits.")
     random_state: Seed = param(0, "Seed of the pilot, the feature draw and the solve's own draws.")
-    device: Device = param("auto", "Where to compute: 'gpu' runs a GP-tilted density's pass and evaluation on a CUDA "
-                                   "GPU through CuPy (the gpu extra; other models refuse it); 'auto' is the GPU when "
-                                   "CuPy sees one and the model runs there, else the CPU.")
+    device: Device = param("auto", "Where to compute: 'gpu' runs the pass and evaluation of a GP-tilted density or a "
+                                   "Nyström kernel model (without n_components) on a CUDA GPU through CuPy (the gpu "
+                                   "extra; other models refuse it); 'auto' is the GPU when CuPy sees one and the "
+                                   "model runs there, else the CPU.")
     scale: bool = param(False, "Standardize each column by the pilot's mean and standard deviation inside the model "
                                "(stored with it: rows in and out stay in the data's units). For columns of mixed "
                                "scales.")

@@ -5,51 +5,35 @@
 the angles ``W (x − x₀)ᵀ + c'`` by one GEMM, ``φ = √(2/S) cos`` (S, rows), and the tilt from it — ``θᵀφ`` (FD,
 NCFD, MAP), ``½‖L⁻¹φ‖² − vᵀφ`` with the model's L⁻¹ (FVPD: one GEMM, where the CPU uses ``dtrmm``), or
 ``log(φᵀψ/N)`` (KDE-RFF) — and the base's ``log m(x)``: ``−½(x−μ)ᵀP(x−μ)`` for the Gaussian, the log-sum-exp of
-the components ``log π_k N(x | μ_k, Σ_k)`` (one GEMM with the stacked whitening factors) for a mixture. Two host
-transfers per slab of rows (up to 256 MiB of them): the rows to the device, the log densities back.
+the components ``log π_k N(x | μ_k, Σ_k)`` (one GEMM with the stacked whitening factors) for a mixture. The
+blocks' four (S, rows) arrays take at most 1 GiB; slabs and transfers as :mod:`tgpflow.models.on_device`.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import numpy as np
 
-from tgpflow.core.backend import DeviceTarget, device_of, namespace, to_device, to_numpy
+from tgpflow.core.backend import DeviceTarget, namespace
+from tgpflow.models.on_device import put_arrays, rows_on_device
 
-__all__ = ["log_density_on_device", "DEVICE_EVAL_BYTES", "DEVICE_INPUT_BYTES"]
-
-#: Bytes of one evaluation block's four (S, rows) float64 arrays on the device: 1 GiB (33 000 rows at S = 1000).
-DEVICE_EVAL_BYTES = 1 << 30
-#: Bytes of the input rows moved to the device at once (and of their values' slab there).
-DEVICE_INPUT_BYTES = 1 << 28
+__all__ = ["log_density_on_device"]
 
 
 def log_density_on_device(fitted: Any, target: DeviceTarget, x: np.ndarray) -> np.ndarray:
     """:meth:`TGPFitted.log_density <tgpflow.models.tgp_fitted.TGPFitted.log_density>` of ``fitted`` at the host rows
-    ``x``, computed on ``target``; host float64 (n,). The rows go to the device in slabs of at most
-    :data:`DEVICE_INPUT_BYTES` (10M rows of d = 3 in one) and their values come back once per slab: no block waits
-    for a transfer, and the device holds one slab, not the whole input."""
-    n, d, S = x.shape[0], x.shape[1], fitted.features.n_features
-    out = np.empty(n)
-    if n == 0:
-        return out
-    rows = max(1, DEVICE_EVAL_BYTES // (4 * 8 * S))
-    slab = max(rows, DEVICE_INPUT_BYTES // (8 * max(d, 1)) // rows * rows)
-    consts = None
-    for lo in range(0, n, slab):
-        xd = to_device(x[lo:lo + slab], target)
-        xp = namespace(xd)
-        consts = _constants(fitted, xp, device_of(xd)) if consts is None else consts
-        m = int(xd.shape[0])
-        parts = []
-        for start in range(0, m, rows):
-            xb = xd[start:min(start + rows, m), ...]
-            tilt = _tilt_block(fitted, xb, consts)
-            parts.append(tilt if fitted.kde_weights is not None else tilt + _base_log(fitted.base, xb, consts))
-        out[lo:lo + m] = to_numpy(parts[0] if len(parts) == 1 else xp.concat(parts))
-    return out
+    ``x``, computed on ``target``; host float64 (n,), in slabs and blocks
+    (:func:`~tgpflow.models.on_device.rows_on_device`: 10M rows of d = 3 go in one slab)."""
+    return rows_on_device(x, target, 4 * 8 * fitted.features.n_features, functools.partial(_constants, fitted),
+                          functools.partial(_block, fitted))
+
+
+def _block(fitted: Any, xb: Any, consts: dict[str, Any]) -> Any:
+    tilt = _tilt_block(fitted, xb, consts)
+    return tilt if fitted.kde_weights is not None else tilt + _base_log(fitted.base, xb, consts)
 
 
 def _constants(fitted: Any, xp: Any, dev: Any) -> dict[str, Any]:
@@ -65,7 +49,7 @@ def _constants(fitted: Any, xp: Any, dev: Any) -> dict[str, Any]:
         arrays.update(mean=base.mean, precision=base.precision)
     else:
         arrays.update(zip(("u_cat", "u_mean", "log_const"), base.mixture.component_arrays(), strict=True))
-    return {k: xp.asarray(np.ascontiguousarray(v, dtype=np.float64), device=dev) for k, v in arrays.items()}
+    return put_arrays(arrays, xp, dev)
 
 
 def _base_log(base: Any, xb: Any, c: dict[str, Any]) -> Any:

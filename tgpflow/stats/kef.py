@@ -25,10 +25,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tgpflow.core.backend import on_a_device
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
 from tgpflow.features.kernels import curl_free_blocks, curl_free_columns, sq_dist
 from tgpflow.features.nystrom import NystromBasis
+from tgpflow.stats.kef_on_device import diag_sums_on_device, kef_sums_on_device, lite_sums_on_device
 from tgpflow.stats.stored import StoredStats
 
 __all__ = ["KEFStats", "DiagStats", "LiteStats", "kef_chunk_stats", "diag_chunk_stats", "lite_chunk_stats",
@@ -191,7 +193,10 @@ def kef_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOC
     With dimension subsampling only the |I| columns of the index set are formed (not all m·d, then
     sliced) and ``E0``, ``F`` only on the rows (a, i) ∈ I that h is used on (:class:`KEFStats`).
     ``block_bytes`` caps the per-row part of the task's memory; the whole task is planned by
-    :func:`kef_memory` (:mod:`tgpflow.core.memory`)."""
+    :func:`kef_memory` (:mod:`tgpflow.core.memory`). A chunk on a device is summed there
+    (:mod:`tgpflow.stats.kef_on_device`)."""
+    if on_a_device(x):
+        return _from_device(KEFStats, kef_sums_on_device, x, basis, kef_memory, block_bytes)
     x = _check(x, basis)
     out = KEFStats.zero(basis)
     rows = plan_blocks(kef_memory(basis), block_bytes, chunk_rows=x.shape[0], budget=task_budget()[0]).rows
@@ -247,7 +252,10 @@ def _add_full_block(xb: np.ndarray, basis: NystromBasis, out: KEFStats, prod: np
 
 
 def diag_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> DiagStats:
-    """Diagonal-kernel statistics of one chunk of rows (MATH.md §7), in row blocks; float64."""
+    """Diagonal-kernel statistics of one chunk of rows (MATH.md §7), in row blocks; float64 (on the chunk's device,
+    :mod:`tgpflow.stats.kef_on_device`)."""
+    if on_a_device(x):
+        return _from_device(DiagStats, diag_sums_on_device, x, basis, diag_memory, block_bytes)
     x = _check(x, basis)
     out = DiagStats.zero(basis)
     moments = Moments.from_rows(x)
@@ -264,7 +272,10 @@ def diag_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLO
 
 
 def lite_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> LiteStats:
-    """Lite statistics of one chunk of rows (MATH.md §6), in row blocks; float64."""
+    """Lite statistics of one chunk of rows (MATH.md §6), in row blocks; float64 (on the chunk's device,
+    :mod:`tgpflow.stats.kef_on_device`)."""
+    if on_a_device(x):
+        return _from_device(LiteStats, lite_sums_on_device, x, basis, lite_memory, block_bytes)
     x = _check(x, basis)
     out = LiteStats.zero(basis)
     moments = Moments.from_rows(x)
@@ -282,6 +293,16 @@ def lite_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLO
         out.L1[...] += D.sum(axis=0)
         out.L2[...] += np.einsum("nmj,nl->mjl", D, xb - basis.shift)
     return dataclasses.replace(out, moments=moments)
+
+
+def _from_device(kind: type, sums: Any, x: Any, basis: NystromBasis, memory: Any, block_bytes: int) -> Any:
+    """The statistics ``kind`` of a chunk on a device: its sums formed there, its moments, the basis they carry."""
+    if int(x.shape[1]) != basis.n_dims:
+        raise ValueError(f"chunk has shape {tuple(x.shape)} but the basis is in d={basis.n_dims}")
+    zero = kind.zero(basis)
+    if int(x.shape[0]) == 0:
+        return zero
+    return dataclasses.replace(zero, moments=Moments.from_rows(x), **sums(x, basis, memory(basis).per_row, block_bytes))
 
 
 def _basis_cost(memory: Any) -> Any:

@@ -205,7 +205,8 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
 
     ``precision`` and ``block_bytes`` (the cap on the per-row part of the task's memory) as for
     :func:`tgpflow.stats.tgp.tgp_chunk_stats`; the whole task is planned by :func:`ncfd_memory`. ``mixture``: the
-    mixture base the per-level ``V_h`` are summed under (module docstring; evaluated on the host, float64).
+    mixture base the per-level ``V_h`` are summed under (module docstring; float64; at σ = 0 evaluated on the host,
+    at the noisy levels where the chunk is).
     ``prefixes``: keep Ā of the ladder's lower parts too (``abar_prefix``)."""
     sigmas = np.asarray(sigmas, dtype=np.float64)
     if sigmas.ndim != 1 or sigmas.size < 1 or sigmas[0] != 0.0 or np.any(np.diff(sigmas) <= 0):
@@ -258,15 +259,15 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
 def _noisy_sin_score(x: np.ndarray, level: RandomFourierFeatures, mixture: GaussianMixtureBase, sigma: float,
                      h: int, rows: int, chunk: Any = None) -> np.ndarray:
     """Σ_i sin_h(y_i) (s_h(y_i) − g_h(y_i))ᵀ (unscaled, S × d) at y_i = x_i + ξ_i, ξ_i ~ N(0, σ²I) seeded by the
-    chunk's bytes and the level (module docstring). The noise and the mixture's score at y are drawn and evaluated on
-    the host (the same draws wherever the chunk is); with ``chunk`` on a device (docs/gpu.md), the sines and their
-    product with the score are formed there."""
+    chunk's bytes and the level (module docstring). The noise is drawn on the host (the same draws wherever the chunk
+    is); with ``chunk`` on a device (docs/gpu.md) the noisy rows go there, and the scores, the sines and their
+    product are formed there."""
     digest = hashlib.blake2b(np.ascontiguousarray(x).tobytes(), digest_size=8).digest()
     rng = np.random.default_rng([int.from_bytes(digest, "little"), h])
     y = x + sigma * rng.standard_normal(x.shape)
-    score = mixture.at_level(sigma).derivatives(y)[1] - _gaussian_score(mixture, sigma, y)
     if chunk is not None and not is_numpy(namespace(chunk)):
-        return _noisy_sin_score_on(chunk, y, score, level, rows)
+        return _noisy_sin_score_on(chunk, y, mixture, sigma, level, rows)
+    score = mixture.at_level(sigma).derivatives(y)[1] - _gaussian_score(mixture, sigma, y)
     out = np.zeros((level.n_features, x.shape[1]))
     for start in range(0, y.shape[0], rows):
         sin, _ = level.sincos(y[start:start + rows] - level.shift)
@@ -274,19 +275,24 @@ def _noisy_sin_score(x: np.ndarray, level: RandomFourierFeatures, mixture: Gauss
     return out
 
 
-def _noisy_sin_score_on(chunk: Any, y: np.ndarray, score: np.ndarray, level: RandomFourierFeatures,
-                        rows: int) -> np.ndarray:
-    """:func:`_noisy_sin_score`'s sums on the device of ``chunk``: y and the score moved there, host float64 out."""
+def _noisy_sin_score_on(chunk: Any, y: np.ndarray, mixture: GaussianMixtureBase, sigma: float,
+                        level: RandomFourierFeatures, rows: int) -> np.ndarray:
+    """:func:`_noisy_sin_score`'s sums on the device of ``chunk``: the noisy rows y moved there, the scores of the
+    mixture and of its Gaussian evaluated there (:meth:`GaussianMixtureBase.score_on`), host float64 out."""
     xp, dev = namespace(chunk), device_of(chunk)
-    yd, sd = xp.asarray(y, device=dev), xp.asarray(score, device=dev)
+    yd = xp.asarray(y, device=dev)
     shift = xp.asarray(level.shift, device=dev)
+    mean = xp.asarray(mixture.mean, device=dev)
+    inv_cov = xp.asarray(np.linalg.inv(mixture.cov + sigma * sigma * np.eye(mixture.n_dims)), device=dev)
+    at_level = mixture.at_level(sigma)
     out = xp.zeros((level.n_features, y.shape[1]), dtype=xp.float64, device=dev)
     n = y.shape[0]
     rows = max(rows, DEVICE_BLOCK_BYTES // (3 * 8 * level.n_features))  # the device's memory bounds its blocks
     for start in range(0, n, rows):
-        stop = min(start + rows, n)
-        sin, _ = level.sincos(yd[start:stop, ...] - shift)
-        out = out + sin @ sd[start:stop, ...]
+        yb = yd[start:min(start + rows, n), ...]
+        score = at_level.score_on(yb) + (yb - mean) @ inv_cov  # s_h − g_h, g_h = −(Σ + σ²I)⁻¹(y − μ)
+        sin, _ = level.sincos(yb - shift)
+        out = out + sin @ score
     return to_numpy(out)
 
 

@@ -108,12 +108,12 @@ def sin_block(xs: Any, W: Any, phase: Any, sin: Any, cos: Any, psi: Any, with_co
                                                                      np.int32(d)))
 
 
-def syrk_add(a: Any, acc: Any) -> None:
-    """``acc += a aᵀ`` on one triangle of ``acc`` by cuBLAS SYRK (``a`` and ``acc`` of one dtype); the other
-    triangle is left as it was (:func:`symmetric` completes it)."""
+def syrk_add(a: Any, acc: Any, trans: str = "N") -> None:
+    """``acc += a aᵀ`` (``trans="T"``: ``acc += aᵀa``) on one triangle of ``acc`` by cuBLAS SYRK (``a`` and ``acc``
+    of one dtype); the other triangle is left as it was (:func:`symmetric` completes it)."""
     from cupy import cublas
 
-    cublas.syrk("N", a, out=acc, alpha=1.0, beta=1.0, lower=False)
+    cublas.syrk(trans, a, out=acc, alpha=1.0, beta=1.0, lower=False)
 
 
 def symmetric(acc: Any) -> Any:
