@@ -138,6 +138,35 @@ def test_a_kernel_fit_on_a_device_equals_the_host_fit(rows, make, monkeypatch):
         np.testing.assert_allclose(dev.log_density(probe), host.log_density(probe), rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+def test_kernel_evaluation_on_a_device_far_from_the_origin(rows, monkeypatch):
+    """Two clusters 2 × 10⁴ apart: the device evaluates from the rows' differences to the basis points, as the host
+    does, so nothing is lost to an expanded ‖x‖² − 2xᵀy + ‖y‖² (which would lose about 6e-8 here). The estimator
+    pickles without its device copy."""
+    import pickle
+
+    far = np.vstack([rows[:500] - 1e4, rows[500:] + 1e4])
+    probe = np.vstack([far[::20], far[:5] + 2.0])
+    for make in (lambda: NystromKEF(device="cpu", n_basis=30, bandwidth=2.0, base="gaussian", ridge=1e-4),
+                 lambda: NystromKEF(device="cpu", n_basis=30, bandwidth=2.0, lite=True, ridge=1e-4)):
+        est = make().fit(far)
+        want, want_score = est.log_density(probe), est.grad_log_density(probe)
+        with monkeypatch.context() as patch:
+            patch.setattr(NystromKEF, "_device_target", lambda self: DEVICE1)
+            assert est._on_device(est._fitted).device == DEVICE1
+            np.testing.assert_allclose(est.log_density(probe), want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+            np.testing.assert_allclose(est.grad_log_density(probe), want_score, rtol=1e-10,
+                                       atol=1e-10 * np.abs(want_score).max())
+            assert "_device_copy" in vars(est) and "_device_copy" not in vars(pickle.loads(pickle.dumps(est)))
+
+
+def test_a_given_subsampled_basis_keeps_auto_on_the_cpu(rows, monkeypatch):
+    monkeypatch.setattr(backend, "gpu_visible", lambda: True)
+    est = NystromKEF(device="auto", n_basis=10, bandwidth=2.0)
+    est.basis_ = NystromBasis(rows[:10], 2.0).with_components(1, np.random.default_rng(0))
+    assert est._device_target() is None  # "auto" computes it on the CPU; "gpu" is refused by the pass (above)
+
+
 #: The workers whose tasks moved rows to the device (in-process workers share this module).
 WORKERS_SEEN: list[str] = []
 

@@ -97,15 +97,19 @@ def test_default_fit_on_gpu_matches_cpu(rows):
     np.testing.assert_allclose(gpu.log_density(rows[:1000]), cpu.log_density(rows[:1000]), rtol=1e-8, atol=1e-8)
 
 
-def test_kernel_statistics_by_cublas_equal_the_cpu(rows):
-    """The curl-free (SYRK of the stacked blocks, transposed), diagonal and lite sums of a CuPy chunk."""
+@pytest.mark.parametrize("radial", ["gaussian", "imq"])
+def test_kernel_statistics_by_cublas_equal_the_cpu(rows, radial, monkeypatch):
+    """The curl-free (SYRK of the stacked blocks, transposed), diagonal and lite sums of a CuPy chunk, in blocks of
+    about 2 000 rows (each block's SYRK added to one accumulator triangle)."""
     import cupy
 
+    import tgpflow.stats.kef_on_device as kef_on_device
     from tgpflow.features.nystrom import NystromBasis
-    from tgpflow.stats.kef import diag_chunk_stats, kef_chunk_stats, lite_chunk_stats
+    from tgpflow.stats.kef import diag_chunk_stats, kef_chunk_stats, kef_memory, lite_chunk_stats
 
     x = rows[:20_000]
-    basis = NystromBasis(x[::400] + 0.1, 2.0, shift=x.mean(axis=0))  # m = 50
+    basis = NystromBasis(x[::400] + 0.1, 2.0, radial, shift=x.mean(axis=0))  # m = 50
+    monkeypatch.setattr(kef_on_device, "KERNEL_DEVICE_BLOCK_BYTES", 2_000 * kef_memory(basis).per_row)
     for fn in (kef_chunk_stats, diag_chunk_stats, lite_chunk_stats):
         cpu, gpu = fn(x, basis), fn(cupy.asarray(x), basis)
         for name, value in vars(cpu).items():

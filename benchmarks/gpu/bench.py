@@ -277,10 +277,10 @@ def kernel_models(run: Run, gpu: bool, scale: float = 1.0) -> None:
     gpu_pass()  # warm-up (kernels compiled, pools grown)
     t_gpu = timed(gpu_pass, 1)
     from tgpflow.stats.kef import kef_memory
-    from tgpflow.stats.kef_on_device import DEVICE_BLOCK_BYTES
+    from tgpflow.stats.kef_on_device import KERNEL_DEVICE_BLOCK_BYTES
     from tgpflow.stats.tgp_cupy import syrk_add
 
-    rows = DEVICE_BLOCK_BYTES // kef_memory(basis).per_row
+    rows = KERNEL_DEVICE_BLOCK_BYTES // kef_memory(basis).per_row
     a = cp.random.default_rng(0).standard_normal((rows * KEF_D, md))
     acc = cp.zeros((md, md))
 

@@ -103,6 +103,11 @@ class Estimator(BaseEstimator):
         check_is_fitted(self, "_fitted")
         return in_data_units(self._on_device(self._fitted), getattr(self, "scaling_", None))
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_device_copy", None)  # a cache of the fitted model on this process's device (:meth:`_on_device`)
+        return state
+
     def _on_device(self, fitted: Any) -> Any:
         """``fitted`` evaluating its rows on this estimator's device (docs/gpu.md): one copy per fitted model and
         device, kept, so that what the model caches (FVPD's L⁻¹, M⁻¹) is computed once. A fitted model without a

@@ -101,12 +101,13 @@ class KernelFitted(BlockedScore, Fitted):
         """f(x) + log q0(x), f = Σ_a −2ψ'(u_a) r_aᵀc_a (curl-free; lite: Σ_a α_a k(Y_a, x); unnormalised)."""
         if self.model == "diagonal":
             raise AttributeError("a diagonal-kernel score is not a gradient field: it has no log density")
-        if self._on_device:
+        if self._evaluates_on_device:
             return kernel_log_density_on_device(self, self.device, np.asarray(x, dtype=np.float64))
         out = np.empty(x.shape[0])
         for start, xb in self._blocks(x):
-            if self.model == "lite":
-                f = self.basis.kernel(xb, self.basis.Y) @ self.coef
+            if self.model == "lite":  # from the differences, as the statistics: no expanded ‖x‖² − 2xᵀy + ‖y‖²
+                r = xb[:, None, :] - self.basis.Y[None, :, :]
+                f = self.basis.kernel.profile(np.einsum("nmd,nmd->nm", r, r))[0] @ self.coef
             else:
                 r, alpha, _, _ = self.basis.kernel.curl_free_parts(xb, self.basis.Y)
                 f = np.einsum("nm,nmd,md->n", alpha, r, self.coef)
@@ -114,14 +115,14 @@ class KernelFitted(BlockedScore, Fitted):
         return out
 
     @property
-    def _on_device(self) -> bool:
+    def _evaluates_on_device(self) -> bool:
         """Whether rows are evaluated on :attr:`device` (a worker without it computes on its CPU)."""
         return self.device is not None and self.device.available()
 
     def grad_log_density(self, x: np.ndarray) -> np.ndarray:
         """The score ∇ log p(x), (n, d); on :attr:`device` when there is one
         (:mod:`tgpflow.models.kernel_on_device`)."""
-        if self._on_device:
+        if self._evaluates_on_device:
             return kernel_score_on_device(self, self.device, np.asarray(x, dtype=np.float64))
         return super().grad_log_density(x)
 

@@ -200,8 +200,10 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
 
     @property
     def _runs_on_gpu(self) -> bool:  # type: ignore[override]
-        """The pass and evaluation run on a GPU (docs/gpu.md), except with dimension subsampling (``n_components``)."""
-        return getattr(self, "n_components", None) is None
+        """The pass and evaluation run on a GPU (docs/gpu.md), except with dimension subsampling (``n_components``,
+        or a given basis that has it)."""
+        basis = getattr(self, "basis_", None)
+        return getattr(self, "n_components", None) is None and (basis is None or basis.components is None)
 
     def _chunk_fn(self) -> Any:
         """The statistics function of one chunk; on the device, each chunk goes there inside its task."""

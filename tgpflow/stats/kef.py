@@ -20,12 +20,12 @@ Precision: float64 throughout.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
-from tgpflow.core.backend import on_a_device
+from tgpflow.core.backend import namespace, on_a_device
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
 from tgpflow.features.kernels import curl_free_blocks, curl_free_columns, sq_dist
@@ -295,13 +295,17 @@ def lite_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLO
     return dataclasses.replace(out, moments=moments)
 
 
-def _from_device(kind: type, sums: Any, x: Any, basis: NystromBasis, memory: Any, block_bytes: int) -> Any:
-    """The statistics ``kind`` of a chunk on a device: its sums formed there, its moments, the basis they carry."""
+def _from_device(kind: type, sums: Callable[..., dict[str, np.ndarray]], x: Any, basis: NystromBasis,
+                 memory: Callable[[NystromBasis], MemoryCost], block_bytes: int) -> Any:
+    """The statistics ``kind`` of a chunk on a device: its sums formed there in float64, its moments, the basis they
+    carry."""
     if int(x.shape[1]) != basis.n_dims:
         raise ValueError(f"chunk has shape {tuple(x.shape)} but the basis is in d={basis.n_dims}")
     zero = kind.zero(basis)
     if int(x.shape[0]) == 0:
         return zero
+    xp = namespace(x)
+    x = xp.astype(x, xp.float64)  # a float32 chunk too: float64 sums, as the host path casts
     return dataclasses.replace(zero, moments=Moments.from_rows(x), **sums(x, basis, memory(basis).per_row, block_bytes))
 
 

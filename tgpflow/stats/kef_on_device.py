@@ -12,6 +12,7 @@ once per chunk. Dimension subsampling (``basis.components``) has no device form:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,11 +20,12 @@ import numpy as np
 from tgpflow.core.backend import device_of, is_cupy, namespace, to_numpy
 from tgpflow.features.nystrom import NystromBasis
 
-__all__ = ["kef_sums_on_device", "diag_sums_on_device", "lite_sums_on_device", "DEVICE_BLOCK_BYTES"]
+__all__ = ["kef_sums_on_device", "diag_sums_on_device", "lite_sums_on_device", "KERNEL_DEVICE_BLOCK_BYTES"]
 
-#: Bytes of one block's per-row work arrays on the device (the curl-free blocks, m·d² per row twice): 1 GiB,
-#: about 1 100 rows at m = 500, d = 10 — each md × md SYRK then has k = 11 000, enough to run near cuBLAS's peak.
-DEVICE_BLOCK_BYTES = 1 << 30
+#: Bytes of one block's per-row work arrays on the device (those :func:`tgpflow.stats.kef.kef_memory` counts per
+#: row: the curl-free blocks, m·d² per row, are formed once and their diagonal added in place): 1 GiB, about 1 100
+#: rows at m = 500, d = 10 — each md × md SYRK then has k = 11 000, enough to run near cuBLAS's peak.
+KERNEL_DEVICE_BLOCK_BYTES = 1 << 30
 
 
 class _OnDevice:
@@ -45,12 +47,12 @@ class _OnDevice:
     def zeros(self, *shape: int) -> Any:
         return self.xp.zeros(shape, dtype=self.xp.float64, device=self.dev)
 
-    def blocks(self, x: Any, per_row_bytes: int, block_bytes: int):
+    def blocks(self, x: Any, per_row_bytes: int, block_bytes: int) -> Iterator[tuple[Any, Any, Any]]:
         """(the block's rows about x₀, their differences r to the basis (nb, m, d), u = ‖r‖²) per block of at most
-        ``block_bytes`` of per-row work arrays (on CuPy :data:`DEVICE_BLOCK_BYTES`, the host's cap is not the
-        device's)."""
+        ``block_bytes`` of per-row work arrays (on CuPy :data:`KERNEL_DEVICE_BLOCK_BYTES`: the host's cap is not
+        the device's)."""
         xp, n = self.xp, int(x.shape[0])
-        cap = DEVICE_BLOCK_BYTES if is_cupy(xp) else int(block_bytes)
+        cap = KERNEL_DEVICE_BLOCK_BYTES if is_cupy(xp) else int(block_bytes)
         rows = max(1, cap // max(1, int(per_row_bytes)))
         for start in range(0, n, rows):
             xs = x[start:min(start + rows, n), ...] - self.shift
@@ -69,6 +71,7 @@ def _gram_add(a: Any, acc: Any) -> Any:
 
 
 def _gram_done(acc: Any) -> Any:
+    """The whole symmetric matrix from :func:`_gram_add`'s accumulator."""
     if is_cupy(namespace(acc)):
         from tgpflow.stats.tgp_cupy import symmetric
 
@@ -86,14 +89,15 @@ def kef_sums_on_device(x: Any, basis: NystromBasis, per_row_bytes: int,
     m, d = basis.n_basis, basis.n_dims
     C, h_lap = on.zeros(m * d, m * d), on.zeros(m, d)
     E0_t, F_t = on.zeros(d, m, d), on.zeros(d * m * d, d)  # in the order (i, a, j[, l]) until the end
-    eye = on.put(np.eye(d))[None, :, None, :]
     for xs, r, u in on.blocks(x, per_row_bytes, block_bytes):
         nb = int(xs.shape[0])
         alpha, kappa, omega = on.kernel.curl_free_weights(u, d)
         kr = xp.permute_dims(kappa[:, :, None] * r, (0, 2, 1))  # κ_a r_{a,i}: (nb, d, m)
-        blocks = kr[:, :, :, None] * r[:, None, :, :] + alpha[:, None, :, None] * eye  # K_cf: (nb, d, m, d)
+        blocks = kr[:, :, :, None] * r[:, None, :, :]  # K_cf = κ r rᵀ + α I: (nb, d, m, d), the largest array
+        for i in range(d):  # + α δ_ij in place: no second array of that size
+            blocks[:, i, :, i] = blocks[:, i, :, i] + alpha
         C = _gram_add(xp.reshape(blocks, (nb * d, m * d)), C)
-        h_lap = h_lap + xp.matrix_transpose(omega) @ xs - xp.sum(omega, axis=0)[:, None] * on.Ys  # Σ ω_a r_a
+        h_lap = h_lap + xp.sum(omega[:, :, None] * r, axis=0)  # Σ ω_a r_a, from r: no cancellation far from x₀
         E0_t = E0_t + xp.sum(blocks, axis=0)
         F_t = F_t + xp.matrix_transpose(xp.reshape(blocks, (nb, d * m * d))) @ xs
     E0 = xp.permute_dims(E0_t, (1, 0, 2))
@@ -108,11 +112,11 @@ def diag_sums_on_device(x: Any, basis: NystromBasis, per_row_bytes: int,
     xp = on.xp
     m, d = basis.n_basis, basis.n_dims
     Ck, h_grad, S0, S1 = on.zeros(m, m), on.zeros(m, d), on.zeros(m), on.zeros(m, d)
-    for xs, _, u in on.blocks(x, per_row_bytes, block_bytes):
+    for xs, r, u in on.blocks(x, per_row_bytes, block_bytes):
         k, d1, _, _ = on.kernel.profile(u)
         Ck = _gram_add(k, Ck)
-        g = 2.0 * d1  # ∇_x k(Y_a, x) = 2ψ'(u) r_a, summed as gᵀx − (Σ g) Y
-        h_grad = h_grad + xp.matrix_transpose(g) @ xs - xp.sum(g, axis=0)[:, None] * on.Ys
+        g = 2.0 * d1  # Σ ∇_x k(Y_a, x) = Σ 2ψ'(u) r_a, a column at a time: (nb, m) temporaries only
+        h_grad = h_grad + xp.stack([xp.sum(g * r[:, :, j], axis=0) for j in range(d)], axis=1)
         S0 = S0 + xp.sum(k, axis=0)
         S1 = S1 + xp.matrix_transpose(k) @ xs
     return {"Ck": _host(_gram_done(Ck)), "h_grad": _host(h_grad), "S0": _host(S0), "S1": _host(S1)}
@@ -137,4 +141,5 @@ def lite_sums_on_device(x: Any, basis: NystromBasis, per_row_bytes: int,
 
 
 def _host(a: Any) -> np.ndarray:
+    """The documented transfer back, in float64."""
     return to_numpy(a).astype(np.float64)
