@@ -277,6 +277,39 @@ def test_bound_transforms_invert_and_their_derivatives_match_finite_differences(
         np.testing.assert_allclose(got, fd, rtol=1e-4, atol=1e-6)
 
 
+def test_a_cored_column_is_the_identity_on_its_core_with_log_tails_that_carry_all_of_r():
+    """A lattice column's transform (ColumnBounds cores): the identity on [c₀, c₁], log tails beyond it, t' = 1 at
+    the core's ends; it inverts, its derivatives match finite differences on both tails and the core, it maps
+    (a, b) onto ℝ, and a Gaussian in t mapped back has, on each piece of (a, b), the mass its image has (the Jacobian
+    of the change of variables, by quadrature)."""
+    b = ColumnBounds(np.array([-0.5, -np.inf]), np.array([8.5, np.inf]), ("code", "open"), np.array([0.0, np.nan]),
+                     np.array([8.0, np.nan]))
+    x = np.array([[-0.49, 1.0], [-0.2, -3.0], [0.0, 0.5], [3.7, 2.0], [8.0, 0.0], [8.3, 1.0], [8.4999, 4.0]])
+    t = b.forward(x)
+    np.testing.assert_allclose(t[2:5, 0], x[2:5, 0])  # the identity on the core
+    assert t[0, 0] < t[1, 0] < 0.0 and t[6, 0] > t[5, 0] > 8.0  # tails beyond the core's ends, increasing
+    np.testing.assert_allclose(b.inverse(t), x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(b.inverse(np.array([[-60.0, 0.0], [70.0, 0.0]]))[:, 0], [-0.5, 8.5], atol=1e-12)
+    inside = x[[0, 1, 3, 5, 6]]  # away from the core's ends, where t'' jumps
+    h = 1e-7
+    log_d1, d1, d2, dlog, ddlog = b.derivatives(inside)
+    np.testing.assert_allclose(d1, (b.forward(inside + h) - b.forward(inside - h)) / (2 * h), rtol=1e-5)
+    for got, k in ((d2, 1), (dlog, 0), (ddlog, 3)):
+        fd = (b.derivatives(inside + h)[k] - b.derivatives(inside - h)[k]) / (2 * h)
+        np.testing.assert_allclose(got, fd, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(b.derivatives(np.array([[0.0, 0.0], [8.0, 0.0]]))[1][:, 0], 1.0)  # t' = 1 at the ends
+    for lo, hi in ((-0.5, 0.0), (0.0, 8.0), (8.0, 8.5)):  # each piece: ∫ N(t(x)) t'(x) dx = Φ(t(hi)) − Φ(t(lo))
+        g = np.linspace(lo, hi, 200_001)[1:-1]
+        rows = np.c_[g, np.zeros_like(g)]
+        dens = norm.pdf(b.forward(rows)[:, 0], loc=4.0, scale=3.0) * b.derivatives(rows)[1][:, 0]
+        t_ends = b.forward(np.c_[g[[0, -1]], [0.0, 0.0]])[:, 0]
+        want = norm.cdf(t_ends[1], loc=4.0, scale=3.0) - norm.cdf(t_ends[0], loc=4.0, scale=3.0)
+        assert scipy.integrate.trapezoid(dens, g) == pytest.approx(want, rel=1e-3)  # the tails peak at a and b
+    assert b.fingerprint != ColumnBounds(b.lower, b.upper, b.columns).fingerprint
+    back = ColumnBounds.from_arrays(b.to_arrays(), b.columns)
+    np.testing.assert_array_equal(back.forward(x), t)
+
+
 def test_a_bounded_model_is_a_density_on_its_support_with_consistent_score_and_samples():
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.gamma(2.0, 1.0, 4000), rng.normal(size=4000)])

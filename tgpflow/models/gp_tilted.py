@@ -655,9 +655,15 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             return None
         logger.info("bounds='auto': %s", ColumnBounds.from_param(found, names).describe())
         # beside the bounds already there (declared, discrete, atoms), which suggest_bounds left out
-        self.bounds_ = ColumnBounds.from_param({**({} if self.bounds_ is None else self.bounds_.to_dict()), **found},
-                                               names)
+        merged = {**({} if self.bounds_ is None else self.bounds_.to_dict()), **found}
+        self.bounds_ = self._with_cells(ColumnBounds.from_param(merged, names), names)
         return self.bounds_
+
+    def _with_cells(self, bounds: ColumnBounds | None, names: list[str]) -> ColumnBounds | None:
+        """``bounds`` rebuilt from their JSON (``to_dict`` keeps the edges, not the discrete columns' cores) with the
+        discrete columns' bounds and cores put back (:meth:`LatticeCells.bounds_with`)."""
+        cells = getattr(self, "discrete_", None)
+        return bounds if cells is None else cells.bounds_with(bounds, names)
 
     def fitting_source(self, source: Source) -> Source:
         """``source`` in the fitting space: standardized (``scaling_``), bounded columns transformed (rows on or
@@ -1190,5 +1196,6 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self.pilot_ = meta.get("pilot", {})
         self.n_rows_dropped_ = meta.get("n_rows_dropped", 0)
         stored = meta.get("bounds")
-        self.bounds_ = None if not stored else ColumnBounds.from_param(stored["bounds"], stored["columns"])
         self.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
+        self.bounds_ = None if not stored else self._with_cells(
+            ColumnBounds.from_param(stored["bounds"], stored["columns"]), list(stored["columns"]))

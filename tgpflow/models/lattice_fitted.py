@@ -2,8 +2,9 @@
 "Integer codes and other lattices"; :mod:`tgpflow.features.lattice`).
 
 ``inner`` is any :class:`~tgpflow.models.fitted.Fitted` value in the data's units, fitted to rows whose discrete
-columns were moved by uniform noise over their cells, after the logit transform ``t`` of the outer edges of their
-extreme cells. In the data's units
+columns were moved by uniform noise over their cells, after the transform ``t`` onto ℝ of their range between
+the outer edges of their extreme cells (the identity on the codes' range, log tails in the outer half-cells:
+:meth:`~tgpflow.features.lattice.LatticeCells.bounds_with`). In the data's units
 
 * ``log p(x) = log (1/|C|) ∫_C p_inner``: the average over the cell C of the lattice point nearest x (the other
   columns at their values). The integral is taken in the transformed coordinates, where the fitted density is
@@ -16,11 +17,12 @@ extreme cells. In the data's units
     of the density along τ, where ``−s·log(1 − u)`` left a singularity ``(1 − u)^(s−1)`` whenever s < 1: against
     brute force it cut the extreme cells' error in one column from ≤ 3.7e-3 to ≤ 7e-4 nats, and an atom's
     block's from ≤ 1.8e-3 to ≤ 1.5e-4;
-  * with Sobol points (more columns), ``τ = τ_edge ∓ (−log(1 − u))``. Rows spread uniformly over an extreme cell
-    (or an atom's block) have a density ∝ e^(±τ) near the bound in the logit (log) coordinate, and this map makes
-    that integrand constant in u. A Monte Carlo average's log is biased low by about its relative variance over
-    2N, so a flat integrand matters more here than a smooth one: on the letter set (32 code columns) the held-out
-    log-likelihood at 64 points rose from −25.11 (the algebraic map, the base's s) to −24.42 nats/row, against
+  * with Sobol points (more columns), ``τ = τ_edge ∓ s·(−log(1 − u))``. Rows spread uniformly over an extreme
+    cell's outer half (or an atom's block) have a density ∝ e^(±τ/s) near the bound in the log tail's coordinate
+    (s = step/2; an atom's log: s = 1), and this map makes that integrand constant in u. A Monte Carlo average's
+    log is biased low by about its relative variance over 2N, so a flat integrand matters more here than a smooth
+    one: on the letter set (32 code columns, in logit coordinates then) the held-out log-likelihood at 64 points
+    rose from −25.11 (the algebraic map, the base's s) to −24.42 nats/row, against
     −24.20 at 1 024 points (measured accuracy in docs/gp_tilted.md). A code beyond the lattice's range gets its extreme
   cell's density times its share of that cell's tail (:meth:`~tgpflow.features.lattice.LatticeCells.tail_log_shares`);
   a value beyond an atom's edge has log density −inf. The sums are log-sum-exp in float64;
@@ -38,7 +40,6 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import logsumexp
 
-from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.lattice import LatticeCells
 from tgpflow.models.fitted import Fitted, WrappedFitted, fitted_from_arrays, prefixed
 
@@ -112,7 +113,7 @@ class LatticeFitted(WrappedFitted):
         if positions.size == 0:
             return self.inner.log_density(rows)
         full = cells.bounds_with(None, [str(j) for j in range(rows.shape[1])])
-        span = ColumnBounds(full.lower[positions], full.upper[positions], tuple(str(j) for j in positions))
+        span = full.columns_at(positions)
         n, n_lat = rows.shape[0], cells.positions.size
         centres = np.clip(rows[:, cells.positions], cells.origin, cells.top)
         low = np.c_[centres <= cells.origin, np.broadcast_to(cells.atom_side[atoms] < 0, (n, atoms.size))]
@@ -125,15 +126,20 @@ class LatticeFitted(WrappedFitted):
         units, weights, n_plain = cells.cell_rule(positions.size)
         k, m = units.shape
         product = m <= 3  # the product midpoint rule, else scrambled Sobol points (cell_rule)
-        scale = (np.sqrt(np.diag(base.cov))[positions] if base is not None and product else np.ones(m))
+        tails = np.r_[cells.step / 2, np.ones(atoms.size)]  # a core's log tail has the scale of a half-step
+        if base is not None and product:
+            scale = np.sqrt(np.diag(base.cov))[positions]
+        else:  # the decay of rows spread over an extreme cell along τ: e^(±τ/w) in a core's log tail (w: the cell's
+            # half-step), e^(±τ) in an atom's log
+            scale = np.where(span._core, tails, 1.0)
         values = np.empty(n)
         block = max(1, _BLOCK_POINTS // k)
         for start in range(0, n, block):
             b = slice(start, min(start + block, n))
             u = units[None]  # (1, k, m)
             # an extreme cell (module docstring): τ = edge ∓ s·u/(1 − u), dτ/du = s/(1 − u)², for the product rule;
-            # τ = edge ∓ (−log(1 − u)), dτ/du = 1/(1 − u), for Sobol points
-            reach = scale * u / (1 - u) if product else -np.log1p(-u)
+            # τ = edge ∓ s·(−log(1 − u)), dτ/du = s/(1 − u), for Sobol points (s: 1, or a core's half-step)
+            reach = scale * u / (1 - u) if product else -scale * np.log1p(-u)
             interior = ~(low[b] | high[b])[:, None, :]
             edge = np.where(low[b], hi[b], lo[b])[:, None, :]
             tau = np.where(interior, lo[b, None, :] + (hi[b] - lo[b])[:, None, :] * u,

@@ -370,15 +370,14 @@ class BoundedFitted(WrappedFitted):
         return self.bounds.inverse(rows)
 
     def _own_arrays(self) -> dict[str, np.ndarray]:
-        return {"bounds.lower": self.bounds.lower, "bounds.upper": self.bounds.upper}
+        return {f"bounds.{k}": v for k, v in self.bounds.to_arrays().items()}
 
     def to_meta(self) -> dict[str, Any]:
         return {"kind": self.kind, "columns": list(self.bounds.columns), "inner": self.inner.to_meta()}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> BoundedFitted:
-        bounds = ColumnBounds(np.asarray(arrays["bounds.lower"], dtype=np.float64),
-                              np.asarray(arrays["bounds.upper"], dtype=np.float64), tuple(meta["columns"]))
+        bounds = ColumnBounds.from_arrays(prefixed(arrays, "bounds."), meta["columns"])
         return cls(fitted_from_arrays(prefixed(arrays, "inner."), meta["inner"]), bounds)
 
     def _split(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -133,7 +133,8 @@ def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], column
             if est.discrete_ is not None:  # bounded at their lattices' outer cell edges, beside the spec's bounds
                 est.bounds_ = est.discrete_.bounds_with(est.bounds_, columns)
         if meta.get("bounds"):  # as the draw resolved them (a store drawn before keeps the spec's)
-            est.bounds_ = ColumnBounds.from_param(meta["bounds"]["bounds"], meta["bounds"]["columns"])
+            est.bounds_ = est._with_cells(ColumnBounds.from_param(meta["bounds"]["bounds"], meta["bounds"]["columns"]),
+                                          list(meta["bounds"]["columns"]))
         mixture = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("mixture.")}
         if mixture:
             est.base_mixture_ = GaussianMixtureBase.from_arrays(mixture)

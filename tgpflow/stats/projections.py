@@ -69,7 +69,7 @@ class ProjectionGrid:
         if self.units is None:
             return array_hash(b"tgpflow.ProjectionGrid.v1", [self.n_bins], arrays).hexdigest()
         return array_hash(b"tgpflow.ProjectionGrid.v2", [self.n_bins],
-                          arrays + (self.units.lower, self.units.upper)).hexdigest()
+                          arrays + tuple(self.units.to_arrays().values())).hexdigest()  # cores too, if any
 
     def bins(self, x: np.ndarray) -> np.ndarray:
         """Flat bin indices (n, K) into a (K·G) histogram: bin of row i along direction k, plus k·G."""
@@ -117,7 +117,7 @@ class ProjectionCounts(StoredStats):
 
     @classmethod
     def _draw_arrays(cls, draw: ProjectionGrid) -> dict[str, np.ndarray]:
-        units = {} if draw.units is None else {"units.lower": draw.units.lower, "units.upper": draw.units.upper}
+        units = {} if draw.units is None else {f"units.{k}": v for k, v in draw.units.to_arrays().items()}
         return {**draw.to_arrays(), **units}
 
     @classmethod
@@ -128,8 +128,8 @@ class ProjectionCounts(StoredStats):
     def _draw_from_arrays(cls, arrays: dict[str, np.ndarray], meta: Mapping[str, Any]) -> ProjectionGrid:
         units = None
         if "units.lower" in arrays:
-            units = ColumnBounds(np.asarray(arrays["units.lower"], dtype=np.float64),
-                                 np.asarray(arrays["units.upper"], dtype=np.float64), tuple(meta["units_columns"]))
+            units = ColumnBounds.from_arrays({k[len("units."):]: v for k, v in arrays.items() if k.startswith("units.")},
+                                             meta["units_columns"])
         return ProjectionGrid.from_arrays(arrays, units)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
