@@ -25,8 +25,8 @@ import numpy as np
 from array_api_compat import array_namespace, is_array_api_strict_namespace, is_cupy_namespace, is_numpy_namespace
 from array_api_compat import device as array_device
 
-__all__ = ["namespace", "on_a_device", "is_numpy", "is_cupy", "device_of", "to_numpy", "to_device", "DeviceTarget",
-           "on_device", "resolve_device", "device_target", "gpu_visible", "gpu_probe", "GPU_EXTRA"]
+__all__ = ["namespace", "on_a_device", "put_arrays", "is_numpy", "is_cupy", "device_of", "to_numpy", "to_device",
+           "DeviceTarget", "on_device", "resolve_device", "device_target", "gpu_visible", "gpu_probe", "GPU_EXTRA"]
 
 #: What to install for ``device="gpu"`` (the one sentence a missing CuPy gets).
 GPU_EXTRA = 'pip install "tgpflow[gpu]" (CuPy and dask-cuda)'
@@ -55,6 +55,11 @@ def on_a_device(x: Any) -> bool:
         return not is_numpy(namespace(x))
     except TypeError:  # not an array of any namespace (a DataFrame)
         return False
+
+
+def put_arrays(arrays: dict[str, np.ndarray], xp: Any, dev: Any) -> dict[str, Any]:
+    """Host arrays as float64 arrays of namespace ``xp`` on device ``dev`` (a model's or a basis' constants)."""
+    return {k: xp.asarray(np.ascontiguousarray(v, dtype=np.float64), device=dev) for k, v in arrays.items()}
 
 
 def device_of(x: Any) -> Any:

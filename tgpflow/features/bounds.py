@@ -84,13 +84,11 @@ class ColumnBounds:
         return ~np.isnan(self.core_lower)
 
     def _core_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """c₀, c₁, w₀, w₁ (0 and 1 where there is no core: those entries are not used)."""
+        """c₀, c₁, w₀, w₁ of bounds with cores (0 and 1 where a column has none: those entries are not used)."""
         core = self._core
-        c0 = np.where(core, self.core_lower if self.core_lower is not None else 0.0, 0.0)
-        c1 = np.where(core, self.core_upper if self.core_upper is not None else 0.0, 0.0)
-        with np.errstate(invalid="ignore"):
-            w0 = np.where(core, c0 - np.where(core, self.lower, 0.0), 1.0)
-            w1 = np.where(core, np.where(core, self.upper, 0.0) - c1, 1.0)
+        c0, c1 = np.where(core, self.core_lower, 0.0), np.where(core, self.core_upper, 0.0)
+        w0 = np.where(core, c0 - np.where(core, self.lower, 0.0), 1.0)
+        w1 = np.where(core, np.where(core, self.upper, 0.0) - c1, 1.0)
         return c0, c1, w0, w1
 
     @classmethod

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tgpflow.core.backend import DeviceTarget, namespace
-from tgpflow.models.on_device import put_arrays, rows_on_device
+from tgpflow.core.backend import DeviceTarget, namespace, put_arrays
+from tgpflow.models.on_device import rows_on_device
 
 if TYPE_CHECKING:
     from tgpflow.models.kernel_fitted import KernelFitted
 
 __all__ = ["kernel_log_density_on_device", "kernel_score_on_device"]
+
 
 def _per_row_bytes(fitted: KernelFitted) -> int:
     """A block's work arrays per row: the differences r and one product with them (m·d each), the profile (8·m)."""

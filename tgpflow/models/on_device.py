@@ -45,8 +45,3 @@ def rows_on_device(x: np.ndarray, target: DeviceTarget, per_row_bytes: int,
         parts = [block(xd[start:min(start + rows, m), ...], consts) for start in range(0, m, rows)]
         out[lo:lo + m] = to_numpy(parts[0] if len(parts) == 1 else xp.concat(parts))
     return out
-
-
-def put_arrays(arrays: dict[str, np.ndarray], xp: Any, dev: Any) -> dict[str, Any]:
-    """Host arrays as float64 device arrays (a model's constants)."""
-    return {k: xp.asarray(np.ascontiguousarray(v, dtype=np.float64), device=dev) for k, v in arrays.items()}

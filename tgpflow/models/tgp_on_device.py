@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.core.backend import DeviceTarget, namespace
-from tgpflow.models.on_device import put_arrays, rows_on_device
+from tgpflow.core.backend import DeviceTarget, namespace, put_arrays
+from tgpflow.models.on_device import rows_on_device
 
 __all__ = ["log_density_on_device"]
 

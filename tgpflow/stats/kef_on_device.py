@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.core.backend import device_of, is_cupy, namespace, to_numpy
+from tgpflow.core.backend import device_of, is_cupy, namespace, put_arrays, to_numpy
 from tgpflow.features.nystrom import NystromBasis
 
 __all__ = ["kef_sums_on_device", "diag_sums_on_device", "lite_sums_on_device", "KERNEL_DEVICE_BLOCK_BYTES"]
@@ -37,12 +37,9 @@ class _OnDevice:
             raise ValueError("dimension subsampling (n_components) runs on the CPU: use device='cpu'")
         self.xp = namespace(x)
         self.dev = device_of(x)
-        self.shift = self.put(basis.shift)
-        self.Ys = self.put(basis.Y - basis.shift)
+        put = put_arrays({"shift": basis.shift, "Ys": basis.Y - basis.shift}, self.xp, self.dev)
+        self.shift, self.Ys = put["shift"], put["Ys"]
         self.kernel = basis.kernel
-
-    def put(self, a: np.ndarray) -> Any:
-        return self.xp.asarray(np.ascontiguousarray(a, dtype=np.float64), device=self.dev)
 
     def zeros(self, *shape: int) -> Any:
         return self.xp.zeros(shape, dtype=self.xp.float64, device=self.dev)

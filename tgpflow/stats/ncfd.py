@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tgpflow.core.backend import device_of, is_numpy, namespace, to_numpy
+from tgpflow.core.backend import device_of, namespace, on_a_device, to_numpy
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, F32, F64, MemoryCost, declare, plan_blocks, task_budget
 from tgpflow.core.moments import Moments
 from tgpflow.core.summable import AdditiveStats
@@ -265,7 +265,7 @@ def _noisy_sin_score(x: np.ndarray, level: RandomFourierFeatures, mixture: Gauss
     digest = hashlib.blake2b(np.ascontiguousarray(x).tobytes(), digest_size=8).digest()
     rng = np.random.default_rng([int.from_bytes(digest, "little"), h])
     y = x + sigma * rng.standard_normal(x.shape)
-    if chunk is not None and not is_numpy(namespace(chunk)):
+    if on_a_device(chunk):
         return _noisy_sin_score_on(chunk, y, mixture, sigma, level, rows)
     score = mixture.at_level(sigma).derivatives(y)[1] - _gaussian_score(mixture, sigma, y)
     out = np.zeros((level.n_features, x.shape[1]))
