@@ -1,25 +1,26 @@
 """Against what users already have: every default GP-tilted method beside a tuned GaussianMixture, on held-out rows.
 
-For each table, an 80/20 split (seed 0); the reference models see rows standardized with the training part's mean
-and standard deviation, and tgpflow the table's own values, as a user would fit them (``--units data``; its
+For each table, an 80/20 split (seed 0); the reference models see rows standardized with the training part's mean and
+standard deviation, and tgpflow the table's own values, as a user would fit them (``--units data``; its
 ``bounds="auto"`` finds edges at 0 and 1 there), its log-densities moved to the standardized units by the Jacobian Σ
 log sd (``--units standardized``: it fits the standardized rows too). Fitted on the training part: each GP-tilted
-method with its defaults (γ and λ selected on held-out rows of the training part), scikit-learn's
-``GaussianMixture`` (full covariances) with K chosen from ``--k-grid`` by the log-likelihood of a validation fifth
-of the training part and refitted on all of it, and one Gaussian. Printed per model, on the held-out 20 %: the
-normalised log-likelihood (nats/row; tgpflow's from its importance-sampled log Z), the median sliced KS and WD
-between 50 000 of the model's samples and the held-out rows (500 directions), its fit health (ESS of the proposal
-draws, normalised mass outside the [0.1 %, 99.9 %] quantile box of the training rows; for the GaussianMixture, the
-share of its draws outside that box of its own training rows) and fit time; beside them the two-halves floor (the
-sliced KS|WD between two halves of the held-out rows) and the ratios to the mixture. On tables with lattice columns
-(integer codes, rounded values: ``tgpflow.io.column_kinds``) the log-likelihoods are those of rows dequantized by
-uniform noise over each lattice cell (the mixture fitted on them too; both scored on them); the sliced distances use
-the raw held-out rows. Likewise a point mass at the edge of a continuous column (≥ 1 % of the rows at its minimum or
-maximum: cardio's, thyroid's) is spread uniformly over the block that tgpflow's atom model puts beyond it, for the
-mixture's fit and for both models' scores; tgpflow reads those rows back at the atom. With ``--discrete auto`` (the
-default) tgpflow fits the raw rows with its default ``discrete="auto"``: its coarse lattices are modelled as
-discrete (dequantized in the fit, a row's density its cell's average, samples rounded; docs/gp_tilted.md);
-``--discrete none`` fits it on the dequantized rows too, with ``discrete=None``.
+method with its defaults (γ and λ selected on held-out rows of the training part), scikit-learn's ``GaussianMixture``
+(full covariances) with K chosen from ``--k-grid`` by the log-likelihood of a validation fifth of the training part
+and refitted on all of it, and one Gaussian. Printed per model, on the held-out 20 %: the normalised log-likelihood
+(nats/row; tgpflow's from its importance-sampled log Z), the median sliced KS and WD between 50 000 of the model's
+samples and the held-out rows (500 directions), its fit health (ESS of the proposal draws, normalised mass outside the
+[0.1 %, 99.9 %] quantile box of the training rows; for the GaussianMixture, the share of its draws outside that box of
+its own training rows), fit time and the criteria of tgpflow's sample check (``tgpflow.metrics.sample_check``, in the
+data's units: "ok", or those that failed); beside them the two-halves floor (the sliced KS|WD between two halves of
+the held-out rows) and the ratios to the mixture. On tables with lattice columns (integer codes, rounded values:
+``tgpflow.io.column_kinds``) the log-likelihoods are those of rows dequantized by uniform noise over each lattice cell
+(the mixture fitted on them too; both scored on them); the sliced distances use the raw held-out rows. Likewise a
+point mass at the edge of a continuous column (≥ 1 % of the rows at its minimum or maximum: cardio's, thyroid's) is
+spread uniformly over the block that tgpflow's atom model puts beyond it, for the mixture's fit and for both models'
+scores; tgpflow reads those rows back at the atom. With ``--discrete auto`` (the default) tgpflow fits the raw rows
+with its default ``discrete="auto"``: its coarse lattices are modelled as discrete (dequantized in the fit, a row's
+density its cell's average, samples rounded; docs/gp_tilted.md); ``--discrete none`` fits it on the dequantized rows
+too, with ``discrete=None``.
 
 Tables: MAGIC (``../shared/data/magic_gamma.parquet``, its 10 float columns), ``meters`` (synthetic: 7
 columns of a household meter table: three zero-inflated sub-meters, values recorded to 3 decimals),
@@ -142,6 +143,7 @@ def run_table(name: str, X: np.ndarray, methods: list[str], k_grid: list[int],
               units: str = "data", split: int = 0) -> list[dict[str, Any]]:
     import tgpflow
     from tgpflow.io.column_kinds import cell_widths, column_kinds, dequantize
+    from tgpflow.metrics.sample_check import sample_check
 
     rng = np.random.default_rng(split)  # the 80/20 split, the dequantizing noise
     X = X[np.all(np.isfinite(X), axis=1)]
@@ -169,9 +171,13 @@ def run_table(name: str, X: np.ndarray, methods: list[str], k_grid: list[int],
     # measure tgpflow's diagnostics hold its own fits to (tgpflow.stats.support.SupportBox)
     from tgpflow.stats.support import SupportBox
 
-    outside = float(SupportBox.from_rows(train_q).outside(gm_draws).mean())
+    gm_box = SupportBox.from_rows(train_q)
+    outside = float(gm_box.outside(gm_draws).mean())
+    gm_check = sample_check(None, held, samples=gm_draws, box=gm_box)  # the same criteria, for comparison
     rows.append({"table": name, "split": split, "model": f"GaussianMixture (K={k})", "loglik": float(gm.score(held_q)),
-                 "ks": ks, "wd": wd, "seconds": gm_time, "k_curve": curve, "mass_outside": outside})
+                 "ks": ks, "wd": wd, "seconds": gm_time, "k_curve": curve, "mass_outside": outside,
+                 "sample_check": ",".join(c for c, ok in gm_check.checks.items() if not ok) or "ok",
+                 "spread_ratio": [float(gm_check.spread_ratio.min()), float(gm_check.spread_ratio.max())]})
     one = tuned_mixture(train_q, [1], 0)[0]
     rows.append({"table": name, "split": split, "model": "one Gaussian", "loglik": float(one.score(held_q)),
                  **dict(zip(("ks", "wd"), sliced(held, one.sample(50_000)[0]), strict=True))})
@@ -203,11 +209,18 @@ def run_table(name: str, X: np.ndarray, methods: list[str], k_grid: list[int],
         diag = est.fit_diagnostics_
         samples = est.sample(50_000, random_state=1)
         ks, wd = sliced(held, (samples - mu) / sd if raw else samples)
+        # tgpflow's own sample check, in the units it fitted (the data's): the criteria that failed, if any
+        check = sample_check(est, held_raw if raw else held, samples=samples,
+                             ess_fraction=(getattr(est, "last_sample_info_", None) or {}).get("ess_fraction"))
+        failed = [k for k, ok in check.checks.items() if not ok]
         loglik = est.log_density(at_atoms(est, held_fit), normalized=True) + jacobian
         rows.append({"table": name, "split": split, "model": label, "loglik": float(np.mean(loglik)), "ks": ks,
                      "wd": wd, "seconds": seconds, "bounds": None if est.bounds_ is None else est.bounds_.describe(),
                      "ess_fraction": diag.get("ess_fraction"), "mass_outside": diag.get("mass_outside"),
                      "discrete": None if est.discrete_ is None else list(est.discrete_.columns),
+                     "sample_check": "ok" if not failed else ",".join(failed),
+                     "spread_ratio": [float(check.spread_ratio.min()), float(check.spread_ratio.max())],
+                     "mean_error_max": float(np.abs(check.mean_error).max()),
                      "warnings": len([w for w in caught if "DiagnosticWarning" in type(w.message).__name__])})
     ref = rows[1]
     for r in rows:
@@ -245,7 +258,7 @@ def main() -> None:
     k_grid = [int(k) for k in args.k_grid.split(",")]
     out = []
     print(f"{'table':14s} {'model':30s} {'loglik':>9s} {'Δ vs GMM':>9s} {'KS':>8s} {'KS/GMM':>7s} {'WD':>8s} "
-          f"{'ESS':>6s} {'outside':>8s} {'warn':>4s} {'s':>7s}")
+          f"{'ESS':>6s} {'outside':>8s} {'warn':>4s} {'s':>7s}  check")
     for name, X, split in [(n, x, s) for n, x in data.items() for s in range(args.splits)]:
         for r in run_table(name, X, args.methods.split(","), k_grid, tuple(args.bases.split(",")), args.discrete,
                            args.bounds, args.units, split):
@@ -257,7 +270,7 @@ def main() -> None:
             print(f"{name:14s} {r['model']:30s} {fmt('loglik', '9.3f'):>9s} {fmt('loglik_minus_mixture', '+9.3f'):>9s} "
                   f"{fmt('ks', '8.4f'):>8s} {fmt('ks_over_mixture', '7.2f'):>7s} {fmt('wd', '8.4f'):>8s} "
                   f"{fmt('ess_fraction', '6.3f'):>6s} {fmt('mass_outside', '8.3f'):>8s} {fmt('warnings', 'd'):>4s} "
-                  f"{fmt('seconds', '7.1f'):>7s}", flush=True)
+                  f"{fmt('seconds', '7.1f'):>7s}  {r.get('sample_check', '')}", flush=True)
     if args.splits > 1:
         summarize(out)
     if args.json:

@@ -277,6 +277,15 @@ def test_bound_transforms_invert_and_their_derivatives_match_finite_differences(
         np.testing.assert_allclose(got, fd, rtol=1e-4, atol=1e-6)
 
 
+def _derivatives_match_finite_differences(b: ColumnBounds, x: np.ndarray, h: float = 1e-7) -> None:
+    """t', t'', (log t')' and (log t')'' of ``b`` at rows ``x`` against central differences of t and of each other."""
+    log_d1, d1, d2, dlog, ddlog = b.derivatives(x)
+    np.testing.assert_allclose(d1, (b.forward(x + h) - b.forward(x - h)) / (2 * h), rtol=1e-5)
+    for got, k in ((d2, 1), (dlog, 0), (ddlog, 3)):
+        fd = (b.derivatives(x + h)[k] - b.derivatives(x - h)[k]) / (2 * h)
+        np.testing.assert_allclose(got, fd, rtol=1e-4, atol=1e-6)
+
+
 def test_a_cored_column_is_the_identity_on_its_core_with_log_tails_that_carry_all_of_r():
     """A lattice column's transform (ColumnBounds cores): the identity on [c₀, c₁], log tails beyond it, t' = 1 at
     the core's ends; it inverts, its derivatives match finite differences on both tails and the core, it maps
@@ -290,13 +299,7 @@ def test_a_cored_column_is_the_identity_on_its_core_with_log_tails_that_carry_al
     assert t[0, 0] < t[1, 0] < 0.0 and t[6, 0] > t[5, 0] > 8.0  # tails beyond the core's ends, increasing
     np.testing.assert_allclose(b.inverse(t), x, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(b.inverse(np.array([[-60.0, 0.0], [70.0, 0.0]]))[:, 0], [-0.5, 8.5], atol=1e-12)
-    inside = x[[0, 1, 3, 5, 6]]  # away from the core's ends, where t'' jumps
-    h = 1e-7
-    log_d1, d1, d2, dlog, ddlog = b.derivatives(inside)
-    np.testing.assert_allclose(d1, (b.forward(inside + h) - b.forward(inside - h)) / (2 * h), rtol=1e-5)
-    for got, k in ((d2, 1), (dlog, 0), (ddlog, 3)):
-        fd = (b.derivatives(inside + h)[k] - b.derivatives(inside - h)[k]) / (2 * h)
-        np.testing.assert_allclose(got, fd, rtol=1e-4, atol=1e-6)
+    _derivatives_match_finite_differences(b, x[[0, 1, 3, 5, 6]])  # away from the core's ends, where t'' jumps
     np.testing.assert_allclose(b.derivatives(np.array([[0.0, 0.0], [8.0, 0.0]]))[1][:, 0], 1.0)  # t' = 1 at the ends
     for lo, hi in ((-0.5, 0.0), (0.0, 8.0), (8.0, 8.5)):  # each piece: ∫ N(t(x)) t'(x) dx = Φ(t(hi)) − Φ(t(lo))
         g = np.linspace(lo, hi, 200_001)[1:-1]
@@ -308,6 +311,36 @@ def test_a_cored_column_is_the_identity_on_its_core_with_log_tails_that_carry_al
     assert b.fingerprint != ColumnBounds(b.lower, b.upper, b.columns).fingerprint
     back = ColumnBounds.from_arrays(b.to_arrays(), b.columns)
     np.testing.assert_array_equal(back.forward(x), t)
+
+
+def test_a_core_reaching_an_open_side_has_one_log_tail_and_the_scaled_fit_space_agrees():
+    """An atom's column (ColumnBounds cores, one side open): the identity from the atom at 0 up to +∞, a log tail
+    over the block (−w, 0) below it, and the mirror image for an atom at a highest value; inverse, derivatives by
+    finite differences, the block's mass by quadrature, and the standardized units giving the same transform up to
+    the affine map of :meth:`ColumnBounds.transformed_scaling`. A core reaching a bounded side is refused."""
+    from tgpflow.features.scaling import Scaling
+
+    w = 0.7
+    b = ColumnBounds(np.array([-w, -np.inf]), np.array([np.inf, 3.0 + w]), ("low", "high"), np.array([0.0, -np.inf]),
+                     np.array([np.inf, 3.0]))
+    x = np.array([[-0.69, 3.69], [-0.3, 3.2], [0.0, 3.0], [2.0, 1.0], [50.0, -40.0]])
+    t = b.forward(x)
+    np.testing.assert_allclose(t[2:], x[2:])  # the identity on the core, however far out
+    assert t[0, 0] < t[1, 0] < 0.0 and t[0, 1] > t[1, 1] > 3.0
+    np.testing.assert_allclose(b.inverse(t), x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(b.inverse(np.array([[-80.0, 90.0]])), [[-w, 3.0 + w]], atol=1e-12)
+    _derivatives_match_finite_differences(b, x[[0, 1, 3, 4]])
+    g = np.linspace(-w, 0.0, 200_001)[1:-1]  # the block: ∫ N(t(x)) t'(x) dx = Φ(t(0)) = Φ(0)
+    rows = np.c_[g, np.zeros_like(g)]
+    dens = norm.pdf(b.forward(rows)[:, 0], loc=1.0, scale=2.0) * b.derivatives(rows)[1][:, 0]
+    assert scipy.integrate.trapezoid(dens, g) == pytest.approx(norm.cdf(0.0, loc=1.0, scale=2.0), rel=1e-3)
+    scaling = Scaling(np.array([1.5, -2.0]), np.array([2.0, 0.5]))
+    fit_space = b.transformed_scaling(scaling)
+    np.testing.assert_allclose(fit_space.forward(t), b.scaled(scaling).forward(scaling.forward(x)), atol=1e-12)
+    back = ColumnBounds.from_arrays(b.to_arrays(), b.columns)
+    np.testing.assert_array_equal(back.forward(x), t)
+    with pytest.raises(ValueError, match="open side only there"):
+        ColumnBounds(np.array([-w]), np.array([5.0]), ("x",), np.array([0.0]), np.array([np.inf]))
 
 
 def test_a_bounded_model_is_a_density_on_its_support_with_consistent_score_and_samples():

@@ -48,13 +48,17 @@ def _pair(value: Any, where: str) -> tuple[float, float]:
 class ColumnBounds:
     """Per-column lower/upper bounds (±inf where open) and the transforms they imply.
 
-    ``core_lower``, ``core_upper`` (NaN, or None for all columns, where there is none): a two-sided column with a
-    core [c₀, c₁] inside (a, b) is mapped by the identity on the core and by log tails on the rest,
+    ``core_lower``, ``core_upper`` (NaN, or None for all columns, where there is none): a column with a core
+    [c₀, c₁] inside (a, b) is mapped by the identity on the core and by log tails on the rest,
     ``t = c₀ + w₀ log((x − a)/w₀)`` below (w₀ = c₀ − a) and ``t = c₁ − w₁ log((b − x)/w₁)`` above (w₁ = b − c₁):
-    t' = 1 at the core's ends. A lattice column's core is its range of values, its bounds the outer cell edges
+    t' = 1 at the core's ends. A core reaches an open side (c₀ = −∞ where a = −∞, c₁ = +∞ where b = +∞): the
+    column then has one log tail. A lattice column's core is its range of values, its bounds the outer cell edges
     (:meth:`~tgpflow.features.lattice.LatticeCells.bounds_with`): the model stays inside the outer cells without
     the logit's stretching of the cells next to them (on the letter set it made the samples 8 % wider than the
-    data, column by column).
+    data, column by column). A column with an atom at an edge has the block beyond it as its tail and the rest
+    of its values as its core: under ``log(x − a)`` alone, a Gaussian component's tail was a lognormal one in the
+    data's units (cardio: 18 % of FD's mass beyond the training rows' box, mostly past the largest values of the
+    three columns with an atom at their minimum).
     """
 
     lower: np.ndarray
@@ -69,10 +73,15 @@ class ColumnBounds:
         if self.core_lower is not None:
             c0, c1 = np.asarray(self.core_lower, np.float64), np.asarray(self.core_upper, np.float64)
             has = ~np.isnan(c0)
-            if np.any(np.isnan(c1) != ~has) or not np.all(np.isfinite(self.lower[has]) & np.isfinite(self.upper[has])):
-                raise ValueError("a core needs both of its ends and both bounds of its column")
-            if not np.all((self.lower[has] < c0[has]) & (c0[has] <= c1[has]) & (c1[has] < self.upper[has])):
-                raise ValueError("a core must lie strictly inside its column's bounds, lower end first")
+            if np.any(np.isnan(c1) != ~has):
+                raise ValueError("a core needs both of its ends")
+            lo, hi, c0h, c1h = self.lower[has], self.upper[has], c0[has], c1[has]
+            # each end strictly inside its bound, or open (±∞) on an open side; and a tail somewhere
+            low_ok = (lo < c0h) | ((c0h == -np.inf) & (lo == -np.inf))
+            high_ok = (c1h < hi) | ((c1h == np.inf) & (hi == np.inf))
+            if not np.all(low_ok & high_ok & (c0h <= c1h) & (np.isfinite(lo) | np.isfinite(hi))):
+                raise ValueError("a core must lie strictly inside its column's bounds, lower end first, and reach "
+                                 "an open side only there")
             object.__setattr__(self, "core_lower", c0)
             object.__setattr__(self, "core_upper", c1)
 
@@ -87,8 +96,9 @@ class ColumnBounds:
         """c₀, c₁, w₀, w₁ of bounds with cores (0 and 1 where a column has none: those entries are not used)."""
         core = self._core
         c0, c1 = np.where(core, self.core_lower, 0.0), np.where(core, self.core_upper, 0.0)
-        w0 = np.where(core, c0 - np.where(core, self.lower, 0.0), 1.0)
-        w1 = np.where(core, np.where(core, self.upper, 0.0) - c1, 1.0)
+        low, high = core & self._lo, core & self._hi  # the tails (a core that reaches an open side has none there)
+        w0 = np.where(low, c0 - np.where(low, self.lower, 0.0), 1.0)
+        w1 = np.where(high, np.where(high, self.upper, 0.0) - c1, 1.0)
         return c0, c1, w0, w1
 
     @classmethod

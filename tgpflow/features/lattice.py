@@ -291,7 +291,7 @@ class LatticeCells:
         """``bounds`` (the user's, None for none) with each discrete column bounded at the outer edges of its
         extreme cells, ``(origin − step/2, top + step/2)``, its core the values' range, ``[origin, top]``
         (:class:`~tgpflow.features.bounds.ColumnBounds`), and each atom's column at the outer end of
-        its block, ``v ∓ w``."""
+        its block, ``v ∓ w``, its core from the atom on (the block is the log tail)."""
         d = len(columns)
         lower = np.full(d, -np.inf) if bounds is None else bounds.lower.copy()
         upper = np.full(d, np.inf) if bounds is None else bounds.upper.copy()
@@ -305,6 +305,12 @@ class LatticeCells:
                 lower[j] = v - w
             else:
                 upper[j] = v + w
+        for j in np.unique(self.atom_positions):  # the block its tail, the column's values its core
+            mine = self.atom_positions == j
+            ends = {float(s): float(v) for s, v in zip(self.atom_side[mine], self.atom_value[mine], strict=True)}
+            c0, c1 = ends.get(-1.0, -np.inf), ends.get(1.0, np.inf)
+            if np.isfinite(c0) == np.isfinite(lower[j]) and np.isfinite(c1) == np.isfinite(upper[j]):
+                core_lower[j], core_upper[j] = c0, c1  # (a bound of another kind on the other side: no core)
         return ColumnBounds(lower, upper, tuple(str(c) for c in columns), core_lower, core_upper)
 
     def to_dict(self) -> dict[str, Any]:

@@ -79,10 +79,13 @@ MIXED_SCALES = 10.0
 
 
 def remedies(*, lam: Any, lam_fitted: float, box: SupportBox | None, scaled: bool,
-             suggested_bounds: dict[str, list[float | None]] | None, lam_grid_param: str = "lam_grid") -> str:
+             suggested_bounds: dict[str, list[float | None]] | None, lam_grid_param: str = "lam_grid",
+             base_outside: float | None = None) -> str:
     """What to change when a fit puts mass where there are no data, each as the Python parameter and the
     ``tgpflow fit`` flag that set it: the bounds the pilot suggests, ``scale=True`` when the columns' spreads
-    differ by more than :data:`MIXED_SCALES` times and the model is not standardized, then λ."""
+    differ by more than :data:`MIXED_SCALES` times and the model is not standardized, then λ, unless the base
+    alone (λ = ∞, held out in the selection) puts more than the limit outside too (``base_outside``, its share):
+    then no λ helps, and bounds on the columns whose tails leak are the fix left."""
     fixes = []
     if suggested_bounds:
         python = ", ".join(f"{c!r}: ({lo!r}, {hi!r})" for c, (lo, hi) in suggested_bounds.items())
@@ -95,7 +98,12 @@ def remedies(*, lam: Any, lam_fitted: float, box: SupportBox | None, scaled: boo
         if widths.size > 1 and widths.min() > 0 and widths.max() > MIXED_SCALES * widths.min():
             fixes.append(f"standardize the columns (their spreads differ {widths.max() / widths.min():.3g}-fold): "
                          f"scale=True (tgpflow fit --scale)")
-    if lam == "auto":
+    if base_outside is not None:
+        own = "" if suggested_bounds else (": declare bounds for the columns its tails leak past, "
+                                           "bounds={'col': (lo, hi)} (tgpflow fit --bounds col:lo:hi)")
+        fixes.append(f"no lam helps: the base alone (lam = inf) puts {100 * base_outside:.3g}% of its mass outside "
+                     f"the box too{own}")
+    elif lam == "auto":
         fixes.append(f"extend {lam_grid_param} to larger values (-p {lam_grid_param}=...)")
     else:
         fixes.append(f"raise lam (now {lam_fitted:g}; --lam) or select it on held-out rows: lam='auto' (--lam auto)")

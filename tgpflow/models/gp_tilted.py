@@ -81,6 +81,15 @@ def _from_data_rows(rows: np.ndarray, bounds: ColumnBounds | None, scaling: Scal
     return t if scaling is None else bounds.transformed_scaling(scaling).forward(t)
 
 
+def _base_outside(curve: list[dict[str, Any]]) -> float | None:
+    """The mass outside of the base alone (the selection's λ = ∞ rows) where it exceeds the diagnostics' limit at
+    every bandwidth: no λ brings a fit inside (:func:`~tgpflow.models.diagnostics.remedies`); else None."""
+    alone = [r for r in curve if math.isinf(r.get("lam", 0.0)) and r.get("mass_outside") is not None]
+    if not alone or any(r["mass_outside"] <= r.get("mass_outside_limit", math.inf) for r in alone):
+        return None
+    return float(min(r["mass_outside"] for r in alone))
+
+
 def _data_units(bounds: ColumnBounds | None, scaling: Scaling | None, cells: LatticeCells | None = None) -> Any:
     """The map from the fitting space to the data's units (``bounds`` in the data's units: the transformed
     values' scaling undone, then t⁻¹; without bounds the scaling's inverse; discrete columns rounded to their
@@ -904,7 +913,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         if self.criterion != "hyvarinen" and not healthy(rows[best]):
             fix = remedies(lam="auto", lam_fitted=math.nan, box=getattr(self, "support_", None),
                            scaled=getattr(self, "scaling_", None) is not None,
-                           suggested_bounds=getattr(self, "pilot_", {}).get("suggested_bounds"))
+                           suggested_bounds=getattr(self, "pilot_", {}).get("suggested_bounds"),
+                           base_outside=_base_outside(rows))
             warnings.warn(f"no (γ, λ) on the grid has a reliable normaliser (ESS >= {MIN_SELECT_ESS_FRACTION:.0%} "
                           f"of the proposal draws) and keeps its mass inside the training rows' support box; chose "
                           f"the best by the criterion among those with a reliable normaliser, else the largest "
@@ -1016,7 +1026,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         more, warns = method.diagnostics(self.solver_info_, self.get_params())
         extra.update(more, warnings=warns)
         fix = remedies(lam=self.lam, lam_fitted=self.lam_, box=box, scaled=getattr(self, "scaling_", None) is not None,
-                       suggested_bounds=getattr(self, "pilot_", {}).get("suggested_bounds"))
+                       suggested_bounds=getattr(self, "pilot_", {}).get("suggested_bounds"),
+                       base_outside=_base_outside(getattr(self, "selection_", {}).get("curve", [])))
         self.normalizer_ = est
         self.fit_diagnostics_ = fit_diagnostics(est, box, what=f"the {self.method.upper()} fit", fix=fix,
                                                 extra=extra, warn=warn)
