@@ -93,7 +93,7 @@ def point_masses(train: np.ndarray, kinds: dict[str, Any], steps: dict[int, floa
     names = list(kinds)
     lattices = {names[j] for j in steps}
     return [(names.index(name), value, side * width)
-            for name, value, side, width, _ in edge_atoms(kinds, train, lattices)]
+            for name, value, side, width, *_ in edge_atoms(kinds, train, lattices)]
 
 
 def spread_point_masses(rows: np.ndarray, spikes: list[tuple[int, float, float]],

@@ -386,6 +386,38 @@ def test_a_spike_at_an_edge_is_an_atom_whose_probability_the_density_and_the_sam
         est.partial_fit(np.r_[X[:100], [[1.0, -0.5]]])
 
 
+def test_an_atoms_column_keeps_the_log_only_for_a_long_tail_and_the_choice_travels_with_the_cells():
+    """Two meters reading 0 on 70 % of the rows: one with a long tail (lognormal σ = 1.5: skewness ≈ 30, beyond
+    LONG_TAIL_SKEW) keeps the log of its bound over the whole column, the other (σ = 0.3: ≈ 1) gets a core. The
+    choice is in the cells' JSON, arrays and fingerprint; cells stored before it (no "core") keep the log."""
+    from tgpflow.features.lattice import LONG_TAIL_SKEW, choose_discrete
+    from tgpflow.io.column_kinds import column_kinds
+
+    rng = np.random.default_rng(0)
+    n = 20_000
+    on = rng.random((n, 2)) < 0.3
+    X = np.round(np.c_[rng.lognormal(0, 0.5, n), np.where(on[:, 0], rng.lognormal(0, 1.5, n), 0.0),
+                       np.where(on[:, 1], rng.lognormal(1.0, 0.3, n), 0.0)], 3)
+    assert sstats.skew(X[on[:, 0], 1]) > LONG_TAIL_SKEW > sstats.skew(X[on[:, 1], 2])
+    names = ["load", "long", "short"]
+    cells = choose_discrete("auto", column_kinds(X, names), X, [], seed=0)
+    assert cells.atom_columns == ("long", "short") and cells.atom_core.tolist() == [0.0, 1.0]
+    bounds = cells.bounds_with(None, names)
+    assert np.isnan(bounds.core_lower[1]) and (bounds.core_lower[2], bounds.core_upper[2]) == (0.0, np.inf)
+    np.testing.assert_allclose(bounds.forward(np.array([[1.0, 2.0, 2.0]]))[0, 1:], [np.log(2.0 + cells.atom_width[0]),
+                                                                                   2.0])
+    back = LatticeCells.from_dict(cells.to_dict())
+    assert back.atom_core.tolist() == [0.0, 1.0] and back.fingerprint == cells.fingerprint
+    assert LatticeCells.from_arrays(cells.to_arrays()).fingerprint == cells.fingerprint
+    stored = cells.to_dict()
+    for atom in stored["atoms"]:
+        del atom["core"]
+    old = LatticeCells.from_dict(stored)
+    assert old.atom_core.tolist() == [0.0, 0.0] and old.fingerprint != cells.fingerprint
+    assert old.fingerprint == dataclasses.replace(cells, atom_core=np.zeros(2)).fingerprint
+    assert np.isnan(old.bounds_with(None, names).core_lower[2])  # the log of the bound, as it was fitted
+
+
 def test_bounds_auto_bounds_positive_columns_just_below_zero_and_a_pipeline_keeps_them(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -56,9 +56,10 @@ class ColumnBounds:
     (:meth:`~tgpflow.features.lattice.LatticeCells.bounds_with`): the model stays inside the outer cells without
     the logit's stretching of the cells next to them (on the letter set it made the samples 8 % wider than the
     data, column by column). A column with an atom at an edge has the block beyond it as its tail and the rest
-    of its values as its core: under ``log(x − a)`` alone, a Gaussian component's tail was a lognormal one in the
-    data's units (cardio: 18 % of FD's mass beyond the training rows' box, mostly past the largest values of the
-    three columns with an atom at their minimum).
+    of its values as its core, unless they have a long tail (:func:`~tgpflow.features.lattice.edge_atoms`): under
+    ``log(x − a)`` alone, a Gaussian component's tail was a lognormal one in the data's units (cardio: 18 % of
+    FD's mass beyond the training rows' box, mostly past the largest values of three columns with an atom at their
+    minimum).
     """
 
     lower: np.ndarray
