@@ -344,7 +344,7 @@ def _meter_table(n: int, seed: int) -> np.ndarray:
 
 
 def test_a_spike_at_an_edge_is_an_atom_whose_probability_the_density_and_the_samples_agree_on():
-    X, held = _meter_table(20_000, 0), _meter_table(20_000, 1)
+    X, held = _meter_table(10_000, 0), _meter_table(20_000, 1)
     # (the default mixture base: on the Gaussian base the tilt wiggles within the block, its integral needs 128
     # points for 3e-3 nats and the atom got 0.88 of the mass; the load's own bound at 0, bounds="auto", is tested
     # below)
@@ -357,7 +357,7 @@ def test_a_spike_at_an_edge_is_an_atom_whose_probability_the_density_and_the_sam
     assert est.bounds_.core_lower[1] == 0.0 and est.bounds_.core_upper[1] == np.inf  # the identity from the atom on
     assert est.fit_diagnostics_["warnings"] == [] and est.fit_diagnostics_["mass_outside"] < 0.03
     inner = est.fitted().inner
-    # the block integral against brute force over the block, for a few loads (measured: within 1e-3)
+    # the block integral against brute force over the block, for a few loads (measured: within 2e-3)
     w = cells.atom_width[0]
     grid = (np.arange(100_000) + 0.5) / 100_000
     for load, got in zip((0.5, 1.0, 2.0), est.log_density(np.array([[0.5, 0.0], [1.0, 0.0], [2.0, 0.0]])),
@@ -373,7 +373,7 @@ def test_a_spike_at_an_edge_is_an_atom_whose_probability_the_density_and_the_sam
     # a reading within half a recording step of the atom is the atom; one further below the edge has no mass
     at, near, below = est.log_density(np.array([[1.0, 0.0], [1.0, -0.0004], [1.0, -0.2]]))
     assert near == at and below == -np.inf
-    # against held-out rows, 0.703 exact zeros: the model gives the atom 0.691 (measured; in log(x + w) coordinates
+    # against held-out rows, 0.703 exact zeros: the model gives the atom 0.697 (measured; in log(x + w) coordinates
     # without the core, 0.60: the tilt smoothed the step at the edge and spilled mass into small readings)
     assert abs(p_atom - (held[:, 1] == 0).mean()) < 0.03
     # rows dequantized over their 3-decimal cells score better than under a smooth fit of the spike

@@ -138,18 +138,18 @@ def test_a_warning_names_the_flags_that_fix_it():
 def test_when_the_base_alone_puts_mass_outside_the_warning_does_not_send_the_user_to_lam():
     """λ = ∞ (the base alone) is on every selection grid: where it leaks past the box too, a larger λ cannot help
     and the warning says so, with the bounds as the fix (uniform columns fitted open: the mixture's Gaussian tails
-    leak past the hard edges at 0 and 1; measured: 7.4 % outside at λ = ∞ against a limit of 3 %)."""
+    leak past the hard edges at 0 and 1; measured: 9.3 % outside at λ = ∞ against a limit of 3 %)."""
     rng = np.random.default_rng(0)
-    X = rng.random((4000, 3))
+    X = rng.random((2000, 3))
     with pytest.warns(tgpflow.errors.DiagnosticWarning) as caught:
-        est = tgpflow.GPTiltedDensity(n_features=200, bounds=None).fit(X)
+        est = tgpflow.GPTiltedDensity(n_features=100, bounds=None).fit(X)
     alone = [r for r in est.selection_["curve"] if np.isinf(r["lam"])]
     assert alone and all(r["mass_outside"] > r["mass_outside_limit"] for r in alone)
     messages = [str(w.message) for w in caught if "mass" in str(w.message)]
     assert messages and all("no lam helps: the base alone (lam = inf) puts" in m for m in messages)
     assert not any("extend lam_grid" in m for m in messages)
     assert all("bounds={'0': (" in m for m in messages)  # the bounds the pilot shows
-    bounded = tgpflow.GPTiltedDensity(n_features=200, bounds="auto").fit(X)  # the fix it names works
+    bounded = tgpflow.GPTiltedDensity(n_features=100, bounds="auto").fit(X)  # the fix it names works
     assert bounded.fit_diagnostics_["warnings"] == []
 
 

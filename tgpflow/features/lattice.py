@@ -49,9 +49,9 @@ such columns (``"auto"``: the coarse lattices the pilot shows, :func:`choose_dis
 Atoms. A continuous column whose lowest (or highest) value carries at least 1 % of the rows (a meter's exact
 zeros; :func:`~tgpflow.io.column_kinds.column_kinds`'s ``edges``) has a point mass there. ``discrete="auto"``
 dequantizes it into a block beyond the edge, ``(v − w, v)`` for a lowest value v with ``w`` = :data:`ATOM_BLOCK` of
-the column's standard deviation, bounds the column at ``v − w``, and fits it in the coordinate that makes its other
-values the more symmetric (:func:`edge_atoms`): ``log(x − v + w)``, or the identity from the atom on with a log
-tail over the block (a core, :class:`~tgpflow.features.bounds.ColumnBounds`). It gives a row at
+the column's standard deviation, bounds the column at ``v − w``, and fits it after ``log(x − v + w)`` where its
+other values have a long tail away from the edge, else in the identity from the atom on with a log tail over the
+block (a core, :class:`~tgpflow.features.bounds.ColumnBounds`; :func:`edge_atoms`). It gives a row at
 the atom the block's probability over ``δ`` (the column's lattice step where it has one: values recorded to 3
 decimals, 0.001; else ``w``), and rounds samples in the block (and within δ/2 of v) to v.
 

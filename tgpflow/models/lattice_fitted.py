@@ -127,14 +127,17 @@ class LatticeFitted(WrappedFitted):
         k, m = units.shape
         product = m <= 3  # the product midpoint rule, else scrambled Sobol points (cell_rule)
         # the decay along τ of rows spread over an extreme cell, e^(±τ/w) in its core's log tail (w: the cell's
-        # half-step, an atom's block width): the scale of both maps, except an extreme code cell's product rule,
-        # whose half-line starts with the flat core half of the cell: the base's spread there (against brute force
-        # on two code columns, 0.088 nats at worst on the Gaussian base and 0.11 on the mixture base, where the
-        # half-step gave 0.15 and 0.18; on an atom's block, which starts at its edge, the width is within 1e-3
-        # nats at 32 points: tests/test_lattice.py)
-        scale = np.r_[cells.step / 2, cells.atom_width[atoms]]
+        # half-step, an atom's block width; e^(±τ) where an atom's column has the log of its bound): the scale of
+        # both maps, except the product rule's where the half-line does not start with the tail (an extreme code
+        # cell starts with the flat core half of the cell): the base's spread there (against brute force on two
+        # code columns, 0.088 nats at worst on the Gaussian base and 0.11 on the mixture base, where the half-step
+        # gave 0.15 and 0.18; on a cored atom's block, which starts at its edge, the width is within 1e-3 nats at
+        # 32 points: tests/test_lattice.py)
+        cored = span._core[n_lat:]
+        scale = np.r_[cells.step / 2, np.where(cored, cells.atom_width[atoms], 1.0)]
         if self.inner.base is not None and product:
-            scale[:n_lat] = np.sqrt(np.diag(self.inner.base.cov))[cells.positions]
+            spread = np.sqrt(np.diag(self.inner.base.cov))[positions]
+            scale = np.where(np.r_[np.ones(n_lat, dtype=bool), ~cored], spread, scale)
         values = np.empty(n)
         block = max(1, _BLOCK_POINTS // k)
         for start in range(0, n, block):
