@@ -637,8 +637,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         bounded = list(self.bounds_.to_dict()) if self.bounds_ is not None else []
         seed = int(self._seeds()[6].generate_state(1, np.uint64)[0])
         self.discrete_ = choose_discrete(self.discrete, column_kinds(rows, names), rows, bounded, seed)
-        if self.discrete_ is not None:
-            self.bounds_ = self.discrete_.bounds_with(self.bounds_, names)
+        self.bounds_ = self._with_cells(self.bounds_, names)
         found = self._auto_bounds(rows, names) if self._bounds_auto else None
         if self.discrete_ is not None or found is not None:  # the pilot's rows in the new fitting space
             dequantized = rows if self.discrete_ is None else self.discrete_.dequantize(rows, pilot.keys)
@@ -669,8 +668,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return self.bounds_
 
     def _with_cells(self, bounds: ColumnBounds | None, names: list[str]) -> ColumnBounds | None:
-        """``bounds`` rebuilt from their JSON (``to_dict`` keeps the edges, not the discrete columns' cores) with the
-        discrete columns' bounds and cores put back (:meth:`LatticeCells.bounds_with`)."""
+        """``bounds`` with the discrete columns' bounds and cores (:meth:`LatticeCells.bounds_with`): once the pilot
+        chose them, and wherever bounds are rebuilt from their JSON (``to_dict`` keeps the edges, not the cores)."""
         cells = getattr(self, "discrete_", None)
         return bounds if cells is None else cells.bounds_with(bounds, names)
 

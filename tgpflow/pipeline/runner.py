@@ -130,8 +130,8 @@ def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], column
             est.bounds_ = ColumnBounds.from_param(est._declared_bounds(), columns)
         if hasattr(est, "discrete"):  # a store drawn before discrete columns has none
             est.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
-            if est.discrete_ is not None:  # bounded at their lattices' outer cell edges, beside the spec's bounds
-                est.bounds_ = est.discrete_.bounds_with(est.bounds_, columns)
+            # bounded at their lattices' outer cell edges, beside the spec's bounds
+            est.bounds_ = est._with_cells(est.bounds_, columns)
         if meta.get("bounds"):  # as the draw resolved them (a store drawn before keeps the spec's)
             est.bounds_ = est._with_cells(ColumnBounds.from_param(meta["bounds"]["bounds"], meta["bounds"]["columns"]),
                                           list(meta["bounds"]["columns"]))
