@@ -1,0 +1,55 @@
+"""Behaviour fixed before a refactor (issue 41): every estimator's model file, log density, score and statistics.
+
+``tests/golden/make_golden.py`` wrote, with the code of 2026-11-28, one small seeded fit of every ``tgpflow fit
+--model`` value: its model file and its figures (log density and score at held-out rows, the statistics' arrays).
+Here the stored files are loaded and must evaluate to the stored figures (files written before load after), and the
+same fits are made again and must give the same figures (the fit itself unchanged). Equal up to float64 rounding
+(relative 1e-9): on another CPU the BLAS kernels may round differently.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tgpflow
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+_spec = importlib.util.spec_from_file_location("make_golden", GOLDEN / "make_golden.py")
+make_golden = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_golden)
+
+RTOL, ATOL = 1e-9, 1e-12
+
+
+def _stored(case: str) -> dict[str, np.ndarray]:
+    with np.load(GOLDEN / f"{case}.figures.npz", allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def _model_files(case: str) -> list[Path]:
+    return [GOLDEN / f"{case}.model.npz"] + ([GOLDEN / f"{case}.model.zarr"] if case in make_golden.ZARR_CASES else [])
+
+
+@pytest.mark.parametrize("case", list(make_golden.CASES))
+def test_a_stored_model_file_loads_and_evaluates_as_it_did(case):
+    stored = _stored(case)
+    for path in _model_files(case):
+        model = tgpflow.load(path)
+        assert type(model).__name__ == make_golden.CASES[case][0]
+        x = make_golden.probe()
+        np.testing.assert_allclose(model.grad_log_density(x), stored["score"], rtol=RTOL, atol=ATOL)
+        if "log_density" in stored:
+            np.testing.assert_allclose(model.log_density(x), stored["log_density"], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("case", list(make_golden.CASES))
+def test_the_same_fit_gives_the_same_model_and_statistics(case):
+    stored = _stored(case)
+    now = make_golden.figures(make_golden.fit(case))
+    assert sorted(now) == sorted(stored)
+    for key, value in stored.items():
+        np.testing.assert_allclose(now[key], value, rtol=RTOL, atol=ATOL, err_msg=f"{case}: {key}")
