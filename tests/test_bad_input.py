@@ -196,9 +196,9 @@ def test_a_fit_that_fails_after_reading_exits_1_in_a_real_process(ws, tmp_path):
 
 
 def test_an_internal_error_is_one_line_and_debug_shows_the_traceback(ws, monkeypatch):
-    import tgpflow.cli as cli
+    import tgpflow.cli.info as info
 
-    monkeypatch.setattr(cli, "_load", lambda path: 1 / 0)
+    monkeypatch.setattr(info, "load_model", lambda path: 1 / 0)
     r = CliRunner().invoke(main, ["info", str(ws / "m.zarr")])
     assert r.exit_code == 1 and "internal error (ZeroDivisionError" in r.stderr and "--debug" in r.stderr
     r = CliRunner().invoke(main, ["--debug", "info", str(ws / "m.zarr")])

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import tgpflow
-import tgpflow.cli as cli
+import tgpflow.cli.fit_options as fit_options
 from tests.conftest import write_parquet
 from tgpflow.cli import main
 from tgpflow.models.registry import cli_models, model_kinds
@@ -133,11 +133,11 @@ def test_every_fit_option_is_a_parameter_table_entry():
     itself names a parameter of a table, and its help is that parameter's."""
     import click
 
-    with click.Context(cli.fit) as ctx:
-        options = [p for p in cli.fit.get_params(ctx)
-                   if p.name not in NOT_PARAMETERS and p is not cli.fit.get_help_option(ctx)]
+    fit = main.commands["fit"]
+    with click.Context(fit) as ctx:
+        options = [p for p in fit.get_params(ctx) if p.name not in NOT_PARAMETERS and p is not fit.get_help_option(ctx)]
     tables = [kind.table_class() for kind in model_kinds().values()]
-    assert {p.name for p in options} == set(cli.FIT_OPTIONS)
+    assert {p.name for p in options} == set(fit_options.FIT_OPTIONS)
     for option in options:
         owners = [t for t in tables if option.name in t.model_fields]
         assert owners, option.name
@@ -145,9 +145,9 @@ def test_every_fit_option_is_a_parameter_table_entry():
 
 
 def test_a_named_option_without_a_table_entry_fails_when_the_command_is_built(monkeypatch):
-    monkeypatch.setattr(cli, "FIT_OPTIONS", (*cli.FIT_OPTIONS, "colour"))
+    monkeypatch.setattr(fit_options, "FIT_OPTIONS", (*fit_options.FIT_OPTIONS, "colour"))
     with pytest.raises(RuntimeError, match="tgpflow fit --colour: no model's parameter table has 'colour'"):
-        cli._model_options()
+        fit_options.model_options()
 
 
 def test_fit_help_lists_every_parameter_with_its_help():

@@ -219,3 +219,24 @@ def test_mmd_matches_brute_force_and_separates_distributions():
     same = [mmd(rng.normal(size=(200, 3)), rng.normal(size=(200, 3)), unbiased=True) for _ in range(20)]
     shifted = mmd(rng.normal(size=(200, 3)), rng.normal(0.5, 1.0, size=(200, 3)), unbiased=True)
     assert abs(np.mean(same)) < 3 * np.std(same) / np.sqrt(20) + 1e-4 and shifted > 5 * np.std(same)
+
+
+def test_start_points_come_from_the_base_from_source_rows_or_the_basis_and_say_what_is_missing(rng):
+    from tgpflow import GPTiltedDensity, ScoreEstimator
+    from tgpflow.sample import start_points
+
+    X = rng.normal(size=(800, 2)) * np.array([1.0, 3.0]) + np.array([5.0, -2.0])
+    tgp = GPTiltedDensity(n_features=16, lam=0.1, bandwidth=1.0, base="empirical").fit(X)
+    draws = start_points(tgp, 4000, random_state=3)  # the default: the Gaussian base, over-dispersed
+    np.testing.assert_array_equal(draws, start_points(tgp, 4000, random_state=3))
+    np.testing.assert_allclose(draws.mean(0), X.mean(0), atol=0.2)
+    np.testing.assert_allclose(draws.std(0), X.std(0), rtol=0.1)
+    picked = start_points(tgp, 50, init=X[:100], random_state=0)  # rows of a source, as they are
+    assert all((row == X[:100]).all(axis=1).any() for row in picked)
+    score = ScoreEstimator(n_basis=20).fit(X)
+    jittered = start_points(score, 30, random_state=0)  # no base, no resampler: basis points, jittered
+    basis = np.asarray(score.basis_.Y)
+    nearest = np.min(np.linalg.norm(jittered[:, None] - basis[None], axis=2), axis=1)
+    assert np.all(nearest < np.sqrt(score.basis_.bandwidth / 2))
+    with pytest.raises(ValueError, match="has no Gaussian base; pass --init SOURCE"):
+        start_points(score, 5, init="base")

@@ -5,7 +5,8 @@
 * :func:`langevin`, :func:`mala` — unadjusted / Metropolis-adjusted Langevin chains on a score;
 * :func:`mcmc_sample` — MALA chains started at the model's base, with R̂ and ESS across chains;
 * :func:`kernel_hmc` — gradient-free HMC with a learned score (seed 001 §5.2);
-* :func:`svgd` — vanilla and graphical SVGD (MATH.md §9, seed 002 Algorithm 1).
+* :func:`svgd` — vanilla and graphical SVGD (MATH.md §9, seed 002 Algorithm 1);
+* :func:`start_points` — where chains and particles start (the model's base, rows of a source, …).
 
 Samplers take a :class:`Target` (:mod:`tgpflow.models.target`): a fitted model, a ``Fitted`` value or a
 score callable.
@@ -22,11 +23,12 @@ from tgpflow.models.target import Target, as_target
 from tgpflow.sample.kernel_hmc import KernelHMCResult, kernel_hmc, leapfrog, trajectory_acceptance
 from tgpflow.sample.langevin import ChainResult, langevin, mala
 from tgpflow.sample.mcmc import MCMCResult, chain_diagnostics, mcmc_sample
+from tgpflow.sample.start_points import start_points
 from tgpflow.sample.svgd import SVGDResult, grid_graph, svgd, svgd_direction
 
 __all__ = ["resample", "importance_resample", "langevin", "mala", "ChainResult", "kernel_hmc", "KernelHMCResult",
            "leapfrog", "trajectory_acceptance", "svgd", "svgd_direction", "SVGDResult", "grid_graph", "Target",
-           "as_target", "mcmc_sample", "MCMCResult", "chain_diagnostics"]
+           "as_target", "mcmc_sample", "MCMCResult", "chain_diagnostics", "start_points"]
 
 
 def resample(model: Any, n_samples: int, random_state: int | None = 0, **kwargs: Any) -> np.ndarray:
