@@ -9,7 +9,8 @@ import zarr
 
 from tgpflow.errors import SourceError
 from tgpflow.io.cf_packing import cf_encoding
-from tgpflow.io.sources import as_source, zarr_row_runs
+from tgpflow.io.backends.zarr import zarr_row_runs
+from tgpflow.io.sources import as_source
 from tgpflow.pipeline.discover import discover
 
 ENCODING = {"packed": {"dtype": "int16", "scale_factor": 0.1, "add_offset": 1.0, "_FillValue": -9999},

@@ -178,3 +178,37 @@ def test_atomic_path_leaves_the_target_alone_on_failure(tmp_path):
         raise RuntimeError("killed")
     assert target.read_bytes() == good
     assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
+
+
+def test_each_input_goes_to_one_backend_and_a_keyword_of_another_format_is_refused(parts, tmp_path, rng):
+    from tgpflow.io.backends import arrays, backend_for, parquet, zarr as zarr_backend
+
+    path, X = parts
+    store = tmp_path / "x.zarr"
+    zarr.create_array(str(store), shape=(50, 2), chunks=(10, 2), dtype="f8")[...] = rng.normal(size=(50, 2))
+    assert backend_for(str(path / "*.parquet"), None) is parquet
+    assert backend_for(str(store), None) is zarr_backend and backend_for(str(store), "parquet") is parquet
+    assert backend_for(X, None) is arrays and backend_for(pd.DataFrame(X), None) is arrays
+    with pytest.raises(SourceError, match="row filters apply to Parquet sources only"):
+        as_source(X, filters=[("a", ">", 0)])
+    with pytest.raises(SourceError, match=r"name arrays and rows of a Zarr group; this is not a Zarr store \(got array=\)"):
+        as_source(X, array="x")
+    with pytest.raises(SourceError, match=r"x\.zarr: row filters apply to Parquet sources only"):
+        as_source(str(store), filters=[("a", ">", 0)])
+
+
+def test_sources_put_together_keep_their_chunks_and_the_keys_of_their_rows(parts):
+    import dask
+
+    from tgpflow.io.sources import concat_sources
+
+    path, X = parts
+    pieces = [as_source(str(path / f"part-{i}.parquet")) for i in range(3)]
+    whole = concat_sources(pieces, description="all parts")
+    assert whole.description == "all parts" and whole.n_chunks == 12 and whole.n_rows == 1200
+    rows = np.concatenate(dask.compute(*whole.blocks()))
+    keys = np.concatenate(dask.compute(*whole.row_keys()))
+    np.testing.assert_array_equal(rows, X)  # parts in order, row groups in order
+    np.testing.assert_array_equal(keys, np.arange(1200))  # a row's key is its position in the whole
+    with pytest.raises(SourceError, match="columns .* differ"):
+        concat_sources([pieces[0], as_source(X[:, :2])])

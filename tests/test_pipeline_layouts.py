@@ -101,7 +101,7 @@ def _zarr_columns(url: str, X: np.ndarray, **kw) -> None:
 
 
 def test_zarr_groups_on_memory_are_read_as_zarr(tmp_path, mem):
-    from tgpflow.io.sources import is_zarr_store
+    from tgpflow.io.backends.zarr import is_zarr_store
 
     data = {}
     for day in (1, 2):
@@ -121,7 +121,7 @@ def test_zarr_groups_on_memory_are_read_as_zarr(tmp_path, mem):
 
 
 def test_zarr_v2_groups_are_read_as_zarr(tmp_path):
-    from tgpflow.io.sources import is_zarr_store
+    from tgpflow.io.backends.zarr import is_zarr_store
 
     data = {}
     for day in (1, 2, 3):

@@ -39,11 +39,9 @@ def row_context(path: Any, source: Any, keep: list[str] | None = None, *, filter
     if len(set(keep)) != len(keep):
         raise SourceError(f"{path}: columns to keep are named twice: {keep}")
     if format is None and isinstance(path, str):  # as as_source tells them apart
-        from tgpflow.io.sources import is_zarr_store
+        from tgpflow.io.backends import zarr
 
-        zarr_path = path.rstrip("/").endswith(".zarr") or (
-            not any(c in path for c in "*?[") and is_zarr_store(path, storage_options))
-        format = "zarr" if zarr_path else "parquet"
+        format = "zarr" if zarr.can_open(path, None, storage_options) else "parquet"
     if format == "parquet":
         from tgpflow.io.parquet import ParquetLayout
 

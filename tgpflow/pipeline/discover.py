@@ -1,7 +1,7 @@
 """A pipeline's partitions: what ``source.path`` matches, keyed relative to its root, and fingerprinted.
 
 A partition is one Parquet file, or one Zarr store — a directory holding ``zarr.json`` (a group or an
-array; Zarr v2: ``.zgroup`` or ``.zarray``; :func:`tgpflow.io.sources.is_zarr_store`, on any fsspec
+array; Zarr v2: ``.zgroup`` or ``.zarray``; :func:`tgpflow.io.backends.zarr.is_zarr_store`, on any fsspec
 filesystem), e.g. ``data/date=2026-11-01.zarr`` or ``data/2026-11-01/``, read as Zarr whatever its name.
 ``source.path`` is a file, a directory or a glob, as for any source: a glob's matches that are Zarr stores
 are Zarr partitions; a directory whose children are Zarr stores has those as its partitions; anything else
@@ -14,7 +14,7 @@ of its 1-D coordinate array ``date`` (strings, integers or datetime64, one value
 ``source.array``, or of its 1-D column arrays — the layout ``xarray.Dataset.to_zarr`` writes, and extends
 with ``append_dim``; the CF-encoded time it writes for datetime64, counts in ``units: "days since …"``, is
 decoded to its dates: :mod:`tgpflow.io.cf_time`): partition ``data.zarr#date=2026-11-01`` is the rows of that date
-(:func:`tgpflow.io.sources.zarr_row_runs`; keys in store order, then in row order, which is date order). A
+(:func:`tgpflow.io.backends.zarr.zarr_row_runs`; keys in store order, then in row order, which is date order). A
 date's rows must be one contiguous run and the coordinate sorted (non-decreasing): new dates arrive as rows
 appended to the store (zarr ``append``/``resize``), and the keys of the dates already there do not change.
 ``partition_by`` applies to Zarr stores only; Parquet files are refused.
@@ -58,7 +58,7 @@ import numpy as np
 from tgpflow.errors import SourceError
 from tgpflow.io.cf_packing import cf_encoding
 from tgpflow.io.parquet import list_parquet_files
-from tgpflow.io.sources import is_zarr_store, zarr_data_arrays, zarr_row_runs
+from tgpflow.io.backends.zarr import is_zarr_store, zarr_data_arrays, zarr_row_runs
 
 __all__ = ["Partitions", "discover", "data_root", "resolve", "split_key", "fingerprint", "migrate_keys",
            "KEYS_SCHEMA"]

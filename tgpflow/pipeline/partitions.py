@@ -10,13 +10,13 @@ so a published model takes and returns rows in the data's units wherever it is l
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 
 from tgpflow.errors import SourceError
 from tgpflow.io.row_context import row_context
-from tgpflow.io.sources import Source, as_source, zarr_row_runs
+from tgpflow.io.backends.zarr import zarr_row_runs
+from tgpflow.io.sources import Source, as_source, concat_sources
 from tgpflow.pipeline.discover import data_root, resolve, split_key
 from tgpflow.pipeline.spec import PipelineSpec
 
@@ -63,11 +63,7 @@ def union_source(spec: PipelineSpec, keys: list[str], columns: list[str] | None,
     """All partitions as one source (the pilot that freezes preprocessing and draws; reports)."""
     rows = partition_rows(spec, keys)
     parts = [partition_source(spec, k, columns, format, rows.get(k)) for k in keys]
-    first = parts[0]
-    return dataclasses.replace(first, description=spec.source.path,
-                               labels=tuple(lb for p in parts for lb in p.labels),
-                               sizes=tuple(s for p in parts for s in p.sizes),
-                               _validated=tuple(v for p in parts for v in p._validated))
+    return concat_sources(parts, description=spec.source.path)
 
 
 def partition_context(spec: PipelineSpec, key: str, source: Source, keep: list[str] | None,
