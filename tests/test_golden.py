@@ -3,8 +3,10 @@
 ``tests/golden/make_golden.py`` wrote, with the code of 2026-11-28, one small seeded fit of every ``tgpflow fit
 --model`` value: its model file and its figures (log density and score at held-out rows, the statistics' arrays).
 Here the stored files are loaded and must evaluate to the stored figures (files written before load after), and the
-same fits are made again and must give the same figures (the fit itself unchanged). Equal up to float64 rounding
-(relative 1e-9): on another CPU the BLAS kernels may round differently.
+same fits are made again and must give the same figures (the fit itself unchanged). Equal up to float64 rounding:
+relative 1e-6 and absolute 1e-9 of the array's largest value. On this machine the figures agree to the last bit;
+OpenBLAS's kernels for other CPUs (OPENBLAS_CORETYPE=Haswell or Prescott here) move the kernel score estimators'
+scores by up to 3e-7 relative, 1.6e-8 absolute. A change of behaviour moves them by far more.
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ _spec = importlib.util.spec_from_file_location("make_golden", GOLDEN / "make_gol
 make_golden = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_golden)
 
-RTOL, ATOL = 1e-9, 1e-12
+RTOL, ATOL = 1e-6, 1e-9
+
+
+def _close(now: np.ndarray, then: np.ndarray, what: str) -> None:
+    scale = max(float(np.abs(then[np.isfinite(then)]).max(initial=0.0)), 1e-3)  # ±inf (no mass) must match as is
+    np.testing.assert_allclose(now, then, rtol=RTOL, atol=ATOL * scale, err_msg=what)
 
 
 def _stored(case: str) -> dict[str, np.ndarray]:
@@ -41,9 +48,9 @@ def test_a_stored_model_file_loads_and_evaluates_as_it_did(case):
         model = tgpflow.load(path)
         assert type(model).__name__ == make_golden.CASES[case][0]
         x = make_golden.probe()
-        np.testing.assert_allclose(model.grad_log_density(x), stored["score"], rtol=RTOL, atol=ATOL)
+        _close(model.grad_log_density(x), stored["score"], f"{path.name}: score")
         if "log_density" in stored:
-            np.testing.assert_allclose(model.log_density(x), stored["log_density"], rtol=RTOL, atol=ATOL)
+            _close(model.log_density(x), stored["log_density"], f"{path.name}: log density")
 
 
 @pytest.mark.parametrize("case", list(make_golden.CASES))
@@ -52,4 +59,4 @@ def test_the_same_fit_gives_the_same_model_and_statistics(case):
     now = make_golden.figures(make_golden.fit(case))
     assert sorted(now) == sorted(stored)
     for key, value in stored.items():
-        np.testing.assert_allclose(now[key], value, rtol=RTOL, atol=ATOL, err_msg=f"{case}: {key}")
+        _close(now[key], value, f"{case}: {key}")

@@ -191,7 +191,7 @@ def test_each_input_goes_to_one_backend_and_a_keyword_of_another_format_is_refus
     assert backend_for(X, None) is arrays and backend_for(pd.DataFrame(X), None) is arrays
     with pytest.raises(SourceError, match="row filters apply to Parquet sources only"):
         as_source(X, filters=[("a", ">", 0)])
-    with pytest.raises(SourceError, match=r"name arrays and rows of a Zarr group; this is not a Zarr store \(got array=\)"):
+    with pytest.raises(SourceError, match=r"rows of a Zarr group; this is not a Zarr store \(got array=\)"):
         as_source(X, array="x")
     with pytest.raises(SourceError, match=r"x\.zarr: row filters apply to Parquet sources only"):
         as_source(str(store), filters=[("a", ">", 0)])

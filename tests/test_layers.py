@@ -2,7 +2,8 @@
 pyproject.toml (core < io < features < stats < solve < models < sample | metrics < pipeline < cluster <
 cli | demo), no module importing an underscore name from another package, and no new use of another
 module's private attribute (``obj._name`` where no code of the module defines ``_name``; the uses left are
-listed and may only shrink).
+listed and may only shrink). The last check reads attribute syntax only: ``getattr(obj, "_name")`` escapes it, and
+any assignment ``x._name = …`` in a module hides every read of ``_name`` there.
 
 ``lint-imports`` runs on the tree these tests belong to (the current directory goes first on its path);
 a copy of the package with one upward import shows that the contract can fail.

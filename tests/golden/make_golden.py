@@ -5,7 +5,8 @@ For every ``tgpflow fit --model`` value, one small seeded fit on :func:`rows` wi
 file each, and the default Zarr container for ``fd``: ``fd.model.zarr``) and ``<case>.figures.npz`` with the log
 density and score at :func:`probe` rows and the arrays of the fit's statistics.
 ``tests/test_golden.py`` loads the stored files and refits the cases with the code of the day, and asserts both
-equal these. Run it only to fix a new behaviour on purpose (and say so in the commit):
+equal these (to float64 rounding). What they do not fix: the CLI and the Parquet/Zarr readers (the fits take a
+NumPy array), the normaliser, samples and diagnostics (log densities are compared unnormalised). Run it only to fix a new behaviour on purpose (and say so in the commit):
 
     python tests/golden/make_golden.py
 """

@@ -86,6 +86,7 @@ def main(log_level: str, debug: bool) -> None:
     """tgpflow: fit densities and score functions to big tabular data on Dask."""
     _setup_logging(log_level)
 
+
 def _set_connect_timeout(ctx: click.Context, _param: click.Parameter, value: float) -> float:
     from tgpflow.cluster import connect_timeout
 

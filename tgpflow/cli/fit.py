@@ -73,6 +73,7 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
         "base_mixture": getattr(est, "pilot_", {}).get("mixture"),
         "seconds": seconds}, default=str))
 
+
 def _fit_work(kind: str, est: Any, src: Any) -> float | None:
     """The flops of a fit's pass, roughly (whether an embedded cluster pays off); None when unknown."""
     if src.n_rows is None or kind == "RootSobolevDensity":

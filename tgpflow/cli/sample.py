@@ -75,7 +75,7 @@ def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, chains
                    step_size: float, init_source: str | None, columns: list[str] | None, seed: int,
                    scheduler: str | None) -> tuple[np.ndarray, dict[str, Any]]:
     from tgpflow.sample import mcmc_sample, svgd
-    from tgpflow.sample.start_points import has_gaussian_base, start_points
+    from tgpflow.sample.chain_starts import has_gaussian_base
 
     rng = np.random.default_rng(seed)
     if method == "mala" and not hasattr(est, "log_density"):
@@ -84,14 +84,14 @@ def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, chains
     if method != "svgd":
         n_chains = max(2, min(chains, n // MIN_DRAWS_PER_CHAIN))  # R̂ needs draws in every chain, not only chains
         per_chain = -(-n // n_chains)
-        x0 = start_points(est, n_chains, init=init_source, columns=columns, random_state=rng)
+        x0 = _starts(est, model, n_chains, init_source, columns, rng)
         mc = mcmc_sample(est, n, method="mala" if method == "mala" else "ula", n_chains=n_chains,
                          thin=max(1, steps // per_chain), n_warmup=warmup, step_size=step_size, init=x0,
                          random_state=rng)
         summary = {key: v for key, v in mc.summary().items() if key != "method"}
         summary["init"] = init_source or ("base" if has_gaussian_base(est) else "model")
         return mc.draws, summary
-    x0 = start_points(est, n, init=init_source, columns=columns, random_state=rng)
+    x0 = _starts(est, model, n, init_source, columns, rng)
     if scheduler:
         from tgpflow.cluster import dask_client
 
@@ -100,3 +100,18 @@ def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, chains
     else:
         res = svgd(est, x0, steps, step_size=step_size, random_state=rng)
     return res.particles, {"iterations": res.n_iter, "direction_rms": res.direction_norm}
+
+
+def _starts(est: Any, model: str, n: int, init_source: str | None, columns: list[str] | None,
+            rng: np.random.Generator) -> np.ndarray:
+    """:func:`~tgpflow.sample.chain_starts.start_points`, its refusal naming the model file (a source's own errors
+    name the source)."""
+    from tgpflow.errors import TgpflowError
+    from tgpflow.sample.chain_starts import start_points
+
+    try:
+        return start_points(est, n, init=init_source, columns=columns, random_state=rng)
+    except ValueError as exc:
+        if isinstance(exc, TgpflowError):
+            raise
+        raise click.ClickException(f"{model}: {exc}") from exc

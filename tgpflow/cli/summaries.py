@@ -24,6 +24,7 @@ def json_number(value: Any) -> Any:
         return None if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
 
+
 def diagnostics_summary(est: Any) -> dict[str, Any] | None:
     """The figures that say whether a fitted density is wrong (ESS, mass outside the data's box, warnings)."""
     d = getattr(est, "fit_diagnostics_", None)

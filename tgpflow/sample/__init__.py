@@ -23,7 +23,7 @@ from tgpflow.models.target import Target, as_target
 from tgpflow.sample.kernel_hmc import KernelHMCResult, kernel_hmc, leapfrog, trajectory_acceptance
 from tgpflow.sample.langevin import ChainResult, langevin, mala
 from tgpflow.sample.mcmc import MCMCResult, chain_diagnostics, mcmc_sample
-from tgpflow.sample.start_points import start_points
+from tgpflow.sample.chain_starts import start_points
 from tgpflow.sample.svgd import SVGDResult, grid_graph, svgd, svgd_direction
 
 __all__ = ["resample", "importance_resample", "langevin", "mala", "ChainResult", "kernel_hmc", "KernelHMCResult",

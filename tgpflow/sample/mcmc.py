@@ -19,6 +19,7 @@ import numpy as np
 
 from tgpflow.errors import DiagnosticWarning
 from tgpflow.sample.langevin import ChainResult, langevin
+from tgpflow.sample.chain_starts import has_gaussian_base
 
 __all__ = ["MCMCResult", "mcmc_sample", "chain_diagnostics", "RHAT_MAX", "ESS_MIN"]
 
@@ -62,7 +63,7 @@ def _start_points(model: Any, n: int, init: Any, rng: np.random.Generator) -> tu
     if isinstance(init, str):
         if init != "base":
             raise ValueError(f"init must be 'base' or an (n_chains, d) array; got {init!r}")
-        if not hasattr(model, "base_draws"):
+        if not has_gaussian_base(model):
             raise TypeError(f"{type(model).__name__} has no Gaussian base to start chains from; pass init=rows")
         return model.base_draws(n, random_state=rng), "base"
     x0 = np.asarray(init, dtype=np.float64)

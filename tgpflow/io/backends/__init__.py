@@ -1,7 +1,8 @@
 """The readers behind :func:`tgpflow.io.sources.as_source`, one module per kind of input.
 
 Each backend module has ``can_open(data, format, storage_options) -> bool``, ``open_source(data, *, columns,
-on_bad_rows, **its keywords) -> Source`` and ``KEYWORDS``, the keywords of ``as_source`` it reads. They are
+on_bad_rows, **its keywords) -> Source`` and ``KEYWORDS``, the keywords of ``as_source`` it accepts (the Zarr
+backend uses ``storage_options`` only to recognise a store; it opens stores through Zarr's own store paths). They are
 asked in the order of :data:`BACKENDS`: Zarr (a path ending in ``.zarr`` or holding a Zarr marker), Parquet
 (any other path), arrays and DataFrames in hand.
 """

@@ -1,4 +1,4 @@
-"""Start points for chains and particles on a fitted model (``tgpflow sample --init``; docs/gp_tilted.md).
+"""Start points for chains and particles on a fitted model (``tgpflow sample --init``).
 
 R̂ across chains can only see chains that disagree if they start over-dispersed, so the default start is
 the model's Gaussian base where it has one; otherwise rows of a source (e.g. the training data), the
