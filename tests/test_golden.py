@@ -1,6 +1,6 @@
 """Behaviour fixed before a refactor (issue 41): every estimator's model file, log density, score and statistics.
 
-``tests/golden/make_golden.py`` wrote, with the code of 2026-11-28, one small seeded fit of every ``tgpflow fit
+``tests/make_golden.py`` wrote, with the code of 2026-11-28, one small seeded fit of every ``tgpflow fit
 --model`` value: its model file and its figures (log density and score at held-out rows, the statistics' arrays).
 Here the stored files are loaded and must evaluate to the stored figures (files written before load after), and the
 same fits are made again and must give the same figures (the fit itself unchanged). Equal up to float64 rounding:
@@ -11,18 +11,14 @@ scores by up to 3e-7 relative, 1.6e-8 absolute. A change of behaviour moves them
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tgpflow
-
-GOLDEN = Path(__file__).resolve().parent / "golden"
-_spec = importlib.util.spec_from_file_location("make_golden", GOLDEN / "make_golden.py")
-make_golden = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(make_golden)
+from tests import make_golden
+from tests.make_golden import GOLDEN
 
 RTOL, ATOL = 1e-6, 1e-9
 

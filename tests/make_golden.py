@@ -1,14 +1,15 @@
 """Write the golden fits that fix every estimator's behaviour before a refactor (issue 41's "behaviour unchanged").
 
 For every ``tgpflow fit --model`` value, one small seeded fit on :func:`rows` with the parameters of
-:data:`CASES`; written under ``tests/golden/``: the model file as ``save`` writes it (``<case>.model.npz``, one
+:data:`CASES`; written under ``tests/data/golden/``: the model file as ``save`` writes it (``<case>.model.npz``, one
 file each, and the default Zarr container for ``fd``: ``fd.model.zarr``) and ``<case>.figures.npz`` with the log
 density and score at :func:`probe` rows and the arrays of the fit's statistics.
 ``tests/test_golden.py`` loads the stored files and refits the cases with the code of the day, and asserts both
 equal these (to float64 rounding). What they do not fix: the CLI and the Parquet/Zarr readers (the fits take a
-NumPy array), the normaliser, samples and diagnostics (log densities are compared unnormalised). Run it only to fix a new behaviour on purpose (and say so in the commit):
+NumPy array), the normaliser, samples and diagnostics (log densities are compared unnormalised). Run it only to
+fix a new behaviour on purpose (and say so in the commit):
 
-    python tests/golden/make_golden.py
+    python -m tests.make_golden
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
+#: Where the golden files live (tests/data/golden, with its README: provenance and licence).
+GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
 
 #: case → (estimator class name, its parameters): every ``tgpflow fit --model`` value, on the paths a default takes
 #: (γ and λ selected, the mixture base, the pilot's column kinds) with sizes kept small.
@@ -78,13 +80,13 @@ def figures(est: Any) -> dict[str, np.ndarray]:
 def main() -> None:
     for case in CASES:
         est = fit(case)
-        est.save(HERE / f"{case}.model.npz")
+        est.save(GOLDEN / f"{case}.model.npz")
         if case in ZARR_CASES:
-            target = HERE / f"{case}.model.zarr"
+            target = GOLDEN / f"{case}.model.zarr"
             if target.exists():
                 shutil.rmtree(target)
             est.save(target)
-        np.savez_compressed(HERE / f"{case}.figures.npz", **figures(est))
+        np.savez_compressed(GOLDEN / f"{case}.figures.npz", **figures(est))
         print(case, "written")
 
 
