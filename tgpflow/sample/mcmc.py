@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from tgpflow.errors import DiagnosticWarning
-from tgpflow.sample.langevin import ChainResult, langevin
 from tgpflow.sample.chain_starts import has_gaussian_base
+from tgpflow.sample.langevin import ChainResult, langevin
 
 __all__ = ["MCMCResult", "mcmc_sample", "chain_diagnostics", "RHAT_MAX", "ESS_MIN"]
 
