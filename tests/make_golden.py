@@ -15,6 +15,7 @@ fix a new behaviour on purpose (and say so in the commit):
 from __future__ import annotations
 
 import shutil
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -77,8 +78,9 @@ def figures(est: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def main() -> None:
-    for case in CASES:
+def main(cases: list[str]) -> None:
+    """Write the golden files of ``cases`` (all of them when none is named: ``python -m tests.make_golden fd``)."""
+    for case in cases or CASES:
         est = fit(case)
         est.save(GOLDEN / f"{case}.model.npz")
         if case in ZARR_CASES:
@@ -91,4 +93,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -119,6 +119,7 @@ def test_a_rows_density_is_its_cells_average_by_brute_force(scale):
         brute = logsumexp(inner.log_density(points)) - np.log(grid.size)
         # an extreme code (0, 6) keeps 1 − ε of its cell's probability, and lends ε to the codes beyond it
         brute += np.log1p(-cells.tail_low[0]) if row[0] == 0 else np.log1p(-cells.tail_high[0]) if row[0] == 6 else 0
+        brute += cells.code_log_weights(cells.codes(row[None]))[0]  # the codes' calibration (its own test file)
         # 32 and 16 points, extrapolated: an inner cell's (uniform in the logit coordinate) within 3e-4 nats, an
         # extreme cell's (0 and 6: mapped to a half-line there) within 2e-3
         assert value == pytest.approx(brute, abs=3e-4 if 0 < row[0] < 6 else 2e-3)
@@ -144,8 +145,9 @@ def test_the_tails_beyond_the_extreme_codes_conserve_the_mass_and_the_samples_fo
     top = cells.top[0]
     for y in (-1.0, 0.5, 2.0):
         with_tails = np.exp(logsumexp(est.log_density(np.c_[np.arange(-30.0, top + 31), np.full(int(top) + 61, y)])))
+        # (each cell's probability times its codes' calibration weight, :mod:`tgpflow.features.code_calibration`)
         brute = np.exp(logsumexp([logsumexp(inner.log_density(np.c_[k + g, np.full(g.size, y)])) - np.log(g.size)
-                                  for k in np.arange(0, top + 1)]))
+                                  + cells.code_log_weights(np.array([[k]]))[0] for k in np.arange(0, top + 1)]))
         assert with_tails == pytest.approx(brute, rel=3e-3)
     # the model's samples spill into the tails as a fixed function of the seed
     np.testing.assert_array_equal(est.sample(20_000, random_state=2), est.sample(20_000, random_state=2))
@@ -190,6 +192,7 @@ def test_with_every_column_discrete_the_cell_probabilities_match_brute_force_sam
         points = cell + np.c_[du.ravel(), dv.ravel()]
         brute = logsumexp(inner.log_density(points)) - np.log(points.shape[0]) - est.normalizer_.log_z
         brute += est.discrete_.tail_log_shares(est.discrete_.codes(cell[None]))[0]  # an extreme code keeps 1 − ε
+        brute += est.discrete_.code_log_weights(est.discrete_.codes(cell[None]))[0]  # the codes' calibration
         # 8² and 4² points, extrapolated: an inner cell within 2e-3 nats, an extreme cell within 0.09 (measured:
         # 1.9e-3 at worst on an inner cell; 0.088 at the corner (0, −3) and 0.078 at (0, −2), where the wiggly fit
         # bends along the half-lines, ≤ 0.05 elsewhere. Fitted in logit coordinates, the same fit's cells were within
@@ -515,7 +518,9 @@ def test_beyond_three_discrete_columns_the_sobol_cell_average_matches_monte_carl
         offset = np.where(lowest, -0.5 + t, np.where(highest, 0.5 - t, rng.random((n, 4)) - 0.5))
         weight = np.prod(np.where(lowest | highest, 1.0 / (0.5 + 0.125 * t ** -0.75), 1.0), axis=1)
         q = np.exp(inner.log_density(cell + offset) - value) * weight
-        brute = value + np.log(q.mean()) + est.discrete_.tail_log_shares(est.discrete_.codes(cell[None]))[0]
+        codes = est.discrete_.codes(cell[None])
+        brute = (value + np.log(q.mean()) + est.discrete_.tail_log_shares(codes)[0]
+                 + est.discrete_.code_log_weights(codes)[0])
         se = q.std() / np.sqrt(n) / q.mean()
         # 256 Sobol points (the extreme cells on τ = edge ∓ (−log(1 − u))) against 400 000 random ones, on the
         # default mixture base: within 0.023 nats at every cell, corners included (measured). On the Gaussian base

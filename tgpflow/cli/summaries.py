@@ -31,5 +31,5 @@ def diagnostics_summary(est: Any) -> dict[str, Any] | None:
     if not d:
         return None
     keys = ("log_normalizer", "log_normalizer_se", "ess_fraction", "mass_outside", "data_outside",
-            "mass_outside_limit", "theta_norm", "map_converged", "map_ess_fraction", "warnings")
+            "mass_outside_limit", "theta_norm", "map_converged", "map_ess_fraction", "code_calibration", "warnings")
     return {k: d[k] for k in keys if k in d}

@@ -132,7 +132,8 @@ class LatticeCells:
     (``atom_*``, one entry per atom: the column's position and name, the edge value v, the side of the block
     beyond it (−1: below a lowest value, +1: above a highest), the block's width w, the unit δ its density is
     given per, and 1 where the column is fitted with a core (the identity from the atom on), 0 after the log of its
-    bound; module docstring, "Atoms")."""
+    bound; module docstring, "Atoms"); and the fit's calibration of the code frequencies (``code_weights`` (m, K)
+    η_j(k) and ``code_log_z`` (1,) log Z; empty: none; :mod:`tgpflow.features.code_calibration`)."""
 
     positions: np.ndarray
     columns: tuple[str, ...]
@@ -149,6 +150,8 @@ class LatticeCells:
     tail_low: np.ndarray = _none()
     tail_high: np.ndarray = _none()
     atom_core: np.ndarray = _none()
+    code_weights: np.ndarray = _none()
+    code_log_z: np.ndarray = _none()
 
     def __post_init__(self) -> None:
         for name in ("tail_low", "tail_high"):  # cells stored before the tails existed: none (ε = 0)
@@ -158,6 +161,28 @@ class LatticeCells:
             object.__setattr__(self, "atom_core", np.zeros(self.atom_positions.size))
 
     @property
+    def calibrated(self) -> bool:
+        """Whether the fit reweighted the codes (:mod:`tgpflow.features.code_calibration`)."""
+        return self.code_weights.size > 0
+
+    def with_calibration(self, weights: np.ndarray, log_z: float) -> LatticeCells:
+        """These cells with the code weights η (m, K) and log Z of a calibration."""
+        return dataclasses.replace(self, code_weights=np.asarray(weights, dtype=np.float64),
+                                   code_log_z=np.array([log_z], dtype=np.float64))
+
+    def uncalibrated(self) -> LatticeCells:
+        """These cells without a calibration: what the statistics carry, and a fit starts from."""
+        return dataclasses.replace(self, code_weights=np.empty(0), code_log_z=np.empty(0)) if self.calibrated else self
+
+    def code_log_weights(self, k: np.ndarray) -> np.ndarray:
+        """(n,): ``Σ_j η_j(k_j) − log Z`` at code indices ``k`` (:meth:`codes`; beyond the range: the extreme
+        code's, whose tails share its cell), 0 without a calibration."""
+        if not self.calibrated:
+            return np.zeros(k.shape[0])
+        at = np.clip(k, 0, self.n_steps).astype(np.int64)
+        return self.code_weights[np.arange(self.positions.size)[None, :], at].sum(axis=1) - self.code_log_z[0]
+
+    @property
     def log_volume(self) -> float:
         """Σ_j log step_j: the log of a cell's volume."""
         return float(np.sum(np.log(self.step)))
@@ -165,7 +190,7 @@ class LatticeCells:
     @property
     def fingerprint(self) -> str:
         """A digest of the lattices and the seed: statistics summed under other cells do not combine (the tails
-        are left out: they change the scoring, not the rows a pass sums)."""
+        and the calibration are left out: they change the scoring, not the rows a pass sums)."""
         from tgpflow.features.digest import array_hash
 
         ints = (self.positions.size, *self.positions.tolist(), self.atom_positions.size, *self.atom_positions.tolist())
@@ -180,12 +205,14 @@ class LatticeCells:
                                    atom_columns=tuple(str(names[j]) for j in self.atom_positions))
 
     _OPTIONAL_ARRAYS = ("atom_positions", "atom_value", "atom_side", "atom_width", "atom_unit", "tail_low", "tail_high",
-                        "atom_core")
+                        "atom_core", "code_weights", "code_log_z")
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        """The arrays a statistics value carries (without the column names: :meth:`named` gives them back)."""
+        """The arrays a statistics value carries (without the column names: :meth:`named` gives them back; a
+        calibration only where there is one)."""
+        optional = [k for k in self._OPTIONAL_ARRAYS if self.calibrated or not k.startswith("code_")]
         return {"positions": self.positions, "origin": self.origin, "step": self.step, "top": self.top,
-                "seed": np.array([self.seed], dtype=np.uint64), **{k: getattr(self, k) for k in self._OPTIONAL_ARRAYS}}
+                "seed": np.array([self.seed], dtype=np.uint64), **{k: getattr(self, k) for k in optional}}
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> LatticeCells:
@@ -329,14 +356,19 @@ class LatticeCells:
         return ColumnBounds(lower, upper, tuple(str(c) for c in columns), core_lower, core_upper)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON: ``{"columns": {column: {position, origin, step, top, tails: [ε below, ε above]}}, "atoms": [{column,
-        position, value, side, width, unit, core}], "seed"}``."""
+        """JSON: ``{"columns": {column: {position, origin, step, top, tails: [ε below, ε above], weights: [η(0),
+        …]}}, "atoms": [{column, position, value, side, width, unit, core}], "seed", "log_z"}`` (weights and log_z
+        with a calibration)."""
         out: dict[str, Any] = {
             "columns": {c: {"position": int(p), "origin": float(o), "step": float(s), "top": float(t),
                             "tails": [float(lo), float(hi)]}
                         for c, p, o, s, t, lo, hi in zip(self.columns, self.positions, self.origin, self.step,
                                                          self.top, self.tail_low, self.tail_high, strict=True)},
             "seed": int(self.seed)}
+        if self.calibrated:
+            for entry, w, n in zip(out["columns"].values(), self.code_weights, self.n_steps, strict=True):
+                entry["weights"] = [float(v) for v in w[:int(n) + 1]]
+            out["log_z"] = float(self.code_log_z[0])
         if self.atom_positions.size:
             out["atoms"] = [{"column": c, "position": int(p), "value": float(v), "side": "lower" if sd < 0 else "upper",
                              "width": float(w), "unit": float(u), "core": bool(k)}
@@ -350,7 +382,7 @@ class LatticeCells:
         if not data or not (data.get("columns") or data.get("atoms")):
             return None
         cols, atoms = data.get("columns") or {}, data.get("atoms") or []
-        return cls(np.array([v["position"] for v in cols.values()], dtype=np.int64), tuple(cols),
+        out = cls(np.array([v["position"] for v in cols.values()], dtype=np.int64), tuple(cols),
                    np.array([v["origin"] for v in cols.values()], dtype=np.float64),
                    np.array([v["step"] for v in cols.values()], dtype=np.float64),
                    np.array([v["top"] for v in cols.values()], dtype=np.float64), int(data["seed"]),
@@ -362,6 +394,12 @@ class LatticeCells:
                    np.array([v.get("tails", (0.0, 0.0))[0] for v in cols.values()], dtype=np.float64),
                    np.array([v.get("tails", (0.0, 0.0))[1] for v in cols.values()], dtype=np.float64),
                    np.array([float(a.get("core", False)) for a in atoms], dtype=np.float64))
+        if "log_z" not in data:
+            return out
+        weights = np.zeros((len(cols), int(np.max(out.n_steps, initial=-1)) + 1))
+        for row, entry in zip(weights, cols.values(), strict=True):
+            row[:len(entry["weights"])] = entry["weights"]
+        return out.with_calibration(weights, float(data["log_z"]))
 
 
 def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str, Mapping[str, Any]],

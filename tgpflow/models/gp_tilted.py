@@ -27,7 +27,8 @@ from tgpflow.core.logs import logger, phase
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, declare_wrapper
 from tgpflow.core.moments import Moments
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
-from tgpflow.features.lattice import LatticeCells, choose_discrete, dequantize_chunk
+from tgpflow.features.code_calibration import calibrate_codes, code_tables
+from tgpflow.features.lattice import NOISE_WIDTH, LatticeCells, choose_discrete, dequantize_chunk
 from tgpflow.features.mixture_base import fit_mixture_base
 from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
@@ -304,8 +305,9 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return self._method.selects and (self.lam == "auto" or is_grid(self.bandwidth) or is_grid(self.eta))
 
     def _seeds(self) -> tuple[np.random.SeedSequence, ...]:
-        # pilot, features, MAP draws, normaliser draws, held-out projection directions, mixture base, lattice noise
-        return tuple(np.random.SeedSequence(self.random_state).spawn(7))
+        # pilot, features, MAP draws, normaliser draws, held-out projection directions, mixture base, lattice noise,
+        # the code calibration's draws
+        return tuple(np.random.SeedSequence(self.random_state).spawn(8))
 
     # -- data entry -------------------------------------------------------------------
     def _pilot_moments(self, source: Source,
@@ -463,7 +465,8 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         target = self._device_target()
         if target is not None:  # each chunk goes to the device inside its task; its sums come back (docs/gpu.md)
             spec = functools.partial(on_device, target, spec[0]), spec[1]
-        carried = {k: v for k, v in (("cells", getattr(self, "discrete_", None)),
+        cells = getattr(self, "discrete_", None)
+        carried = {k: v for k, v in (("cells", None if cells is None else cells.uncalibrated()),
                                      ("bounds", getattr(self, "bounds_", None))) if v is not None}
         if not carried:
             return spec
@@ -749,9 +752,42 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             self.selection_["raised"] = raised
             logger.info("raised λ to %g: the all-rows fit failed the selection's check (ESS, mass outside): %s",
                         self.lam_, raised)
+        self._calibrate_codes()
         for message in self.fit_diagnostics_["warnings"]:
             warnings.warn(message, DiagnosticWarning, stacklevel=2)
         return self
+
+    def _calibrate_codes(self) -> None:
+        """Reweight the solved model's code frequencies to match the statistics' sums of each discrete column
+        (:mod:`tgpflow.features.code_calibration`; docs/gp_tilted.md, "Calibrated code frequencies"): ``discrete_``
+        then carries the weights, and ``fit_diagnostics_["code_calibration"]`` what it did. A calibration that
+        cannot match the sums is not applied, and warns."""
+        cells = getattr(self, "discrete_", None)
+        if cells is None or cells.positions.size == 0 or not self._method.integrable:
+            return
+        self.discrete_ = cells = cells.uncalibrated()
+        moments, p = self.stats_.moments, cells.positions
+        mean = moments.mean[p]
+        mean_square = np.diag(moments.m2)[p] / moments.n + mean * mean
+        bounds, scaling = getattr(self, "bounds_", None), getattr(self, "scaling_", None)
+        f1, f2 = code_tables(cells.origin, cells.step, cells.n_steps, p, NOISE_WIDTH,
+                             functools.partial(_from_data_rows, bounds=bounds, scaling=scaling),
+                             self._to_data(moments.mean[None])[0])
+        with phase("calibrate codes", columns=len(cells.columns)) as info:
+            points, weights = self._continuous_fitted(None).reference_sample(int(self.normalizer_draws),
+                                                                             self._seeds()[7])
+            codes = np.clip(cells.codes(points), 0, cells.n_steps).astype(np.int64)
+            result = calibrate_codes(codes, weights, f1, f2, mean, mean_square)
+            info.update(result.to_dict())
+        self.fit_diagnostics_["code_calibration"] = result.to_dict()
+        if result.matched:
+            self.discrete_ = cells.with_calibration(result.weights, result.log_z)
+        else:
+            self.fit_diagnostics_["warnings"].append(
+                f"the discrete columns' code frequencies could not be matched to the data's (a mismatch of "
+                f"{result.residual:.2g} model standard deviations remains: the fit draws too few rows at a code "
+                f"the data hold); its samples and scores keep the fit's own frequencies: raise normalizer_draws, "
+                f"or fit the columns as continuous with discrete=None")
 
     def _raise_lam(self) -> str | None:
         """One step up the λ grid when a selected all-rows fit fails the candidates' check (see
@@ -1056,12 +1092,18 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value, on rows in the data's units:
         ``log_density``, ``grad_log_density``, ``hyvarinen_terms``, ``sample``, ``to_arrays``. ``sigma``
         (NCFD only): the model at noise level σ ≥ 0 (MATH.md §3), in the standardized units with a scaling."""
+        cells = getattr(self, "discrete_", None)
+        if cells is not None and sigma:  # the calibration matched the data's codes at σ = 0, not a noisier level
+            cells = cells.uncalibrated()
+        return with_lattice(self._continuous_fitted(sigma), cells)
+
+    def _continuous_fitted(self, sigma: float | None) -> Fitted:
+        """:meth:`fitted` before its discrete columns become cells: the density of the dequantized rows."""
         ev, bounds, scaling = self._level(sigma), getattr(self, "bounds_", None), getattr(self, "scaling_", None)
         if bounds is None:
-            out = in_data_units(ev, scaling)
-        else:  # the transform in the data's units, then its values standardized (ColumnBounds.transformed_scaling)
-            out = BoundedFitted(in_data_units(ev, bounds.transformed_scaling(scaling)), bounds)
-        return with_lattice(out, getattr(self, "discrete_", None))
+            return in_data_units(ev, scaling)
+        # the transform in the data's units, then its values standardized (ColumnBounds.transformed_scaling)
+        return BoundedFitted(in_data_units(ev, bounds.transformed_scaling(scaling)), bounds)
 
     def _level(self, sigma: float | None) -> TGPFitted:
         """The fitted model at level σ in the fitting space (bounded columns transformed)."""

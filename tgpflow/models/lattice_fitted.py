@@ -30,6 +30,9 @@ the outer edges of their extreme cells (the identity on the codes' range, log ta
 * samples, base draws and reference draws are the inner model's with the discrete columns rounded to the
   lattice (:meth:`~tgpflow.features.lattice.LatticeCells.snap`), and samples spill into the tails; weights and
   the normaliser are unchanged;
+* a calibration of the code frequencies (:mod:`tgpflow.features.code_calibration`) multiplies a row's density
+  by ``e^{η(k)}/Z`` at its codes k (beyond the range, the extreme code's), and a sample's proposal weight by
+  ``e^{η(k)}`` before the one resampling;
 * the score, its Jacobian diagonal and the Hyvärinen terms are the inner model's: a discrete column has none.
 """
 
@@ -86,7 +89,9 @@ class LatticeFitted(WrappedFitted):
     def log_density(self, x: np.ndarray) -> np.ndarray:
         cells = self.cells
         rows = cells.snap(x, block=False)  # a reading at an atom is within δ/2 of it; further beyond has no mass
-        tails = cells.tail_log_shares(cells.codes(rows))  # a code beyond the range: its edge cell's, times its share
+        codes = cells.codes(rows)
+        # a code beyond the range: its edge cell's, times its share; a calibration's weight of the row's codes
+        tails = cells.tail_log_shares(codes) + cells.code_log_weights(codes)
         rows = cells.clip_codes(rows)
         at = cells.at_atom(rows)
         beyond = cells.atom_side * (rows[:, cells.atom_positions] - cells.atom_value) > 1e-9 * cells.atom_width
@@ -102,7 +107,18 @@ class LatticeFitted(WrappedFitted):
         """The inner model's draws rounded to the lattice, their extreme codes moved into the tails
         (:meth:`~tgpflow.features.lattice.LatticeCells.spill`). The diagnostics' draws (base and reference draws)
         are not: a model's tails are its guess at codes the data never showed, not mass it put off them."""
-        rows, ess = self.inner.sample(n_samples, random_state, n_proposals=n_proposals, return_ess=True)
+        if not self.cells.calibrated:
+            rows, ess = self.inner.sample(n_samples, random_state, n_proposals=n_proposals, return_ess=True)
+        else:  # the inner model's weighted proposal draws, each weight times its codes' e^η, resampled once
+            rng = np.random.default_rng(random_state)
+            n_prop = int(n_proposals) if n_proposals is not None else max(20 * int(n_samples), 10_000)
+            points, weights = self.inner.reference_sample(n_prop, rng)
+            log_w = np.log(weights, out=np.full(n_prop, -np.inf), where=weights > 0)
+            log_w += self.cells.code_log_weights(self.cells.codes(points))
+            weights = np.exp(log_w - log_w.max())
+            weights /= weights.sum()
+            rows, ess = points[rng.choice(n_prop, size=int(n_samples), replace=True, p=weights)], float(
+                1.0 / np.sum(weights * weights))
         rows = self.cells.spill(self._to_data(rows), rows)
         return (rows, ess) if return_ess else rows
 

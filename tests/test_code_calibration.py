@@ -1,0 +1,146 @@
+"""The discrete columns' code frequencies matched to the data's sums (tgpflow.features.code_calibration). Each
+claim is checked against something independent: the reweighting against a brute-force minimisation of the
+Kullback–Leibler divergence under the same constraints, the tables against adaptive quadrature of the transform,
+and a fitted model's cell probabilities against their sum over the lattice and the data's frequencies."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from scipy import integrate, optimize
+
+import tgpflow
+from tgpflow.features.code_calibration import MAX_RESIDUAL, calibrate_codes, code_tables
+from tgpflow.features.lattice import NOISE_WIDTH, LatticeCells
+from tgpflow.features.scaling import Scaling
+from tgpflow.models.gp_tilted import _from_data_rows
+from tgpflow.models.lattice_fitted import with_lattice
+
+pytestmark = pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+
+
+def _tables(n_codes: int, spread: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """f₁, f₂ of an identity transform: code k's noise uniform over (k − ½, k + ½)."""
+    k = np.arange(n_codes, dtype=float) * spread
+    return k, k * k + spread * spread / 12
+
+
+def test_the_reweighting_is_the_least_change_that_matches_the_sums_by_brute_force():
+    rng = np.random.default_rng(0)
+    n = 50_000
+    codes = np.c_[rng.random(n) < 0.2, rng.choice(5, n, p=[0.1, 0.2, 0.4, 0.2, 0.1])].astype(np.int64)
+    weights = rng.gamma(4.0, size=n)
+    weights /= weights.sum()  # importance weights of the draws
+    f1, f2 = np.full((2, 5), np.nan), np.full((2, 5), np.nan)
+    f1[0, :2], f2[0, :2] = _tables(2)
+    f1[1], f2[1] = _tables(5, 0.7)
+    # the data: a 5 % flag, the code's law skewed upwards
+    truth = [np.array([0.95, 0.05]), np.array([0.05, 0.1, 0.3, 0.3, 0.25])]
+    mean = np.array([truth[j] @ f1[j, :truth[j].size] for j in range(2)])
+    square = np.array([truth[j] @ f2[j, :truth[j].size] for j in range(2)])
+    result = calibrate_codes(codes, weights, f1, f2, mean, square)
+    assert result.matched and result.residual < 1e-8
+    w = weights * np.exp(result.weights[0, codes[:, 0]] + result.weights[1, codes[:, 1]] - result.log_z)
+    assert w.sum() == pytest.approx(1.0, abs=1e-12)  # Z is the draws' average of e^η
+    assert w[codes[:, 0] == 1].sum() == pytest.approx(0.05, abs=1e-8)  # a flag's frequency exactly
+    assert w @ f1[1, codes[:, 1]] == pytest.approx(mean[1], abs=1e-8)  # a code's mean and mean square
+    assert w @ f2[1, codes[:, 1]] == pytest.approx(square[1], abs=1e-8)
+    # brute force: the joint law r over the 2 × 5 cells nearest (in KL) the draws' own, under the same sums
+    q = np.array([[weights[(codes[:, 0] == a) & (codes[:, 1] == b)].sum() for b in range(5)] for a in range(2)]).ravel()
+    a_, b_ = np.divmod(np.arange(10), 5)
+    constraints = [{"type": "eq", "fun": lambda r: r.sum() - 1.0},
+                   {"type": "eq", "fun": lambda r: r @ f1[0, a_] - mean[0]},
+                   {"type": "eq", "fun": lambda r: r @ f1[1, b_] - mean[1]},
+                   {"type": "eq", "fun": lambda r: r @ f2[1, b_] - square[1]}]
+    brute = optimize.minimize(lambda r: np.sum(r * np.log(np.maximum(r, 1e-300) / q)), q, method="SLSQP",
+                              constraints=constraints, bounds=[(1e-12, 1.0)] * 10,
+                              options={"ftol": 1e-14, "maxiter": 500})
+    ours = np.array([w[(codes[:, 0] == a) & (codes[:, 1] == b)].sum() for a, b in zip(a_, b_, strict=True)])
+    np.testing.assert_allclose(ours, brute.x, atol=2e-5)
+    assert result.ess_ratio == pytest.approx((1 / np.sum(w * w)) * np.sum(weights ** 2), rel=1e-9)
+
+
+def test_sums_the_draws_cannot_reach_leave_the_model_as_fitted():
+    rng = np.random.default_rng(1)
+    codes = (rng.random((5000, 1)) < 0.3).astype(np.int64)
+    codes[:, 0] = 0  # the model never draws code 1; the data hold 30 % there
+    f1, f2 = np.array([[0.0, 1.0]]), np.array([[1 / 12, 1 + 1 / 12]])
+    result = calibrate_codes(codes, np.full(5000, 1 / 5000), f1, f2, np.array([0.3]), np.array([0.4]))
+    assert not result.matched and result.residual > MAX_RESIDUAL
+    # and a column whose draws sit at one code carries no table: its weights stay 0
+    np.testing.assert_array_equal(result.weights, 0.0)
+
+
+@pytest.mark.parametrize("scale", [False, True])
+def test_the_tables_are_the_fitting_spaces_means_over_each_cell_by_quadrature(scale):
+    cells = LatticeCells(np.array([1]), ("code",), np.array([2.0]), np.array([0.5]), np.array([4.0]), seed=0)
+    bounds = cells.bounds_with(None, ["x", "code"])  # the log tails in the extreme cells' outer halves
+    scaling = Scaling(np.array([0.0, 3.1]), np.array([1.0, 0.6])) if scale else None
+    to_fitting = functools.partial(_from_data_rows, bounds=bounds, scaling=scaling)
+    f1, f2 = code_tables(cells.origin, cells.step, cells.n_steps, cells.positions, NOISE_WIDTH, to_fitting,
+                         np.array([0.3, 3.0]))
+    assert f1.shape == (1, 5)
+
+    def z(x: float) -> float:
+        return float(to_fitting(np.array([[0.3, x]]))[0, 1])
+
+    for k in range(5):
+        lo, hi = 2.0 + (k - 0.5) * 0.5, 2.0 + (k + 0.5) * 0.5
+        edge = [2.0] if k == 0 else [4.0] if k == 4 else None
+        m1 = integrate.quad(z, lo, hi, points=edge, limit=200)[0] / 0.5
+        m2 = integrate.quad(lambda x: z(x) ** 2, lo, hi, points=edge, limit=200)[0] / 0.5
+        # inner cells: z affine, the midpoints' mean exact and their mean square off by (slope/64)²/12 ≤ 2e-5
+        # here; the extreme cells' log singularity: within 1e-3 of a unit
+        inner = 0 < k < 4
+        assert f1[0, k] == pytest.approx(m1, abs=1e-9 if inner else 1e-3)
+        assert f2[0, k] == pytest.approx(m2, abs=2e-5 if inner else 4e-3)
+
+
+def _flag_and_code(n: int, seed: int) -> np.ndarray:
+    """A 4 % flag and a 7-value code that depends on it: every column discrete."""
+    rng = np.random.default_rng(seed)
+    flag = (rng.random(n) < 0.04).astype(float)
+    code = np.where(flag > 0, rng.choice(7, n, p=[0.05, 0.05, 0.1, 0.1, 0.2, 0.2, 0.3]),
+                    rng.choice(7, n, p=[0.3, 0.2, 0.15, 0.12, 0.1, 0.08, 0.05])).astype(float)
+    return np.c_[flag, code]
+
+
+def test_a_fits_calibrated_cells_sum_to_one_and_carry_the_datas_flag_frequency(tmp_path):
+    X = _flag_and_code(12_000, seed=0)
+    est = tgpflow.GPTiltedDensity(n_features=64, random_state=0).fit(X)
+    cells = est.discrete_
+    assert cells.calibrated and est.fit_diagnostics_["code_calibration"]["matched"]
+    grid = np.array([[a, b] for a in (0.0, 1.0) for b in range(7)])
+    probs = np.exp(est.log_density(grid, normalized=True))  # × the cells' volume, 1: each cell's probability
+    uncalibrated = np.exp(with_lattice(est._continuous_fitted(None), cells.uncalibrated()).log_density(grid)
+                          - est.normalizer_.log_z)
+    # the tails lend an extreme cell's probability beyond the range: counted back in, the cells sum to one up to
+    # the normaliser's error and the cell rule's at extreme cells (every flag cell is one; measured 1.038 both ways)
+    beyond = np.exp(cells.tail_log_shares(cells.codes(grid)))
+    se = est.fit_diagnostics_["log_normalizer_se"]
+    assert (probs / beyond).sum() == pytest.approx(1.0, abs=4 * se + 0.05)
+    assert (probs / beyond).sum() == pytest.approx((uncalibrated / beyond).sum(), abs=0.005)
+    # the flag's frequency: the data's up to the sums' own noise (the dequantization noise averaged over n rows:
+    # its spread within the flag's cells is about 0.53 of a step, the cells' means 1.25 steps apart)
+    flag = X[:, 0].mean()
+    noise = 0.53 / 1.25 / np.sqrt(X.shape[0])
+    got = (probs / beyond)[7:].sum() / (probs / beyond).sum()
+    assert abs(got - flag) <= 4 * noise + 0.01 * flag
+    # and not worse than the fit's own frequency (which a mixture base spreads across the two cells)
+    assert abs(got - flag) <= abs((uncalibrated / beyond)[7:].sum() / (uncalibrated / beyond).sum() - flag) + 1e-3
+    # the samples follow the calibrated cells (up to the resampling's own noise)
+    sample = est.sample(40_000, random_state=3)
+    n_eff = min(est.last_sample_ess_, 40_000)
+    assert abs(sample[:, 0].mean() - got) <= 4 * np.sqrt(got * (1 - got) / n_eff)
+    # a saved model keeps the calibration: the same densities, and the JSON carries the weights
+    path = tmp_path / "m.zarr"
+    est.save(path)
+    back = tgpflow.load(path)
+    assert back.discrete_.calibrated
+    np.testing.assert_allclose(back.log_density(grid), est.log_density(grid), rtol=0, atol=1e-12)
+    again = LatticeCells.from_dict(cells.to_dict())
+    np.testing.assert_array_equal(again.code_log_weights(cells.codes(grid)), cells.code_log_weights(cells.codes(grid)))
+    # the statistics carry the cells without it (they are sums of rows, not a model)
+    assert not est.stats_.cells.calibrated
