@@ -86,9 +86,9 @@ def adbench() -> dict[str, np.ndarray]:
 
 def point_masses(train: np.ndarray, kinds: dict[str, Any], steps: dict[int, float]) -> list[tuple[int, float, float]]:
     """(column, value, signed width) of each point mass at the edge of a column that is not dequantized over a
-    lattice, with the block tgpflow's atom model puts beyond it (:func:`tgpflow.features.lattice.edge_atoms`:
+    lattice, with the block tgpflow's atom model puts beyond it (:func:`tgpflow.features.lattice_choice.edge_atoms`:
     ≥ 1 % of the rows at the minimum or maximum, a block of ``ATOM_BLOCK`` standard deviations), signed outwards."""
-    from tgpflow.features.lattice import edge_atoms
+    from tgpflow.features.lattice_choice import edge_atoms
 
     names = list(kinds)
     lattices = {names[j] for j in steps}

@@ -16,7 +16,8 @@ from scipy import stats as sstats
 from scipy.special import logsumexp
 
 import tgpflow
-from tgpflow.features.lattice import AUTO_MIN_STEP_OVER_SPREAD, NOISE_WIDTH, TAIL_RATIO, LatticeCells, keyed_uniform
+from tgpflow.features.lattice import NOISE_WIDTH, TAIL_RATIO, LatticeCells, keyed_uniform
+from tgpflow.features.lattice_choice import AUTO_MIN_STEP_OVER_SPREAD
 from tgpflow.io.sources import as_source
 
 pytestmark = pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
@@ -393,7 +394,7 @@ def test_an_atoms_column_keeps_the_log_only_for_a_long_tail_and_the_choice_trave
     """Two meters reading 0 on 70 % of the rows: one with a long tail (lognormal σ = 1.5: skewness ≈ 30, beyond
     LONG_TAIL_SKEW) keeps the log of its bound over the whole column, the other (σ = 0.3: ≈ 1) gets a core. The
     choice is in the cells' JSON, arrays and fingerprint; cells stored before it (no "core") keep the log."""
-    from tgpflow.features.lattice import LONG_TAIL_SKEW, choose_discrete
+    from tgpflow.features.lattice_choice import LONG_TAIL_SKEW, choose_discrete
     from tgpflow.io.column_kinds import column_kinds
 
     rng = np.random.default_rng(0)

@@ -121,7 +121,6 @@ KNOWN_PRIVATE_ATTRIBUTE_USES = {
     "tgpflow.models.estimator_base": {"_fitted"},
     "tgpflow.models.gp_tilted": {"_verify"},
     "tgpflow.models.kernel_score": {"_chosen_lam", "_restore_common", "_verify"},
-    "tgpflow.models.lattice_fitted": {"_core"},
     "tgpflow.models.model_file": {"_verify_params"},
     "tgpflow.models.root_sobolev": {"_restore_common"},
     "tgpflow.models.tgp_on_device": {"_chol_inv"},

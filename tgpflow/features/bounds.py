@@ -56,7 +56,7 @@ class ColumnBounds:
     (:meth:`~tgpflow.features.lattice.LatticeCells.bounds_with`): the model stays inside the outer cells without
     the logit's stretching of the cells next to them (on the letter set it made the samples 8 % wider than the
     data, column by column). A column with an atom at an edge has the block beyond it as its tail and the rest
-    of its values as its core, unless they have a long tail (:func:`~tgpflow.features.lattice.edge_atoms`): under
+    of its values as its core, unless they have a long tail (:func:`~tgpflow.features.lattice_choice.edge_atoms`): under
     ``log(x − a)`` alone, a Gaussian component's tail was a lognormal one in the data's units (cardio: 18 % of
     FD's mass beyond the training rows' box, mostly past the largest values of three columns with an atom at their
     minimum).
@@ -87,7 +87,7 @@ class ColumnBounds:
             object.__setattr__(self, "core_upper", c1)
 
     @property
-    def _core(self) -> np.ndarray:
+    def cored(self) -> np.ndarray:
         """True for the columns with a core."""
         if self.core_lower is None:
             return np.zeros(self.lower.size, dtype=bool)
@@ -95,7 +95,7 @@ class ColumnBounds:
 
     def _core_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """c₀, c₁, w₀, w₁ of bounds with cores (0 and 1 where a column has none: those entries are not used)."""
-        core = self._core
+        core = self.cored
         c0, c1 = np.where(core, self.core_lower, 0.0), np.where(core, self.core_upper, 0.0)
         low, high = core & self._lo, core & self._hi  # the tails (a core that reaches an open side has none there)
         w0 = np.where(low, c0 - np.where(low, self.lower, 0.0), 1.0)
@@ -155,12 +155,12 @@ class ColumnBounds:
         below, above = self._gaps(x)
         t = np.where(self._lo, np.log(below), np.where(self._hi, 0.0, x))
         t = np.where(self._hi, t - np.log(above), t)
-        if not self._core.any():
+        if not self.cored.any():
             return t
         c0, c1, w0, w1 = self._core_parts()
         with np.errstate(divide="ignore", invalid="ignore"):
             cored = np.where(x < c0, c0 + w0 * np.log(below / w0), np.where(x > c1, c1 - w1 * np.log(above / w1), x))
-        return np.where(self._core, cored, t)
+        return np.where(self.cored, cored, t)
 
     def inverse(self, t: np.ndarray) -> np.ndarray:
         """x = t⁻¹(t): a + e^t, b − e^{−t}, or a + (b − a)·sigmoid(t)."""
@@ -170,13 +170,13 @@ class ColumnBounds:
             x = np.where(self._lo, lo + np.exp(t), t)
             x = np.where(self._hi & ~self._lo, hi - np.exp(-t), x)
         x = np.where(self._lo & self._hi, both, x)
-        if not self._core.any():
+        if not self.cored.any():
             return x
         c0, c1, w0, w1 = self._core_parts()
         with np.errstate(over="ignore"):
             cored = np.where(t < c0, lo + w0 * np.exp(np.minimum(t - c0, 0.0) / w0),
                              np.where(t > c1, hi - w1 * np.exp(-np.maximum(t - c1, 0.0) / w1), t))
-        return np.where(self._core, cored, x)
+        return np.where(self.cored, cored, x)
 
     def derivatives(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``log t'``, ``t'``, ``t''``, ``(log t')'`` and ``(log t')''`` per entry, each (n, d).
@@ -192,7 +192,7 @@ class ColumnBounds:
         d3 = 2.0 * (u**3 + v**3)
         dlog = d2 / d1
         out = [np.log(d1), d1, d2, dlog, d3 / d1 - dlog * dlog]
-        if not self._core.any():
+        if not self.cored.any():
             return tuple(out)  # type: ignore[return-value]
         # a core: t' = 1 on it; below, t' = w₀u, t'' = −w₀u², (log t')' = −u, (log t')'' = u²; above, mirrored
         c0, c1, w0, w1 = self._core_parts()
@@ -205,7 +205,7 @@ class ColumnBounds:
                  np.where(low, -w0 * u * u, np.where(high, w1 * v * v, zero)),
                  np.where(low, -u, np.where(high, v, zero)),
                  np.where(low, u * u, np.where(high, v * v, zero))]
-        return tuple(np.where(self._core, c, o) for c, o in zip(cored, out, strict=True))  # type: ignore[return-value]
+        return tuple(np.where(self.cored, c, o) for c, o in zip(cored, out, strict=True))  # type: ignore[return-value]
 
     def log_jacobian(self, x: np.ndarray) -> np.ndarray:
         """Σ_j log t'_j(x_j) per row."""
@@ -246,7 +246,7 @@ class ColumnBounds:
 
         if scaling is None:
             return None
-        core = self._core  # affine in x on the core and its tails alike: standardized as an open column
+        core = self.cored  # affine in x on the core and its tails alike: standardized as an open column
         lo, hi = self._lo & ~core, self._hi & ~core
         log_s = np.log(scaling.scale)
         center = np.where(lo & hi, 0.0, np.where(lo, log_s, np.where(hi, -log_s, scaling.center)))
@@ -270,7 +270,7 @@ class ColumnBounds:
         """A digest of the bounds: statistics summed in other transformed spaces do not combine."""
         from tgpflow.features.digest import array_hash
 
-        if not self._core.any():  # bounds without cores keep the digest they always had
+        if not self.cored.any():  # bounds without cores keep the digest they always had
             return array_hash(b"tgpflow.ColumnBounds.v1", (self.lower.size,), (self.lower, self.upper)).hexdigest()
         return array_hash(b"tgpflow.ColumnBounds.v2", (self.lower.size,),
                           (self.lower, self.upper, self.core_lower, self.core_upper)).hexdigest()
@@ -279,7 +279,7 @@ class ColumnBounds:
         """The arrays a statistics value or a model file carries (without the column names: :meth:`named` gives
         them back); the cores only where there are some."""
         out = {"lower": self.lower, "upper": self.upper}
-        if self._core.any():
+        if self.cored.any():
             out.update(core_lower=self.core_lower, core_upper=self.core_upper)
         return out
 

@@ -28,7 +28,8 @@ from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, declare_wrapper
 from tgpflow.core.moments import Moments
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
 from tgpflow.features.code_calibration import calibrate_codes, code_tables
-from tgpflow.features.lattice import NOISE_WIDTH, LatticeCells, choose_discrete, dequantize_chunk
+from tgpflow.features.lattice import NOISE_WIDTH, LatticeCells, dequantize_chunk
+from tgpflow.features.lattice_choice import choose_discrete
 from tgpflow.features.mixture_base import fit_mixture_base
 from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth

@@ -149,7 +149,7 @@ class LatticeFitted(WrappedFitted):
         # code columns, 0.088 nats at worst on the Gaussian base and 0.11 on the mixture base, where the half-step
         # gave 0.15 and 0.18; on a cored atom's block, which starts at its edge, the width is within 1e-3 nats at
         # 32 points: tests/test_lattice.py)
-        cored = span._core[n_lat:]
+        cored = span.cored[n_lat:]
         scale = np.r_[cells.step / 2, np.where(cored, cells.atom_width[atoms], 1.0)]
         if self.inner.base is not None and product:
             spread = np.sqrt(np.diag(self.inner.base.cov))[positions]
