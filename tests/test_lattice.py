@@ -511,7 +511,7 @@ def test_beyond_three_discrete_columns_the_sobol_cell_average_matches_monte_carl
     # the bound (distance t·step with t = v⁴), where the fitted density can rise steeply (a defensive mixture;
     # importance weights 1/(½ + ⅛·t^(−3/4)))
     rng = np.random.default_rng(7)
-    n = 400_000
+    n = 200_000
     for cell, value in zip(cells, got, strict=True):
         t = rng.random((n, 4))
         t = np.where(rng.random((n, 4)) < 0.5, t, t**4)
@@ -523,7 +523,7 @@ def test_beyond_three_discrete_columns_the_sobol_cell_average_matches_monte_carl
         brute = (value + np.log(q.mean()) + est.discrete_.tail_log_shares(codes)[0]
                  + est.discrete_.code_log_weights(codes)[0])
         se = q.std() / np.sqrt(n) / q.mean()
-        # 256 Sobol points (the extreme cells on τ = edge ∓ (−log(1 − u))) against 400 000 random ones, on the
+        # 256 Sobol points (the extreme cells on τ = edge ∓ (−log(1 − u))) against 200 000 random ones, on the
         # default mixture base: within 0.023 nats at every cell, corners included (measured). On the Gaussian base
         # the corners (three or four extreme codes) miss by up to 0.39: in the logit coordinate of an extreme cell
         # the data rise steeply towards the joint bound, which one Gaussian does not follow (docs/gp_tilted.md)

@@ -127,8 +127,9 @@ def test_accumulate_fit_from_stats_and_partial_fit(gaussian_mix):
 @pytest.mark.parametrize("method", ["fd", "fvpd"])
 def test_magic_gamma_fit_and_sample(magic_frame, method):
     """Standardised MAGIC (the paper's kernel Σ_z = dΣ/trΣ is not scale-invariant) with the columns the pilot
-    finds bounded at 0 declared so (and the known upper bounds): no diagnostic warning, samples that match the data's moments, and a
-    fraction of the unbounded model's mass outside the data's box."""
+    finds bounded at 0 declared so (and the known upper bounds): no diagnostic warning, samples that match the data's
+    moments, and (FD; the bounds act the same way on every method, and each MAGIC fit costs about a minute on two
+    cores) a fraction of the unbounded model's mass outside the data's box."""
     import warnings as _warnings
 
     from tgpflow.features.bounds import suggest_bounds
@@ -141,12 +142,14 @@ def test_magic_gamma_fit_and_sample(magic_frame, method):
     upper = {"fConc": 1.0, "fConc1": 1.0, "fAlpha": 90.0}  # what the data cannot reveal: ratios ≤ 1, angles ≤ 90°
     bounds = [((0 - mean[j]) / sd[j], (upper[c] - mean[j]) / sd[j] if c in upper else None) if c in suggested
               else (None, None) for j, c in enumerate(names)]
-    with _warnings.catch_warnings():
-        _warnings.simplefilter("ignore", DiagnosticWarning)  # the unbounded fit rightly warns (tested below)
-        free = GPTiltedDensity(method=method, n_features=128, bounds=None).fit(X)
     est = GPTiltedDensity(method=method, n_features=128, bounds=bounds, on_bad_rows="drop").fit(X)
-    assert est.fit_diagnostics_["warnings"] == [] and free.fit_diagnostics_["warnings"]
-    assert est.normalizer_.mass_outside < free.normalizer_.mass_outside / 3
+    assert est.fit_diagnostics_["warnings"] == []
+    if method == "fd":
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore", DiagnosticWarning)  # the unbounded fit rightly warns (tested here)
+            free = GPTiltedDensity(method=method, n_features=64, bounds=None).fit(X)  # (S: half the cost)
+        assert free.fit_diagnostics_["warnings"]
+        assert est.normalizer_.mass_outside < free.normalizer_.mass_outside / 3
     inside = est.bounds_.inside(X)  # rows on a bound (fWidth = 0, fAlpha = 0) have density 0
     assert inside.sum() == est.n_samples_seen_ and np.all(np.isfinite(est.log_density(X[inside])))
     samples = est.sample(4000, random_state=1)
