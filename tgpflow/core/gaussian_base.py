@@ -23,7 +23,8 @@ from tgpflow.core.moments import Moments
 from tgpflow.core.proposal import weighted_draws
 from tgpflow.errors import SourceError
 
-__all__ = ["Base", "base_from_moments", "mixture_base", "check_covariance", "COLLINEAR_TOL", "importance_resample"]
+__all__ = ["Base", "base_from_moments", "mixture_base", "check_covariance", "COLLINEAR_TOL", "importance_resample",
+           "resample"]
 
 #: A column whose 1 − R² on the columns before it is at most this is called collinear with them.
 COLLINEAR_TOL = 1e-10
@@ -164,7 +165,12 @@ def importance_resample(log_density: Callable[[np.ndarray], np.ndarray], mean: n
     weighted by ``exp(log_density − log q)`` (MATH.md §5); returns (rows, ESS of the weights)."""
     if n_samples < 1 or n_proposals < 1:
         raise ValueError(f"n_samples and n_proposals must be >= 1; got {n_samples}, {n_proposals}")
-    proposals, w = weighted_draws(log_density, mean, cov, n_proposals, rng, mixture)
-    ess = float(1.0 / np.sum(w * w))
-    idx = rng.choice(n_proposals, size=n_samples, replace=True, p=w)
-    return proposals[idx], ess
+    return resample(*weighted_draws(log_density, mean, cov, n_proposals, rng, mixture), n_samples, rng)
+
+
+def resample(points: np.ndarray, weights: np.ndarray, n_samples: int,
+             rng: np.random.Generator) -> tuple[np.ndarray, float]:
+    """``n_samples`` of ``points`` drawn with replacement by their normalised ``weights``; returns (rows, ESS of the
+    weights, Kish's 1/Σw²)."""
+    idx = rng.choice(weights.size, size=int(n_samples), replace=True, p=weights)
+    return points[idx], float(1.0 / np.sum(weights * weights))

@@ -56,7 +56,8 @@ class ColumnBounds:
     (:meth:`~tgpflow.features.lattice.LatticeCells.bounds_with`): the model stays inside the outer cells without
     the logit's stretching of the cells next to them (on the letter set it made the samples 8 % wider than the
     data, column by column). A column with an atom at an edge has the block beyond it as its tail and the rest
-    of its values as its core, unless they have a long tail (:func:`~tgpflow.features.lattice_choice.edge_atoms`): under
+    of its values as its core, unless they have a long tail
+    (:func:`~tgpflow.features.lattice_choice.edge_atoms`): under
     ``log(x − a)`` alone, a Gaussian component's tail was a lognormal one in the data's units (cardio: 18 % of
     FD's mass beyond the training rows' box, mostly past the largest values of three columns with an atom at their
     minimum).
@@ -159,8 +160,8 @@ class ColumnBounds:
             return t
         c0, c1, w0, w1 = self._core_parts()
         with np.errstate(divide="ignore", invalid="ignore"):
-            cored = np.where(x < c0, c0 + w0 * np.log(below / w0), np.where(x > c1, c1 - w1 * np.log(above / w1), x))
-        return np.where(self.cored, cored, t)
+            on_core = np.where(x < c0, c0 + w0 * np.log(below / w0), np.where(x > c1, c1 - w1 * np.log(above / w1), x))
+        return np.where(self.cored, on_core, t)
 
     def inverse(self, t: np.ndarray) -> np.ndarray:
         """x = t⁻¹(t): a + e^t, b − e^{−t}, or a + (b − a)·sigmoid(t)."""
@@ -174,9 +175,9 @@ class ColumnBounds:
             return x
         c0, c1, w0, w1 = self._core_parts()
         with np.errstate(over="ignore"):
-            cored = np.where(t < c0, lo + w0 * np.exp(np.minimum(t - c0, 0.0) / w0),
-                             np.where(t > c1, hi - w1 * np.exp(-np.maximum(t - c1, 0.0) / w1), t))
-        return np.where(self.cored, cored, x)
+            on_core = np.where(t < c0, lo + w0 * np.exp(np.minimum(t - c0, 0.0) / w0),
+                               np.where(t > c1, hi - w1 * np.exp(-np.maximum(t - c1, 0.0) / w1), t))
+        return np.where(self.cored, on_core, x)
 
     def derivatives(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``log t'``, ``t'``, ``t''``, ``(log t')'`` and ``(log t')''`` per entry, each (n, d).
@@ -200,12 +201,12 @@ class ColumnBounds:
         zero = np.zeros_like(d1)
         with np.errstate(divide="ignore"):  # log(w·u) where u = 0 (the core, the other side) is not used
             logs = np.log(w0 * u), np.log(w1 * v)
-        cored = [np.where(low, logs[0], np.where(high, logs[1], zero)),
-                 np.where(low, w0 * u, np.where(high, w1 * v, 1.0)),
-                 np.where(low, -w0 * u * u, np.where(high, w1 * v * v, zero)),
-                 np.where(low, -u, np.where(high, v, zero)),
-                 np.where(low, u * u, np.where(high, v * v, zero))]
-        return tuple(np.where(self.cored, c, o) for c, o in zip(cored, out, strict=True))  # type: ignore[return-value]
+        on_core = [np.where(low, logs[0], np.where(high, logs[1], zero)),
+                   np.where(low, w0 * u, np.where(high, w1 * v, 1.0)),
+                   np.where(low, -w0 * u * u, np.where(high, w1 * v * v, zero)),
+                   np.where(low, -u, np.where(high, v, zero)),
+                   np.where(low, u * u, np.where(high, v * v, zero))]
+        return tuple(np.where(self.cored, c, o) for c, o in zip(on_core, out, strict=True))  # type: ignore[return-value]
 
     def log_jacobian(self, x: np.ndarray) -> np.ndarray:
         """Σ_j log t'_j(x_j) per row."""

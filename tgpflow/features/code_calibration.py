@@ -72,9 +72,10 @@ def code_tables(origin: np.ndarray, step: np.ndarray, n_steps: np.ndarray, posit
                 noise_width: float, to_fitting: Callable[[np.ndarray], np.ndarray],
                 reference_row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(m, K) tables ``f₁_j(k)``, ``f₂_j(k)`` (NaN past a column's last code; K the most codes of a column): the
-    mean of the fitting-space value z and of z² over code k's noise, ``x = origin + (k + (u − ½)·noise_width)·step``
-    for u uniform on (0, 1). ``to_fitting`` maps rows in the data's units to the fitting space column by column;
-    ``reference_row`` (data units, inside every bound) holds the other columns."""
+    mean of the fitting-space value z and of z² over code k's noise,
+    ``x = origin + (k + (u − ½)·noise_width)·step`` for u uniform on (0, 1). ``to_fitting`` maps rows in the data's
+    units to the fitting space column by column; ``reference_row`` (data units, inside every bound) holds the other
+    columns."""
     m, K = positions.size, int(np.max(n_steps, initial=-1)) + 1
     f1, f2 = np.full((m, K), np.nan), np.full((m, K), np.nan)
     for j, p in enumerate(positions):

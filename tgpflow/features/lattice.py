@@ -3,7 +3,8 @@
 
 A column whose values lie on a lattice ``origin + k·step`` (integer codes, binary flags, counts) has no density:
 a smooth model fitted to its points either collapses onto them or spreads between them. ``discrete=`` declares
-such columns (``"auto"``: the coarse lattices the pilot shows, :func:`~tgpflow.features.lattice_choice.choose_discrete`). For them
+such columns (``"auto"``: the coarse lattices the pilot shows,
+:func:`~tgpflow.features.lattice_choice.choose_discrete`). For them
 
 * the fit sees each row moved by uniform noise over its cell, ``x_j + (u_j − ½)·step_j`` (in the data's units,
   before any standardization) with ``u_j`` in (0, 1) a fixed function of the chunk's content (a BLAKE2b digest
@@ -48,12 +49,13 @@ such columns (``"auto"``: the coarse lattices the pilot shows, :func:`~tgpflow.f
 
 Atoms. A continuous column whose lowest (or highest) value carries at least 1 % of the rows (a meter's exact
 zeros; :func:`~tgpflow.io.column_kinds.column_kinds`'s ``edges``) has a point mass there. ``discrete="auto"``
-dequantizes it into a block beyond the edge, ``(v − w, v)`` for a lowest value v with ``w`` = :data:`~tgpflow.features.lattice_choice.ATOM_BLOCK` of
-the column's standard deviation, bounds the column at ``v − w``, and fits it after ``log(x − v + w)`` where its
-other values have a long tail away from the edge, else in the identity from the atom on with a log tail over the
-block (a core, :class:`~tgpflow.features.bounds.ColumnBounds`; :func:`~tgpflow.features.lattice_choice.edge_atoms`). It gives a row at
-the atom the block's probability over ``δ`` (the column's lattice step where it has one: values recorded to 3
-decimals, 0.001; else ``w``), and rounds samples in the block (and within δ/2 of v) to v.
+dequantizes it into a block beyond the edge, ``(v − w, v)`` for a lowest value v with ``w`` =
+:data:`~tgpflow.features.lattice_choice.ATOM_BLOCK` of the column's standard deviation, bounds the column at
+``v − w``, and fits it after ``log(x − v + w)`` where its other values have a long tail away from the edge, else in
+the identity from the atom on with a log tail over the block (a core, :class:`~tgpflow.features.bounds.ColumnBounds`;
+:func:`~tgpflow.features.lattice_choice.edge_atoms`). It gives a row at the atom the block's probability over ``δ``
+(the column's lattice step where it has one: values recorded to 3 decimals, 0.001; else ``w``), and rounds samples
+in the block (and within δ/2 of v) to v.
 
 The score of a discrete column is not defined; :meth:`grad_log_density` of such a model is the dequantized
 density's (q's), the field a sampler of the continuous relaxation needs. float64 throughout; the noise is

@@ -30,9 +30,15 @@ import numpy as np
 from tgpflow.core.gaussian_base import importance_resample
 from tgpflow.core.proposal import weighted_draws
 
-__all__ = ["Fitted", "WrappedFitted", "fitted_from_arrays", "prefixed"]
+__all__ = ["Fitted", "WrappedFitted", "fitted_from_arrays", "prefixed", "proposal_count"]
 
 _KINDS: dict[str, type[Fitted]] = {}
+
+
+def proposal_count(n_samples: int, n_proposals: int | None = None) -> int:
+    """The proposal draws of an importance resample of ``n_samples`` rows: ``n_proposals``, by default
+    max(20·n_samples, 10 000)."""
+    return int(n_proposals) if n_proposals is not None else max(20 * int(n_samples), 10_000)
 
 
 def prefixed(arrays: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
@@ -102,7 +108,7 @@ class Fitted(abc.ABC):
         sample size of the weights is returned too.
         """
         base = self._gaussian_base()
-        n_prop = int(n_proposals) if n_proposals is not None else max(20 * int(n_samples), 10_000)
+        n_prop = proposal_count(n_samples, n_proposals)
         rows, ess = importance_resample(self.log_density, base.mean, base.cov, int(n_samples), n_prop,
                                         np.random.default_rng(random_state), getattr(base, "mixture", None))
         return (rows, ess) if return_ess else rows

@@ -41,7 +41,7 @@ from tgpflow.io.sources import Source
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning, fit_diagnostics, remedies
 from tgpflow.models.estimator_base import StatsEstimator, entry
-from tgpflow.models.fitted import Fitted
+from tgpflow.models.fitted import Fitted, proposal_count
 from tgpflow.models.lattice_fitted import with_lattice
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
 from tgpflow.models.params import GPTiltedParams
@@ -1164,7 +1164,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         the weights is kept in ``last_sample_ess_``. ``sigma``: NCFD level to sample from.
         """
         seed = self.random_state if random_state is None else random_state
-        n_prop = n_proposals if n_proposals is not None else max(20 * int(n_samples), 10_000)
+        n_prop = proposal_count(n_samples, n_proposals)
         rows, ess = self.fitted(sigma).sample(int(n_samples), seed, n_proposals=int(n_prop), return_ess=True)
         self.last_sample_ess_ = ess
         self.last_sample_info_ = {"method": "importance resampling from the base", "ess": ess,

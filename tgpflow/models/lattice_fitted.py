@@ -44,8 +44,9 @@ from typing import Any, ClassVar
 import numpy as np
 from scipy.special import logsumexp
 
+from tgpflow.core.gaussian_base import resample
 from tgpflow.features.lattice import LatticeCells
-from tgpflow.models.fitted import Fitted, WrappedFitted, fitted_from_arrays, prefixed
+from tgpflow.models.fitted import Fitted, WrappedFitted, fitted_from_arrays, prefixed, proposal_count
 
 __all__ = ["LatticeFitted", "with_lattice"]
 
@@ -111,14 +112,12 @@ class LatticeFitted(WrappedFitted):
             rows, ess = self.inner.sample(n_samples, random_state, n_proposals=n_proposals, return_ess=True)
         else:  # the inner model's weighted proposal draws, each weight times its codes' e^η, resampled once
             rng = np.random.default_rng(random_state)
-            n_prop = int(n_proposals) if n_proposals is not None else max(20 * int(n_samples), 10_000)
+            n_prop = proposal_count(n_samples, n_proposals)
             points, weights = self.inner.reference_sample(n_prop, rng)
             log_w = np.log(weights, out=np.full(n_prop, -np.inf), where=weights > 0)
             log_w += self.cells.code_log_weights(self.cells.codes(points))
             weights = np.exp(log_w - log_w.max())
-            weights /= weights.sum()
-            rows, ess = points[rng.choice(n_prop, size=int(n_samples), replace=True, p=weights)], float(
-                1.0 / np.sum(weights * weights))
+            rows, ess = resample(points, weights / weights.sum(), n_samples, rng)
         rows = self.cells.spill(self._to_data(rows), rows)
         return (rows, ess) if return_ess else rows
 
