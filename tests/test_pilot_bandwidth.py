@@ -8,7 +8,7 @@ from scipy import integrate
 
 from tgpflow.core.gaussian_base import Base
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.solve.select import TooFewRowsError, pilot_bandwidth
+from tgpflow.solve.pilot_bandwidth import TooFewRowsError, pilot_bandwidth
 from tgpflow.solve.tgp import solve_fd
 from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.split import SPLIT_SALT, fold_index, validation_mask
@@ -76,7 +76,8 @@ def _serial_curve(rows, folds, feats, gammas, lams, n_draws, random_state, grid,
     from threadpoolctl import threadpool_limits
 
     from tgpflow.core.gaussian_base import base_from_moments
-    from tgpflow.solve.select import RidgePath, _fold_average, choose, score_tilts
+    from tgpflow.solve.pilot_bandwidth import fold_average
+    from tgpflow.solve.select import RidgePath, choose, score_tilts
     from tgpflow.solve.tgp import fd_system
     from tgpflow.stats.projections import projection_counts
     from tgpflow.stats.support import SupportBox
@@ -96,7 +97,7 @@ def _serial_curve(rows, folds, feats, gammas, lams, n_draws, random_state, grid,
                 box = SupportBox.from_rows(np.concatenate([parts_rows[j] for j in range(3) if j != k]))
                 per_fold.append(score_tilts(stats[k], f, base, thetas, n_draws=n_draws, random_state=random_state,
                                             projections=projection_counts(parts_rows[k], grid), grid=grid, box=box))
-            rows_g = [dict(bandwidth=g, lam=lam, **_fold_average([pf[j] for pf in per_fold]))
+            rows_g = [dict(bandwidth=g, lam=lam, **fold_average([pf[j] for pf in per_fold]))
                       for j, lam in enumerate(lams)]
             best.append(rows_g[choose(rows_g, "loglik")])
     return best

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 #: Public name → the module that defines it (imported when the name is first looked up).
 _LAZY = {
     "GPTiltedDensity": "tgpflow.models.gp_tilted",
-    "NystromKEF": "tgpflow.models.kernel_score",
+    "NystromKEF": "tgpflow.models.nystrom_kef",
     "ScoreEstimator": "tgpflow.models.kernel_score",
     "RootSobolevDensity": "tgpflow.models.root_sobolev",
     "ExactKDE": "tgpflow.models.kde",
@@ -40,7 +40,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come fro
     from tgpflow.features.rff import RandomFourierFeatures
     from tgpflow.models.gp_tilted import GPTiltedDensity
     from tgpflow.models.kde import ExactKDE
-    from tgpflow.models.kernel_score import NystromKEF, ScoreEstimator
+    from tgpflow.models.kernel_score import ScoreEstimator
+    from tgpflow.models.nystrom_kef import NystromKEF
     from tgpflow.models.root_sobolev import RootSobolevDensity
     from tgpflow.stats.kef import DiagStats, KEFStats
     from tgpflow.stats.ncfd import NCFDStats

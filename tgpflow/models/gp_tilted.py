@@ -51,9 +51,10 @@ from tgpflow.models.tgp_fitted import BoundedFitted, TGPFitted
 from tgpflow.models.tgp_method import GridContext, Hyper, TGPMethod, with_tilt_scores
 from tgpflow.models.tgp_methods import get_method
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
-from tgpflow.solve.select import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS, DEFAULT_LAM_GRID,
-                                  DEFAULT_LOGLIK_LAM_GRID, GRID_EXTENSION_DECADES, MIN_SELECT_ESS_FRACTION,
-                                  TooFewRowsError, choose, healthy, heldout_loss, pilot_bandwidth)
+from tgpflow.solve.pilot_bandwidth import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS,
+                                           TooFewRowsError, pilot_bandwidth)
+from tgpflow.solve.select import (DEFAULT_LAM_GRID, DEFAULT_LOGLIK_LAM_GRID, GRID_EXTENSION_DECADES,
+                                  MIN_SELECT_ESS_FRACTION, choose, healthy, heldout_loss)
 from tgpflow.stats.ncfd import NCFDStats
 from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.split import SPLIT_SALT, HeldOut, StatsBundle, fold_index, split_chunk_stats, validation_mask
@@ -144,7 +145,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         0.1 put 12 % of the demo mixture's mass outside the data at 200k rows.
     bandwidth : "auto", "scott", float, or a list of floats — γ. "auto" (the default) selects γ
         from multiples of Scott's rule by the 3-fold cross-validated log-likelihood of FD fits on
-        the pilot sample (no extra read; see :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FACTORS`).
+        the pilot sample (no extra read; see :data:`~tgpflow.solve.pilot_bandwidth.AUTO_BANDWIDTH_FACTORS`).
         "scott" is the paper's rule, which shrinks γ as N grows while S stays fixed (2M rows of
         the demo mixture: held-out log-likelihood 0.11 nats/row below the selected γ). A list is
         a grid selected on held-out rows of the full pass, every γ accumulated in it (G× its cost).
@@ -397,14 +398,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         """``bandwidth="auto"``: γ by the cross-validated log-likelihood of FD fits on (≤ 30 000 rows of)
         the pilot.
 
-        The grid is :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FACTORS` × Scott's γ for those rows;
-        they go to :data:`~tgpflow.solve.select.AUTO_BANDWIDTH_FOLDS` folds by a hash of their position,
+        The grid is :data:`~tgpflow.solve.pilot_bandwidth.AUTO_BANDWIDTH_FACTORS` × Scott's γ for those rows;
+        they go to :data:`~tgpflow.solve.pilot_bandwidth.AUTO_BANDWIDTH_FOLDS` folds by a hash of their position,
         every γ shares the draw (Z, c) (the normalisers' proposal draws: see
-        :func:`~tgpflow.solve.select.pilot_bandwidth`), and λ runs over the λ grid; only healthy candidates compete (ESS and
-        mass outside the support box, :func:`~tgpflow.solve.select.healthy`). The log-likelihood, a
-        proper scoring rule, is smooth in γ where the sliced KS on a few thousand pilot rows is noisy
-        (measured on the demo mixture: the KS curve over γ jumped by ±1 KS point between neighbours,
-        and picked γ = 0.19 where the log-likelihood's 0.55 gives a better model at 200k and 2M rows);
+        :func:`~tgpflow.solve.pilot_bandwidth.pilot_bandwidth`), and λ runs over the λ grid; only healthy
+        candidates compete (ESS and mass outside the support box, :func:`~tgpflow.solve.select.healthy`). The
+        log-likelihood, a proper scoring rule, is smooth in γ where the sliced KS on a few thousand pilot rows is
+        noisy (measured on the demo mixture: the KS curve over γ jumped by ±1 KS point between neighbours, and
+        picked γ = 0.19 where the log-likelihood's 0.55 gives a better model at 200k and 2M rows);
         its blindness to mass without data is what the constraint and the λ ``criterion`` address.
         Only the pilot rows already in memory are used (no extra read); the full pass then selects λ
         at this γ. The curve is kept in ``bandwidth_selection_``.

@@ -3,8 +3,8 @@
 ``ScoreEstimator(kernel, regularizer)`` fits ``s(x) = Σ_a K(x, Y_a) c_a + ∇log q0(x)`` from one
 pass of :class:`~tgpflow.stats.kef.KEFStats` (curl-free K) or
 :class:`~tgpflow.stats.kef.DiagStats` (diagonal K = k I_d), then applies a regularizer after
-the pass (MATH.md §7). ``NystromKEF`` is the curl-free Tikhonov case with seed 001's solve
-and a log density ``f(x) + log q0(x)`` (MATH.md §6). Named presets
+the pass (MATH.md §7). :class:`~tgpflow.models.nystrom_kef.NystromKEF` is the curl-free Tikhonov case
+with seed 001's solve and a log density ``f(x) + log q0(x)`` (MATH.md §6). Named presets
 (``ScoreEstimator.preset("stein")`` …) follow MATH.md §7.
 
 The basis Y is ``n_basis`` rows drawn uniformly (seeded) from the pilot sample, or given
@@ -35,17 +35,16 @@ from tgpflow.models.diagnostics import fit_diagnostics, remedies
 from tgpflow.models.estimator_base import StatsEstimator, entry
 from tgpflow.models.kernel_fitted import KernelFitted
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
-from tgpflow.models.params import NystromKEFParams, ScoreParams
+from tgpflow.models.params import ScoreParams
 from tgpflow.models.streaming import StreamingMixin, is_grid
 from tgpflow.models.tgp_fitted import base_arrays
-from tgpflow.solve.kef import (DEFAULT_RANK_TOL, diag_h, kef_h, kernel_heldout_loss, lite_r, spectral_solve,
-                               tikhonov_direct)
+from tgpflow.solve.kef import DEFAULT_RANK_TOL, kernel_heldout_loss, kernel_solve
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats, diag_chunk_stats, kef_chunk_stats, lite_chunk_stats
 from tgpflow.stats.split import StatsBundle
 from tgpflow.stats.support import SupportBox
 
-__all__ = ["ScoreEstimator", "NystromKEF", "PRESETS"]
+__all__ = ["ScoreEstimator", "PRESETS"]
 
 #: λ grid of ``lam="auto"``: 13 values, 10⁻⁶ … 1, two per decade.
 DEFAULT_KERNEL_LAM_GRID = tuple(float(v) for v in np.logspace(-6, 0, 13))
@@ -388,33 +387,10 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
     def _criterion_text(self) -> str:
         return "held-out Hyvärinen loss"
 
-    def _solve(self, stats: Any, basis: NystromBasis, base: Base | None, lam: float) -> tuple[np.ndarray, dict[str, Any]]:
-        m, d, n = basis.n_basis, basis.n_dims, stats.n
-        Y = basis.Y
-        if self._kind == "lite":  # α = −(Cl/N + λ(K_YY + I))⁻¹ r_l/N (seed 001's lite, λ/2 scaling: B3)
-            G = basis.kernel(Y, Y) + np.eye(m)
-            alpha, info = tikhonov_direct(stats.Cl, lite_r(stats, basis, base), G, n, lam, 0.0,
-                                          rank_tol=float(self.rank_tol))
-            return alpha, {"regularizer": "tikhonov", **info, "model": "lite"}
-        index = basis.index if self._kind == "curl_free" else None
-        if self._kind == "curl_free":
-            C, h, G = stats.C, kef_h(stats, basis, base).reshape(m * d), basis.kernel.curl_free_gram(Y, Y)
-            if index is not None:  # dimension subsampling: rows/cols of G and entries of h restricted to I
-                h, G = h[index], G[np.ix_(index, index)]
-        else:
-            C, h, G = stats.Ck, diag_h(stats, basis, base), basis.kernel(Y, Y)
-        if self.regularizer == "tikhonov":
-            c, info = tikhonov_direct(C, h, G, n, lam, float(self.ridge), rank_tol=float(self.rank_tol))
-            info = {"regularizer": "tikhonov", **info}
-        else:
-            c, info = spectral_solve(C, h, G, n, lam, self.regularizer, rank_tol=float(self.rank_tol), nu=float(self.nu))
-        if not np.all(np.isfinite(c)):
-            raise FloatingPointError("the kernel solve gave non-finite coefficients; raise lam or ridge")
-        if index is not None:
-            full = np.zeros(m * d)
-            full[index] = c
-            c = full
-        return c.reshape(m, d), info
+    def _solve(self, stats: Any, basis: NystromBasis, base: Base | None,
+               lam: float) -> tuple[np.ndarray, dict[str, Any]]:
+        return kernel_solve(self._kind, stats, basis, base, lam, regularizer=self.regularizer, ridge=float(self.ridge),
+                            rank_tol=float(self.rank_tol), nu=float(self.nu))
 
     # -- evaluation -------------------------------------------------------------------
     def grad_log_density(self, X: Any) -> Any:
@@ -456,74 +432,3 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         if verify:
             est._verify(path, arrays, legacy)
         return est
-
-
-class NystromKEF(ScoreEstimator):
-    """Nyström kernel exponential family (seed 001 Theorem 1; MATH.md §6).
-
-    ``log p(x) = f(x) + log q0(x)`` with ``f = Σ_a ∂_y k(Y_a, ·)ᵀβ_a`` and
-    ``β = −(C/N + λG)⁺ h/N`` (seed 001 adds εI, ε = 1e-5: ``ridge``; none by default). The score-matching
-    loss includes the cross term ∂f·∂log q0 (MATH.md §11 B1). Parameters as :class:`ScoreEstimator` (the kernel is
-    curl-free; ``regularizer`` may be changed for the spectral variants).
-    """
-
-    kernel = "curl_free"  # fixed: a class attribute, not a parameter
-    params_table = NystromKEFParams
-
-    def __init__(self, *, n_basis: int = 100, bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat",
-                 lite: bool = False, n_components: int | None = None, radial: str = "gaussian",
-                 regularizer: str = "tikhonov", nu: float = 1.0, ridge: float = 0.0,
-                 rank_tol: float = DEFAULT_RANK_TOL, lam_grid: list[float] | None = None,
-                 validation_fraction: float = 0.1, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
-                 block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
-                 device: str = "auto", scale: bool = False):
-        self.device = device
-        self.scale = scale
-        self.lam_grid = lam_grid
-        self.validation_fraction = validation_fraction
-        self.lite = lite
-        self.n_components = n_components
-        self.n_basis = n_basis
-        self.bandwidth = bandwidth
-        self.lam = lam
-        self.base = base
-        self.radial = radial
-        self.regularizer = regularizer
-        self.nu = nu
-        self.ridge = ridge
-        self.rank_tol = rank_tol
-        self.pilot_rows = pilot_rows
-        self.on_bad_rows = on_bad_rows
-        self.block_bytes = block_bytes
-        self.split_every = split_every
-        self.random_state = random_state
-
-    @property
-    def _kind(self) -> str:
-        return "lite" if self.lite else "curl_free"
-
-    def _make_basis(self, source: Any, given: Any, progress: Progress | None = None) -> NystromBasis:
-        basis = super()._make_basis(source, given, progress)
-        if self.n_components is None or isinstance(given, NystromBasis) or self.n_components >= basis.n_dims:
-            return basis
-        # seed 001 §3: exactly ℓ of the d components of each basis point, uniformly, seeded
-        return basis.with_components(self.n_components,
-                                     np.random.default_rng(np.random.SeedSequence(self.random_state).spawn(2)[1]))
-
-    def log_density(self, X: Any, *, normalized: bool = False) -> Any:
-        """Log density f(x) + log q0(x), shape (n,): unnormalised, or (``normalized=True``, Gaussian
-        base) minus the importance-sampling estimate of log Z in ``normalizer_``."""
-        values = self._map_rows(X, self.fitted().log_density, per_row_dims=False)
-        if not normalized:
-            return values
-        if getattr(self, "normalizer_", None) is None:
-            raise ValueError("this model has no normaliser (flat base: improper); fit with base='gaussian'")
-        return values - self.normalizer_.log_z
-
-    def score_samples(self, X: Any) -> Any:
-        return self.log_density(X)
-
-    @property
-    def beta_(self) -> np.ndarray:
-        """β of MATH.md §6, (m, d) (α, (m,), for lite)."""
-        return self.coef_

@@ -20,18 +20,19 @@ scalars, arrays and tuples are read as the Python numbers and lists they hold.
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any, ClassVar, Literal, Union
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, Union
 
-import numpy as np
-from annotated_types import Ge, Gt, Len, Lt, MinLen
-from pydantic import (AllowInfNan, BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, model_validator
 
 # Only light modules here: ``tgpflow fit --help`` builds its options from these tables.
 from tgpflow.core.choices import (DEFAULT_NORMALIZER_DRAWS, DEFAULT_PILOT_ROWS, DEFAULT_RANK_TOL, KERNELS, PRECISIONS,
                                   REGULARIZERS, WHITEN_MODES)
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
+from tgpflow.models.param_types import (Allowed, Bounds, CliText, Device, Discrete, Fraction, HalfStep, NonNegativeInt,
+                                        NonNegativeNumber, OnBadRows, PositiveGrid, PositiveInt, PositiveNumber, Seed,
+                                        TGPMethodName, at_least, bare, describe, not_allowed, param, parse_bounds,
+                                        parse_discrete, parse_list, plain, type_metadata, union_members)
 from tgpflow.models.registry import RSR_METHODS
 
 __all__ = ["ParamTable", "GPTiltedParams", "ScoreParams", "NystromKEFParams", "RootSobolevParams", "FullKEFParams",
@@ -39,132 +40,6 @@ __all__ = ["ParamTable", "GPTiltedParams", "ScoreParams", "NystromKEFParams", "R
 
 #: Held-out selection criteria of the GP-tilted density (see its ``criterion``).
 CRITERIA = ("loglik", "sliced", "hyvarinen")
-
-
-class Allowed:
-    """Annotated metadata: how a type reads in an error message ("a positive integer")."""
-
-    def __init__(self, text: str):
-        self.text = text
-
-
-class CliText:
-    """Annotated metadata: how the command line writes a value of this type (``parse`` and a ``metavar``)."""
-
-    def __init__(self, parse: Callable[[str], Any], metavar: str):
-        self.parse, self.metavar = parse, metavar
-
-
-def parse_bounds(text: str) -> dict[str, list[float | None]]:
-    """``COL:LO:HI,...`` → ``{col: [lo, hi]}`` (an empty side is open), ``auto`` or ``none``: the command line's
-    ``bounds``."""
-    if text.strip() in ("auto", "none"):
-        return None if text.strip() == "none" else "auto"  # type: ignore[return-value]
-    out: dict[str, list[float | None]] = {}
-    for item in text.split(","):
-        parts = item.strip().rsplit(":", 2)
-        if len(parts) != 3 or not parts[0]:
-            raise ValueError(f"expected COL:LO:HI (an empty side is open); got {item!r}")
-        try:
-            out[parts[0]] = [float(v) if v.strip() else None for v in parts[1:]]
-        except ValueError:
-            raise ValueError(f"bounds must be numbers; got {item!r}") from None
-    return out
-
-
-def parse_discrete(text: str) -> str | list[str] | None:
-    """``auto``, ``none`` or ``COL,COL,...``: the command line's ``discrete``."""
-    if text.strip() in ("auto", "none"):
-        return None if text.strip() == "none" else "auto"
-    names = [c.strip() for c in text.split(",")]
-    if not all(names):
-        raise ValueError(f"expected auto, none or COL,COL,...; got {text!r}")
-    return names
-
-
-# -- the types, each with how it reads ------------------------------------------------------------
-Finite = AllowInfNan(False)
-PositiveInt = Annotated[int, Ge(1), Allowed("a positive integer")]
-NonNegativeInt = Annotated[int, Ge(0), Allowed("an integer >= 0")]
-PositiveNumber = Annotated[float, Gt(0), Finite, Allowed("a positive number")]
-NonNegativeNumber = Annotated[float, Ge(0), Finite, Allowed("a number >= 0")]
-Fraction = Annotated[float, Gt(0), Lt(1), Allowed("a number in (0, 1)")]
-PositiveGrid = Annotated[list[PositiveNumber], MinLen(1), Allowed("a non-empty list of positive numbers")]
-Seed = Union[NonNegativeInt, None]
-OnBadRows = Literal["raise", "drop"]
-Device = Literal["auto", "cpu", "gpu"]
-_Side = Union[Annotated[float, Finite], None]
-_Pair = Annotated[list[_Side], Len(2, 2)]
-Bounds = Annotated[Union[None, Literal["auto"], dict[Union[str, int], _Pair], list[_Pair]],
-                   Allowed("None, 'auto', a dict {column: (lower, upper)} or a list of (lower, upper) pairs (None: an "
-                           "open side)"), CliText(parse_bounds, "auto|none|COL:LO:HI,...")]
-Discrete = Annotated[Union[None, Literal["auto", "none"], Annotated[list[Union[str, int]], MinLen(1)]],
-                     Allowed("'auto', None ('none') or a non-empty list of columns"),
-                     CliText(parse_discrete, "auto|none|COL,...")]
-
-
-def at_least(n: int) -> Any:
-    """An integer >= n."""
-    return Annotated[int, Ge(n), Allowed(f"an integer >= {n}")]
-
-
-def _known_method(name: Any) -> str:
-    """A GP-tilted method of the registry (its error lists the known ones)."""
-    from tgpflow.models.tgp_methods import get_method
-
-    get_method(name)
-    return name
-
-
-TGPMethodName = Annotated[str, PlainValidator(_known_method, json_schema_input_type=str)]
-
-
-def param(default: Any, help: str, *, applies: str | None = None) -> Any:
-    """A table entry's default and one-line help; ``applies``: the TGPMethod capability it needs."""
-    return Field(default, description=help, json_schema_extra=None if applies is None else {"applies": applies})
-
-
-def plain(value: Any) -> Any:
-    """NumPy scalars and arrays and tuples as the Python numbers and lists they hold (as JSON holds them)."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (np.ndarray, tuple, list)):
-        return [plain(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
-    if isinstance(value, Mapping):
-        return {k: plain(v) for k, v in value.items()}
-    return value
-
-
-def describe(tp: Any) -> str:
-    """How the values of type ``tp`` read: ``"'auto', 'scott', a positive number or …"``."""
-    parts = _describe_parts(tp)
-    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} or {parts[-1]}"
-
-
-def _describe_parts(tp: Any) -> list[str]:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is Annotated:
-        said = [m.text for m in tp.__metadata__ if isinstance(m, Allowed)]
-        return said or _describe_parts(args[0])
-    if origin is Literal:
-        return [repr(a) for a in args]
-    if origin is Union:
-        return [p for a in args for p in _describe_parts(a)]
-    names = {type(None): "None", bool: "True or False", int: "an integer", float: "a number", str: "a string"}
-    return [names.get(tp, getattr(tp, "__name__", str(tp)))]
-
-
-def _members(tp: Any) -> list[Any]:
-    """The alternatives of a (possibly annotated) union type."""
-    if typing.get_origin(tp) is Annotated and not any(isinstance(m, Allowed) for m in tp.__metadata__):
-        return _members(typing.get_args(tp)[0])
-    if typing.get_origin(tp) is Union:
-        return [m for a in typing.get_args(tp) for m in _members(a)]
-    return [tp]
-
-
-def _bare(tp: Any) -> Any:
-    return typing.get_args(tp)[0] if typing.get_origin(tp) is Annotated else tp
 
 
 #: Parameters that say where a model computes, not what: no statistics, draw or solution depends on them
@@ -274,7 +149,7 @@ class ParamTable(BaseModel):
 
     @classmethod
     def metavar(cls, name: str) -> str:
-        said = [m for m in _metadata(cls.type_of(name)) if isinstance(m, CliText)]
+        said = [m for m in type_metadata(cls.type_of(name)) if isinstance(m, CliText)]
         return said[0].metavar if said else "VALUE"
 
     @classmethod
@@ -282,13 +157,13 @@ class ParamTable(BaseModel):
         """The value of parameter ``name`` written as ``text`` on the command line: a value of one of its
         types, a comma list where it takes a list, ``none`` for None. ValueError says what is allowed."""
         tp = cls.type_of(name)
-        said = [m for m in _metadata(tp) if isinstance(m, CliText)]
+        said = [m for m in type_metadata(tp) if isinstance(m, CliText)]
         if said:
             return said[0].parse(text)
-        members = _members(tp)
+        members = union_members(tp)
         if type(None) in members and text.strip().lower() in ("none", "null"):
             return None
-        lists = [m for m in members if typing.get_origin(_bare(m)) is list]
+        lists = [m for m in members if typing.get_origin(bare(m)) is list]
         scalars = [m for m in members if m not in lists and m is not type(None)]
         errors: list[Any] = []
         if scalars and not ("," in text and lists):
@@ -297,38 +172,13 @@ class ParamTable(BaseModel):
             except ValidationError as exc:
                 errors = exc.errors()
         if not lists:
-            raise ValueError(_not(text, describe(tp), errors))
+            raise ValueError(not_allowed(text, describe(tp), errors))
         try:
-            return _parse_list(lists[0], text)
+            return parse_list(lists[0], text)
         except ValueError:
             if errors:  # one value that is none of the alternatives: say what the parameter takes
-                raise ValueError(_not(text, describe(tp), errors)) from None
+                raise ValueError(not_allowed(text, describe(tp), errors)) from None
             raise
-
-
-def _parse_list(tp: Any, text: str) -> list[Any]:
-    """A comma list of values of the list type ``tp``; ValueError naming the first item that is not one."""
-    item_type = typing.get_args(_bare(tp))[0]
-    values = []
-    for item in (v.strip() for v in text.split(",") if v.strip()):
-        try:
-            values.append(TypeAdapter(item_type).validate_strings(item))
-        except ValidationError as exc:
-            raise ValueError(_not(item, describe(item_type), exc.errors())) from None
-    try:
-        return TypeAdapter(tp).validate_python(values)
-    except ValidationError as exc:
-        raise ValueError(_not(text, describe(tp), exc.errors())) from None
-
-
-def _metadata(tp: Any) -> tuple[Any, ...]:
-    return tp.__metadata__ if typing.get_origin(tp) is Annotated else ()
-
-
-def _not(text: str, allowed: str, errors: list[Any]) -> str:
-    if any(e["type"] == "finite_number" for e in errors):
-        return f"{text!r} is not finite; expected {allowed}"
-    return f"{text!r} is not {allowed}"
 
 
 # -- the tables ------------------------------------------------------------------------------------
@@ -459,7 +309,7 @@ class ScoreParams(_KernelParams):
 
 
 class NystromKEFParams(_KernelParams):
-    """:class:`~tgpflow.models.kernel_score.NystromKEF` (the kernel is curl-free)."""
+    """:class:`~tgpflow.models.nystrom_kef.NystromKEF` (the kernel is curl-free)."""
 
     estimator: ClassVar[str] = "NystromKEF"
 
@@ -493,7 +343,7 @@ class RootSobolevParams(StreamingParams):
     a_rule: Literal["min", "largest_local_min"] = param("min", "How a is picked from a list.")
     max_iter: PositiveInt = param(200, "Natural-gradient iterations (passes) at most.")
     tol: NonNegativeNumber = param(1e-6, "Stop when a full step lowers the loss by less than this (relative).")
-    step: Annotated[float, Gt(0), Lt(0.5), Allowed("a number in (0, 1/2)")] = param(0.25, "The step η.")
+    step: HalfStep = param(0.25, "The step η.")
     persist_bytes: NonNegativeInt = param(2**30, "Keep the rows in memory between iterations up to this size.")
     validation_fraction: Fraction = param(0.2, "Share of rows held out when selecting a.")
     threshold_quantile: Fraction = param(0.01, "Share of (pilot) training rows flagged by is_anomaly.")

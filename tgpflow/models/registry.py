@@ -76,7 +76,7 @@ _TABLES = "tgpflow.models.params"
 register_kind(ModelKind("GPTiltedDensity", "tgpflow.models.gp_tilted", methods="tgp",
                         stats=("tgpflow.stats.tgp:TGPStats", "tgpflow.stats.ncfd:NCFDStats"),
                         table=f"{_TABLES}:GPTiltedParams"))
-register_kind(ModelKind("NystromKEF", "tgpflow.models.kernel_score", cli=(("nkef", ()),), stats=_KEF_STATS,
+register_kind(ModelKind("NystromKEF", "tgpflow.models.nystrom_kef", cli=(("nkef", ()),), stats=_KEF_STATS,
                         table=f"{_TABLES}:NystromKEFParams"))
 register_kind(ModelKind("ScoreEstimator", "tgpflow.models.kernel_score", cli=(("score", ()),), stats=_KEF_STATS,
                         table=f"{_TABLES}:ScoreParams"))

@@ -46,7 +46,6 @@ killed run left behind (``tgpflow gc SPEC --dry-run`` does).
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import logging
 from typing import Any
@@ -57,26 +56,20 @@ import numpy as np
 from tgpflow.core.engine import Progress, compute, tree_reduce
 from tgpflow.core.logs import phase
 from tgpflow.errors import TgpflowError
-from tgpflow.features.bounds import ColumnBounds
-from tgpflow.features.lattice import LatticeCells
-from tgpflow.features.mixture_base import GaussianMixtureBase
-from tgpflow.features.nystrom import NystromBasis
-from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.scaling import Scaling
-from tgpflow.features.sdo import SDODraw
 from tgpflow.io.atomic import as_path
 from tgpflow.io.pilot import pilot_sample
-from tgpflow.io.sources import Source
 from tgpflow.models.anomaly import anomaly_threshold, model_log_normalizer
 from tgpflow.pipeline.arrivals import Arrivals, arrivals
 from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
+from tgpflow.pipeline.frozen_draw import draw_arrays, freeze_preprocess, new_estimator, restore_draw
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import partition_source, union_source
+from tgpflow.pipeline.run_plan import plan_run
 from tgpflow.pipeline.source_check import check_source
-from tgpflow.pipeline.spec import PipelineSpec, statistics_params
+from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore
 from tgpflow.pipeline.versions import ModelVersions
-from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.support import SupportBox
 
 __all__ = ["run_pipeline", "RunResult"]
@@ -86,81 +79,6 @@ logger = logging.getLogger("tgpflow")
 
 class RunResult(dict):
     """What a run did (a dict: changed, added, removed, rows, versions, scored, …)."""
-
-
-def _estimator(model_spec: Any) -> Any:
-    est = model_spec.estimator_class()()
-    est.set_params(**model_spec.params)
-    return est
-
-
-def _draw_arrays(est: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    if isinstance(getattr(est, "draw_", None), SDODraw):  # a root-Sobolev draw, for every smoothness
-        draw = est.draw_
-        return dict(draw.to_arrays()), {"type": "sdo", "seed": draw.seed, "fingerprint": draw.fingerprint}
-    if hasattr(est, "features_"):
-        arrays = dict(est.features_.to_arrays())
-        if hasattr(est, "noise_levels_"):
-            arrays["noise_levels"] = np.asarray(est.noise_levels_)
-        if getattr(est, "heldout_grid_", None) is not None:  # a held-out selection's projection grid
-            arrays.update({f"heldout.{k}": v for k, v in est.heldout_grid_.to_arrays().items()})
-        if getattr(est, "base_mixture_", None) is not None:  # base="mixture": the pass sums its score
-            arrays.update({f"mixture.{k}": v for k, v in est.base_mixture_.to_arrays().items()})
-        meta = {"type": "rff", "seed": est.features_.seed, "fingerprint": est.features_.fingerprint}
-        if getattr(est, "discrete_", None) is not None:  # the pass dequantizes these columns by each row's key
-            meta["discrete"] = est.discrete_.to_dict()
-        if getattr(est, "bounds_", None) is not None:  # as resolved: bounds="auto", and the discrete columns'
-            meta["bounds"] = {"columns": list(est.bounds_.columns), "bounds": est.bounds_.to_dict()}
-        return arrays, meta
-    return dict(est.basis_.to_arrays()), {"type": "nystrom", "kernel": est.basis_.kernel_name,
-                                          "fingerprint": est.basis_.fingerprint}
-
-
-def _restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], columns: list[str],
-                  scaling: Scaling | None) -> None:
-    """The store's frozen draw and standardization on a fresh estimator, as :meth:`prepare` left them."""
-    est.scaling_ = scaling
-    if meta["type"] == "sdo":
-        est.draw_ = SDODraw.from_arrays(arrays, seed=meta.get("seed"))
-    elif meta["type"] == "rff":
-        est.features_ = RandomFourierFeatures.from_arrays(arrays, seed=meta.get("seed"))
-        if "noise_levels" in arrays:
-            est.noise_levels_ = np.asarray(arrays["noise_levels"], dtype=np.float64)
-        if hasattr(est, "bounds"):  # in the data's units; the fit applies them in the standardized ones
-            est.bounds_ = ColumnBounds.from_param(est._declared_bounds(), columns)
-        if hasattr(est, "discrete"):  # a store drawn before discrete columns has none
-            est.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
-            # bounded at their lattices' outer cell edges, beside the spec's bounds
-            est.bounds_ = est._with_cells(est.bounds_, columns)
-        if meta.get("bounds"):  # as the draw resolved them (a store drawn before keeps the spec's)
-            est.bounds_ = est._with_cells(ColumnBounds.from_param(meta["bounds"]["bounds"], meta["bounds"]["columns"]),
-                                          list(meta["bounds"]["columns"]))
-        mixture = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("mixture.")}
-        if mixture:
-            est.base_mixture_ = GaussianMixtureBase.from_arrays(mixture)
-        grid = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("heldout.")}
-        if grid:  # projected after the bounded columns' inverse transform, as when it was drawn
-            bounds = getattr(est, "bounds_", None)
-            est.heldout_grid_ = ProjectionGrid.from_arrays(grid, units=None if bounds is None
-                                                           else bounds.scaled(scaling))
-    else:
-        est.basis_ = NystromBasis.from_arrays(arrays, meta["kernel"])
-    est.n_features_in_ = len(columns)
-    est.feature_names_in_ = np.asarray(columns, dtype=object)
-
-
-def _freeze_preprocess(spec: PipelineSpec, src: Source, seed: int, progress: Progress | None) -> dict[str, Any] | None:
-    """The spec's ``preprocess`` as a :class:`~tgpflow.features.scaling.Scaling` of the raw rows of a pilot sample
-    (its dict; None without one): every model of the store is fitted in these units, and carries them."""
-    if not (spec.preprocess.center or spec.preprocess.scale):
-        return None
-    rows = pilot_sample(src, rows=100_000, random_state=seed, progress=progress).rows
-    try:
-        scaling = Scaling.from_rows(rows, src.columns, center=spec.preprocess.center, scale=spec.preprocess.scale,
-                                    where=spec.source.path)
-    except ValueError as exc:
-        raise TgpflowError(str(exc)) from None
-    return scaling.to_dict()
 
 
 def run_pipeline(spec: PipelineSpec, *, date: str | None = None, progress: Progress | None = None,
@@ -187,92 +105,12 @@ def run_pipeline(spec: PipelineSpec, *, date: str | None = None, progress: Progr
         return result
 
 
-@dataclasses.dataclass(frozen=True)
-class _Plan:
-    """What a run does, from the partitions listed now and the committed manifest."""
-
-    files: list[str]  # the keys the run keeps (the window's, under refit: window)
-    fps: dict[str, str]  # their fingerprints
-    rebuild: bool  # no manifest yet, or refit: full
-    run: int
-    old_parts: dict[str, Any]  # the manifest's partitions the run starts from ({} when it rebuilds)
-    added: list[str]  # new or changed: read
-    removed: list[str]  # changed, disappeared or out of the window: subtracted
-
-    @property
-    def nothing_new(self) -> bool:
-        return not self.rebuild and not self.added and not self.removed
-
-
-def _plan(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, parts: Partitions,
-          held: dict[str, str] | None = None) -> _Plan:
-    """Compare the partitions with the manifest; refuse a spec whose models (but for solve-only params:
-    :func:`~tgpflow.pipeline.spec.statistics_params`) or preprocessing changed. ``held``: partitions not ready to
-    read (:mod:`tgpflow.pipeline.arrivals`): a new one is left out, a committed one keeps its committed
-    statistics (it is being rewritten: the new content is read once it is ready); the window is taken over every
-    listed partition first, so a held newest partition does not pull an older one back in."""
-    files = list(parts.keys)
-    if not files:
-        raise TgpflowError(f"{spec.source.path}: no partitions match")
-    policy = spec.refit.policy
-    if policy == "window":
-        files = files[-spec.refit.partitions:]
-    held = held or {}
-    rebuild = manifest is None or policy == "full"
-    committed = {} if manifest is None else manifest["partitions"]
-    fps = {f: committed[f]["fingerprint"] if f in held else parts.fingerprint(f, spec.source.fingerprint)
-           for f in files if f not in held or (f in committed and not rebuild)}
-    files = [f for f in files if f in fps]
-    # what the statistics depend on: a solve-only parameter (a kernel model's ridge, rank_tol) may change, and a
-    # store written before a rename (eps → ridge) compares under today's names (spec.statistics_params)
-    params = {m.name: {"estimator": m.estimator, "params": m.statistics_params()} for m in spec.models}
-    if manifest is not None and not rebuild:
-        old = {k: {"estimator": v["estimator"], "params": statistics_params(v["estimator"], v["params"])}
-               for k, v in manifest["models"].items()}
-        if old != params:
-            raise TgpflowError(f"{store.root}: the spec's models differ from those the store was built with "
-                               f"({_model_changes(old, params)}); run once with --set refit.policy=full to rebuild "
-                               f"the store")
-        if spec.source.columns is not None and list(spec.source.columns) != manifest["columns"]:
-            raise TgpflowError(f"{store.root}: source.columns {list(spec.source.columns)} differ from the columns the "
-                               f"store was built with {manifest['columns']}; run once with --set refit.policy=full "
-                               f"to rebuild the store")
-        if manifest["preprocess_spec"] != spec.preprocess.model_dump():
-            raise TgpflowError(f"{store.root}: preprocessing changed since the store was built; rebuild with "
-                               f"--set refit.policy=full")
-        bounded = [m.name for m in spec.models if m.params.get("bounds")]
-        if manifest.get("bounds_in") != "data" and manifest["preprocess"] and bounded:
-            raise TgpflowError(f"{store.root}: built by a release that applied the models' bounds after the "
-                               f"preprocessing (in standardized units); {bounded} declare bounds, which now are in "
-                               f"the data's units, so the stored statistics cannot be extended: rebuild once with "
-                               f"--set refit.policy=full")
-    old_parts = {} if rebuild else manifest["partitions"]
-    return _Plan(files=files, fps=fps, rebuild=rebuild, run=1 if manifest is None else manifest["run"] + 1,
-                 old_parts=old_parts,
-                 added=[f for f in files if f not in old_parts or old_parts[f]["fingerprint"] != fps[f]],
-                 removed=[f for f in old_parts if f not in fps or old_parts[f]["fingerprint"] != fps[f]])
-
-
-def _model_changes(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """What differs between the store's models and the spec's, in words (models, estimators, parameters)."""
-    if sorted(old) != sorted(new):
-        return f"models {sorted(old)} in the store, {sorted(new)} in the spec"
-    out = []
-    for name in sorted(old):
-        if old[name]["estimator"] != new[name]["estimator"]:
-            out.append(f"{name}: estimator {old[name]['estimator']} → {new[name]['estimator']}")
-            continue
-        a, b = old[name]["params"], new[name]["params"]
-        out += [f"{name}: {k} {a.get(k)!r} → {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-    return "; ".join(out)
-
-
 def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
     """The plan of a run, from the committed manifest, without a lock and without writing anything."""
     parts = discover(spec.source.path, spec.source.partition_by, spec.source.array)
     manifest, migrated = migrate_keys(store.read_manifest(), parts, spec.source.fingerprint)
     arrived = arrivals(spec, store, parts, manifest, record=False)
-    plan = _plan(spec, store, manifest, parts, arrived.held)
+    plan = plan_run(spec, store, manifest, parts, arrived.held)
     committed = (manifest or {}).get("partitions", {})  # the data's changes since the last commit
     new = [f for f in plan.files if f not in committed]
     changed = [f for f in plan.files if f in committed and committed[f]["fingerprint"] != plan.fps[f]]
@@ -305,7 +143,7 @@ def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
 def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, parts: Partitions, date: str,
          owed: dict[str, list[str]], progress: Progress | None = None, arrived: Arrivals | None = None) -> RunResult:
     arrived = arrived or Arrivals(frozenset(), {})
-    plan = _plan(spec, store, manifest, parts, arrived.held)
+    plan = plan_run(spec, store, manifest, parts, arrived.held)
     files, fps, rebuild, run, old_parts = plan.files, plan.fps, plan.rebuild, plan.run, plan.old_parts
     previous = {k: v.get("version") for k, v in (manifest or {}).get("models", {}).items()}  # before this run
     added, removed, policy, fmt = plan.added, plan.removed, spec.refit.policy, parts.format
@@ -335,12 +173,12 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     if rebuild:
         columns = list(partition_source(spec, with_rows[0], columns, fmt).columns)
         union = union_source(spec, with_rows, columns, fmt)
-        pre = _freeze_preprocess(spec, union, seed, progress)
+        pre = freeze_preprocess(spec, union, seed, progress)
         models: dict[str, Any] = {}
         for m in spec.models:
-            est = _estimator(m)
+            est = new_estimator(m)
             est.prepare(union, scaling=Scaling.from_dict(pre), progress=progress)
-            arrays, meta = _draw_arrays(est)
+            arrays, meta = draw_arrays(est)
             models[m.name] = {"estimator": m.estimator, "params": m.params, "columns": columns,
                               "draw": store.save_draw(f"{m.name}-{run:06d}", arrays, meta)}
     else:
@@ -350,8 +188,8 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
             models[m.name]["params"] = m.params
     ests = {}
     for m in spec.models:
-        est = _estimator(m)
-        _restore_draw(est, *store.load_draw(models[m.name]["draw"]), columns, Scaling.from_dict(pre))
+        est = new_estimator(m)
+        restore_draw(est, *store.load_draw(models[m.name]["draw"]), columns, Scaling.from_dict(pre))
         ests[m.name] = est
     summed = {m.name: ests[m.name] for m in spec.models if not m.refits_from_rows()}  # the others: from rows
 

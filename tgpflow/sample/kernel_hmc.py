@@ -85,7 +85,7 @@ def trajectory_acceptance(log_density: LogDensity, score: Callable[[np.ndarray],
 
 
 def _default_surrogate() -> Any:
-    from tgpflow.models.kernel_score import NystromKEF
+    from tgpflow.models.nystrom_kef import NystromKEF
 
     return NystromKEF(n_basis=200, bandwidth="median", lam=1e-3, base="flat", random_state=0)
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 import scipy.linalg
@@ -49,9 +49,9 @@ from tgpflow.solve.linalg import safe_blas_threads
 from tgpflow.solve.matfree import WhitenedOperator
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 
-__all__ = ["REGULARIZERS", "kernel_heldout_loss", "kef_h", "diag_h", "lite_r", "tikhonov_direct", "spectral_solve",
-           "check_memory", "nu_method_coeffs", "operator_norm", "landweber", "nu_method", "DEFAULT_RANK_TOL",
-           "NORM_SAFETY", "POWER_ITERATIONS", "SINGULAR_RCOND", "ITERATIVE_METHODS"]
+__all__ = ["REGULARIZERS", "kernel_heldout_loss", "kernel_solve", "kef_h", "diag_h", "lite_r", "tikhonov_direct",
+           "spectral_solve", "check_memory", "nu_method_coeffs", "operator_norm", "landweber", "nu_method",
+           "DEFAULT_RANK_TOL", "NORM_SAFETY", "POWER_ITERATIONS", "SINGULAR_RCOND", "ITERATIVE_METHODS"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -347,3 +347,37 @@ def kernel_heldout_loss(kind: str, val: KEFStats | DiagStats | LiteStats, basis:
         scatter = val.moments.m2 + n * np.outer(dm, dm)
         const = 0.5 * float(np.sum((P @ P) * scatter)) - n * float(np.trace(P))
     return float(quad + const) / n
+
+
+def kernel_solve(kind: str, stats: KEFStats | DiagStats | LiteStats, basis: NystromBasis, base: Base | None,
+                 lam: float, *, regularizer: str, ridge: float, rank_tol: float,
+                 nu: float) -> tuple[np.ndarray, dict[str, Any]]:
+    """The coefficients of a kernel model of ``kind`` ("curl_free", "diagonal" or "lite") from a pass's
+    statistics at ``lam``, (m, d) ((m,) for lite), and the solver's report: Tikhonov by :func:`tikhonov_direct`
+    (``ridge``: seed 001's ε), else the spectral ``regularizer`` (:func:`spectral_solve`, with ``nu``). With
+    dimension subsampling (``basis.index``) the solve is on the kept entries and the others are 0."""
+    m, d, n = basis.n_basis, basis.n_dims, stats.n
+    Y = basis.Y
+    if kind == "lite":  # α = −(Cl/N + λ(K_YY + I))⁻¹ r_l/N (seed 001's lite, λ/2 scaling: B3)
+        G = basis.kernel(Y, Y) + np.eye(m)
+        alpha, info = tikhonov_direct(stats.Cl, lite_r(stats, basis, base), G, n, lam, 0.0, rank_tol=rank_tol)
+        return alpha, {"regularizer": "tikhonov", **info, "model": "lite"}
+    index = basis.index if kind == "curl_free" else None
+    if kind == "curl_free":
+        C, h, G = stats.C, kef_h(stats, basis, base).reshape(m * d), basis.kernel.curl_free_gram(Y, Y)
+        if index is not None:  # dimension subsampling: rows/cols of G and entries of h restricted to I
+            h, G = h[index], G[np.ix_(index, index)]
+    else:
+        C, h, G = stats.Ck, diag_h(stats, basis, base), basis.kernel(Y, Y)
+    if regularizer == "tikhonov":
+        c, info = tikhonov_direct(C, h, G, n, lam, ridge, rank_tol=rank_tol)
+        info = {"regularizer": "tikhonov", **info}
+    else:
+        c, info = spectral_solve(C, h, G, n, lam, regularizer, rank_tol=rank_tol, nu=nu)
+    if not np.all(np.isfinite(c)):
+        raise FloatingPointError("the kernel solve gave non-finite coefficients; raise lam or ridge")
+    if index is not None:
+        full = np.zeros(m * d)
+        full[index] = c
+        c = full
+    return c.reshape(m, d), info
