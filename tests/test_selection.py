@@ -167,12 +167,12 @@ def test_default_grid_is_extended_upwards_while_its_largest_lam_wins(monkeypatch
     # Gaussian rows: the base is the truth, so the held-out log-likelihood keeps rising with λ (θ → 0) and the
     # best candidate is always the largest λ offered. The extension must equal a fit given the extended grid
     # from the start (same rows, same choice), and a grid the user gives is never extended.
-    import tgpflow.models.gp_tilted as gp_tilted
+    import tgpflow.models.tgp_selection as tgp_selection
     from tgpflow.solve.select import GRID_EXTENSION_DECADES
 
     X = np.random.default_rng(3).normal(size=(1500, 2))
     short = (1e-3, 1e-2)
-    monkeypatch.setattr(gp_tilted, "DEFAULT_LOGLIK_LAM_GRID", short)
+    monkeypatch.setattr(tgp_selection, "DEFAULT_LOGLIK_LAM_GRID", short)
     kw = dict(method="fd", n_features=30, bandwidth=0.5, criterion="loglik", random_state=0, base="empirical")
     est = GPTiltedDensity(**kw).fit(X)
     extended = [*short, *(short[-1] * 10 ** (k / 3) for k in range(1, 3 * GRID_EXTENSION_DECADES + 1))]
@@ -191,11 +191,11 @@ def test_grid_extension_stops_once_the_best_lam_is_inside(gaussian_mix, monkeypa
     # 600 rows of a mixture, S = 100, γ = 0.3: the held-out log-likelihood has an interior optimum (λ ≈ 1–2 on
     # the default grid). From a grid that stops a decade below it, the extension climbs and stops within a
     # decade of its choice, which is the choice of a fit given all the λ it tried from the start.
-    import tgpflow.models.gp_tilted as gp_tilted
+    import tgpflow.models.tgp_selection as tgp_selection
     from tgpflow.solve.select import GRID_EXTENSION_DECADES
 
     kw = dict(method="fd", n_features=100, bandwidth=0.3, criterion="loglik", random_state=0, base="empirical")
-    monkeypatch.setattr(gp_tilted, "DEFAULT_LOGLIK_LAM_GRID", (0.01, 0.1))
+    monkeypatch.setattr(tgp_selection, "DEFAULT_LOGLIK_LAM_GRID", (0.01, 0.1))
     est = GPTiltedDensity(**kw).fit(gaussian_mix)
     tried = [r["lam"] for r in est.selection_["curve"]]
     assert 2 < len(tried) < 2 + 3 * GRID_EXTENSION_DECADES and 1.0 < tried[-1] / est.lam_ <= 10.0 * (1 + 1e-9)

@@ -153,7 +153,8 @@ def test_a_selection_bundle_with_another_draw_is_refused_before_any_candidate_is
     _, bundle = accumulated(family)
     fresh = FAMILIES[family]()
     scored = []
-    monkeypatch.setattr(type(fresh), "_score_candidates", lambda self, *a, **k: scored.append(a) or [])
+    selector = type(fresh._selector())  # the family's candidates
+    monkeypatch.setattr(selector, "candidates", lambda self, *a, **k: scored.append(a) or [])
     with pytest.raises(FeaturesMismatchError):  # each family's own words (features, Nyström basis)
         fresh.fit_from_stats(bundle, estimator_draw(FAMILIES[other]().set_params(random_state=7).fit(X)))
     assert scored == []  # refused first: no held-out scoring with the wrong draw

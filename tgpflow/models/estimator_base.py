@@ -22,11 +22,11 @@ from sklearn.utils.validation import check_is_fitted
 
 from tgpflow.core.backend import DeviceTarget, device_target, resolve_device
 from tgpflow.core.engine import Progress, cluster_has_gpus
-from tgpflow.core.logs import phase
 from tgpflow.features.scaling import Scaling
 from tgpflow.models.model_file import verify_solution, write_model
 from tgpflow.models.params import ParamTable, plain
 from tgpflow.models.scaled_fitted import in_data_units
+from tgpflow.models.selection import Selector, select
 from tgpflow.models.streaming import check_stats_kept
 from tgpflow.solve.normalizer import NormalizerEstimate
 from tgpflow.stats.split import StatsBundle
@@ -256,51 +256,13 @@ class StatsEstimator(Estimator):
         return self._lam_grid() if self.lam == "auto" else [float(self.lam)]  # type: ignore[attr-defined]
 
     def _select(self, bundle: StatsBundle, draw: Any) -> tuple[Any, Any]:
-        """Score every candidate at every bandwidth of a split pass on its validation part, record the curve and
-        the choice in ``selection_``, and return the all-row statistics and the draw at the chosen bandwidth."""
-        grid = sorted({k[1] for k in bundle})
-        for g in grid:  # another draw is refused before any candidate is scored (the solve would refuse it after)
-            bundle[("train", g)].check_draw(draw.with_bandwidth(g))
-        if min(bundle[("val", g)].n for g in grid) < 1:
-            return self._no_selection(bundle, draw, grid)
-        rows: list[dict[str, Any]] = []
-        with phase("select", bandwidths=len(grid), **self._select_facts()) as info:
-            for g in grid:
-                rows.extend(self._score_candidates(g, bundle[("train", g)], bundle[("val", g)],
-                                                   draw.with_bandwidth(g)))
-            chosen = dict(rows[self._best(rows)])
-            info.update(chosen={k: round(v, 6) for k, v in chosen.items()})
-        g = chosen["bandwidth"]
-        self.selection_ = {"criterion": self._criterion_text(), "validation_fraction": float(self.validation_fraction),
-                           **self._split_facts(), "n_train": int(bundle[("train", g)].n),
-                           "n_validation": int(bundle[("val", g)].n), "curve": rows, "chosen": chosen}
-        return self._all_rows(bundle, g), draw.with_bandwidth(g)
+        """Held-out selection on a split pass (:func:`~tgpflow.models.selection.select` with this estimator's
+        :meth:`_selector`), recorded in ``selection_``; returns the statistics of every row and the draw at the
+        chosen bandwidth."""
+        selection, stats, draw = select(bundle, draw, self._selector(), float(self.validation_fraction))
+        self.selection_ = selection.record
+        return stats, draw
 
-    def _select_facts(self) -> dict[str, Any]:
-        """What the selection's log line says besides the number of bandwidths."""
-        return {}
-
-    def _split_facts(self) -> dict[str, Any]:
-        """What ``selection_`` records about the split besides its fraction."""
-        return {}
-
-    def _score_candidates(self, bandwidth: float, train: Any, val: Any, draw: Any) -> list[dict[str, Any]]:
-        """One row per candidate at ``bandwidth``: its values (``bandwidth``, ``lam``, …) and held-out scores."""
+    def _selector(self) -> Selector:
+        """The family's candidates and criterion (:class:`~tgpflow.models.selection.Selector`)."""
         raise NotImplementedError
-
-    def _best(self, rows: list[dict[str, Any]]) -> int:
-        """The index of the chosen row."""
-        raise NotImplementedError
-
-    def _criterion_text(self) -> str:
-        raise NotImplementedError
-
-    def _all_rows(self, bundle: StatsBundle, bandwidth: float) -> Any:
-        """The statistics of every row of a split pass at ``bandwidth``."""
-        return bundle[("train", bandwidth)] + bundle[("val", bandwidth)]
-
-    def _no_selection(self, bundle: StatsBundle, draw: Any, grid: list[float]) -> tuple[Any, Any]:
-        """Too few rows to hold any out."""
-        n = int(bundle[("train", grid[0])].n)
-        raise ValueError(f"{n} rows leave no validation rows at validation_fraction={self.validation_fraction}: "
-                         f"nothing to select on; give lam and bandwidth, or more rows")

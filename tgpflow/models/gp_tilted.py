@@ -48,16 +48,16 @@ from tgpflow.models.params import GPTiltedParams
 from tgpflow.models.scaled_fitted import in_data_units
 from tgpflow.models.streaming import StreamingMixin, is_grid
 from tgpflow.models.tgp_fitted import BoundedFitted, TGPFitted
-from tgpflow.models.tgp_method import GridContext, Hyper, TGPMethod, with_tilt_scores
+from tgpflow.models.tgp_method import Hyper, TGPMethod
 from tgpflow.models.tgp_methods import get_method
+from tgpflow.models.tgp_selection import TGPSelector, base_outside, eta_values, lam_grid
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
 from tgpflow.solve.pilot_bandwidth import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS,
                                            TooFewRowsError, pilot_bandwidth)
-from tgpflow.solve.select import (DEFAULT_LAM_GRID, DEFAULT_LOGLIK_LAM_GRID, GRID_EXTENSION_DECADES,
-                                  MIN_SELECT_ESS_FRACTION, choose, healthy, heldout_loss)
+from tgpflow.solve.select import MIN_SELECT_ESS_FRACTION, healthy
 from tgpflow.stats.ncfd import NCFDStats
 from tgpflow.stats.projections import ProjectionGrid
-from tgpflow.stats.split import SPLIT_SALT, HeldOut, StatsBundle, fold_index, split_chunk_stats, validation_mask
+from tgpflow.stats.split import SPLIT_SALT, StatsBundle, fold_index, split_chunk_stats, validation_mask
 from tgpflow.stats.support import SupportBox
 from tgpflow.stats.tgp import TGPStats
 
@@ -84,15 +84,6 @@ def _from_data_rows(rows: np.ndarray, bounds: ColumnBounds | None, scaling: Scal
     return t if scaling is None else bounds.transformed_scaling(scaling).forward(t)
 
 
-def _base_outside(curve: list[dict[str, Any]]) -> float | None:
-    """The mass outside of the base alone (the selection's λ = ∞ rows) where it exceeds the diagnostics' limit at
-    every bandwidth: no λ brings a fit inside (:func:`~tgpflow.models.diagnostics.remedies`); else None."""
-    alone = [r for r in curve if math.isinf(r.get("lam", 0.0)) and r.get("mass_outside") is not None]
-    if not alone or any(r["mass_outside"] <= r.get("mass_outside_limit", math.inf) for r in alone):
-        return None
-    return float(min(r["mass_outside"] for r in alone))
-
-
 def _data_units(bounds: ColumnBounds | None, scaling: Scaling | None, cells: LatticeCells | None = None) -> Any:
     """The map from the fitting space to the data's units (``bounds`` in the data's units: the transformed
     values' scaling undone, then t⁻¹; without bounds the scaling's inverse; discrete columns rounded to their
@@ -117,9 +108,6 @@ def _carrying(fn: Any, carried: dict[str, Any], *args: Any) -> Any:
 # A chunk function run on the device, or carrying how its rows were read, is planned as the function it wraps.
 declare_wrapper(on_device, 1)
 declare_wrapper(_carrying, 0)
-
-#: λ when ``lam="auto"`` has no validation rows to select on (a few rows): a smooth fit.
-FALLBACK_LAM = 1.0
 
 
 class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
@@ -422,7 +410,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         cov = np.atleast_2d(np.cov(rows, rowvar=False, bias=True))
         base_gamma = scott_bandwidth(rows.shape[0], cov)
         gammas = [base_gamma * f for f in AUTO_BANDWIDTH_FACTORS]
-        n_draws, seed = self._selection_draws()
+        n_draws, seed = self._selector().selection_draws()
         folds = fold_index(np.arange(rows.shape[0], dtype=np.int64), AUTO_BANDWIDTH_FOLDS, SPLIT_SALT)
         grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4], units=self._fit_bounds())
         # the map to the data's units as a value of its own (it goes to the workers; self._to_data would take the
@@ -886,13 +874,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     # -- selection ----------------------------------------------------------------------
     def _lam_grid(self) -> list[float]:
-        default = DEFAULT_LAM_GRID if self.criterion == "hyvarinen" else DEFAULT_LOGLIK_LAM_GRID
-        return [float(v) for v in (self.lam_grid if self.lam_grid is not None else default)]
-
-    def _eta_values(self, gamma: float) -> list[float]:
-        if is_grid(self.eta):
-            return [float(v) for v in self.eta]
-        return [1.0 / gamma**2 if self.eta == "auto" else float(self.eta)]
+        return lam_grid(self.criterion, self.lam_grid)
 
     def _chosen_lam_eta(self, features: RandomFourierFeatures) -> tuple[float, float | None]:
         if not self._method.selects:
@@ -901,117 +883,17 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         lam = self._chosen_lam()
         eta = None
         if self._method.uses_eta:
-            eta = float(chosen["eta"]) if is_grid(self.eta) and "eta" in chosen else self._eta_values(features.gamma)[0]
+            given = is_grid(self.eta) and "eta" in chosen
+            eta = float(chosen["eta"]) if given else eta_values(self.eta, features.gamma)[0]
         return lam, eta
 
-    def _select_facts(self) -> dict[str, Any]:
-        return {"method": self.method, "criterion": self.criterion}
-
-    def _split_facts(self) -> dict[str, Any]:
-        return {"split_key": getattr(self, "split_key_", "global row position")}
-
-    def _score_candidates(self, bandwidth: float, train: Any, val: Any,
-                          feats: RandomFourierFeatures) -> list[dict[str, Any]]:
-        """The λ (and η) grid at one γ; the default grid is extended upwards, a decade at a time and up to
-        :data:`~tgpflow.solve.select.GRID_EXTENSION_DECADES` decades, while the best of these rows is the
-        largest λ (a choice on the grid's edge says the criterion wanted a smoother fit than offered)."""
-        base = self._base_of(train)
-        lams = self._lam_values()
-        rows = self._score_grid(train, val, feats, base, lams)
-        # under a mixture base, λ = ∞ (θ = 0: the mixture alone) is a candidate too, so that a selection never
-        # settles on a tilt that does worse on the held-out rows than the mixture it tilts
-        no_tilt = self._no_tilt_row(val, feats, base) if base.is_mixture and self.lam == "auto" else []
-        if self.lam != "auto" or self.lam_grid is not None:  # a grid the user gave is the grid
-            return rows + no_tilt
-        for _ in range(GRID_EXTENSION_DECADES):
-            if rows[choose(rows, self.criterion)]["lam"] < lams[-1]:
-                break
-            more = [lams[-1] * 10 ** (k / 3) for k in (1, 2, 3)]
-            logger.info("λ grid extended to %g at γ = %g: the best candidate was its largest λ", more[-1], bandwidth)
-            rows += self._score_grid(train, val, feats, base, more)
-            lams += more
-        return rows + no_tilt
-
-    def _no_tilt_row(self, heldout: Any, feats: RandomFourierFeatures, base: Any) -> list[dict[str, Any]]:
-        """The held-out scores of λ = ∞ (θ = 0, the base alone; every method's limit), as a grid row."""
-        val = heldout.stats if isinstance(heldout, HeldOut) else heldout
-        val = val.fd if isinstance(val, NCFDStats) else val  # scored at the data level
-        theta = np.zeros(feats.n_features)
-        row: dict[str, Any] = {"bandwidth": feats.gamma, "lam": math.inf, "loss": heldout_loss(val, feats, base, theta)}
-        if self._method.uses_eta:
-            row["eta"] = self._eta_values(feats.gamma)[0]
-        ctx = self._grid_context(heldout, [math.inf])
-        return with_tilt_scores([row], [theta], val, feats, base, ctx)
-
-    def _best(self, rows: list[dict[str, Any]]) -> int:
-        """The best row by ``criterion`` (:func:`~tgpflow.solve.select.choose`), with a warning when no
-        candidate passed the normaliser and support checks."""
-        best = choose(rows, self.criterion)
-        if self.criterion != "hyvarinen" and not healthy(rows[best]):
-            fix = remedies(lam="auto", lam_fitted=math.nan, box=getattr(self, "support_", None),
-                           scaled=getattr(self, "scaling_", None) is not None,
+    def _selector(self) -> TGPSelector:
+        """This estimator's held-out selection, as values (:mod:`tgpflow.models.tgp_selection`)."""
+        return TGPSelector(self._method, self.get_params(), self._seeds, self._base_of,
+                           box=getattr(self, "support_", None), heldout_grid=getattr(self, "heldout_grid_", None),
+                           data_units=self._to_data, scaled=getattr(self, "scaling_", None) is not None,
                            suggested_bounds=getattr(self, "pilot_", {}).get("suggested_bounds"),
-                           base_outside=_base_outside(rows))
-            warnings.warn(f"no (γ, λ) on the grid has a reliable normaliser (ESS >= {MIN_SELECT_ESS_FRACTION:.0%} "
-                          f"of the proposal draws) and keeps its mass inside the training rows' support box; chose "
-                          f"the best by the criterion among those with a reliable normaliser, else the largest "
-                          f"ESS (ESS {rows[best]['ess_fraction']:.3%}, mass outside "
-                          f"{rows[best].get('mass_outside', float('nan')):.3%}): {fix}", DiagnosticWarning,
-                          stacklevel=4)
-        return best
-
-    def _criterion_text(self) -> str:
-        guard = (f"; candidates whose normaliser has ESS < {MIN_SELECT_ESS_FRACTION:.0%} of the proposal draws, or whose "
-                 f"mass outside the training rows' support box exceeds the diagnostics' limit, skipped")
-        return {"loglik": "held-out log-likelihood (log Z by importance sampling from the base" + guard + ")",
-                "sliced": "held-out sliced KS (median over the projection grid's directions" + guard + ")",
-                "hyvarinen": self._method.hyvarinen_criterion}[self.criterion]
-
-    def _all_rows(self, bundle: StatsBundle, g: float) -> TGPStats | NCFDStats:
-        """The statistics of every row of a split pass at γ (train + validation, without held-out extras)."""
-        val = bundle[("val", g)]
-        total = bundle[("train", g)] + (val.stats if isinstance(val, HeldOut) else val)
-        return total.without_phi_gram() if isinstance(total, TGPStats) else total
-
-    def _no_selection(self, bundle: StatsBundle, features: RandomFourierFeatures,
-                      grid: list[float]) -> tuple[Any, RandomFourierFeatures]:
-        """Too few rows to hold any out: the first γ and :data:`FALLBACK_LAM`, with a warning."""
-        g = grid[0]
-        n = int(bundle[("train", g)].n)
-        warnings.warn(f"{n} rows leave no validation rows at validation_fraction={self.validation_fraction}: "
-                      f"nothing to select on; fell back to lam={FALLBACK_LAM:g} and γ={g:.4g} (give lam and "
-                      f"bandwidth, or more rows)", DiagnosticWarning, stacklevel=4)
-        chosen = {"bandwidth": g, "lam": FALLBACK_LAM}
-        if self._method.uses_eta:
-            chosen["eta"] = self._eta_values(g)[0]
-        self.selection_ = {"criterion": "none: no validation rows", "curve": [], "chosen": chosen,
-                           "n_train": n, "n_validation": 0}
-        return self._all_rows(bundle, g), features.with_bandwidth(g)
-
-    def _selection_draws(self) -> tuple[int, np.random.SeedSequence]:
-        """Base draws of the held-out normalisers: a quarter of ``normalizer_draws``, the same for every candidate."""
-        return max(int(self.normalizer_draws) // 4, 1000), self._seeds()[3]
-
-    def _score_grid(self, train: Any, heldout: Any, feats: RandomFourierFeatures, base: Any,
-                    lams: list[float]) -> list[dict[str, float]]:
-        """Every λ of ``lams`` (and η) at one γ, scored on the held-out part by the method (:meth:`TGPMethod.score_grid`):
-        the Hyvärinen loss (``loss``), the normalised log-likelihood (``loglik``) with its normaliser's ESS,
-        and the sliced KS between the held-out rows and the model (``sliced_ks``), whatever the criterion
-        (all are cheap)."""
-        val = heldout.stats if isinstance(heldout, HeldOut) else heldout
-        return self._method.score_grid(train, val, feats, base, self._grid_context(heldout, lams))
-
-    def _grid_context(self, heldout: Any, lams: list[float]) -> GridContext:
-        """What scoring ``lams`` on the held-out part needs: the same seeded draws, projection grid and box for
-        every candidate (:class:`~tgpflow.models.tgp_method.GridContext`)."""
-        n_draws, seed = self._selection_draws()
-        projections = heldout.projections if isinstance(heldout, HeldOut) else None
-        grid = getattr(self, "heldout_grid_", None)
-        if grid is None and projections is not None:  # a fresh estimator: the grid the held-out counts carry
-            grid = projections.draw
-        extra = dict(n_draws=n_draws, random_state=seed, grid=grid, projections=projections,
-                     box=getattr(self, "support_", None), data_units=self._to_data)
-        return GridContext(lams, self._eta_values, extra, self.get_params(), self._seeds()[2])
+                           split_key=getattr(self, "split_key_", "global row position"))
 
     # -- solutions ----------------------------------------------------------------------
     def _set_solution(self, stats: Any, features: RandomFourierFeatures, base: Any, lam: float,
@@ -1064,7 +946,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         extra.update(more, warnings=warns)
         fix = remedies(lam=self.lam, lam_fitted=self.lam_, box=box, scaled=getattr(self, "scaling_", None) is not None,
                        suggested_bounds=getattr(self, "pilot_", {}).get("suggested_bounds"),
-                       base_outside=_base_outside(getattr(self, "selection_", {}).get("curve", [])))
+                       base_outside=base_outside(getattr(self, "selection_", {}).get("curve", [])))
         self.normalizer_ = est
         self.fit_diagnostics_ = fit_diagnostics(est, box, what=f"the {self.method.upper()} fit", fix=fix,
                                                 extra=extra, warn=warn)

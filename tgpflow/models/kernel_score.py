@@ -36,9 +36,10 @@ from tgpflow.models.estimator_base import StatsEstimator, entry
 from tgpflow.models.kernel_fitted import KernelFitted
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
 from tgpflow.models.params import ScoreParams
+from tgpflow.models.kernel_selection import KernelSelector
 from tgpflow.models.streaming import StreamingMixin, is_grid
 from tgpflow.models.tgp_fitted import base_arrays
-from tgpflow.solve.kef import DEFAULT_RANK_TOL, kernel_heldout_loss, kernel_solve
+from tgpflow.solve.kef import DEFAULT_RANK_TOL, kernel_solve
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats, diag_chunk_stats, kef_chunk_stats, lite_chunk_stats
 from tgpflow.stats.split import StatsBundle
@@ -368,24 +369,8 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
             return [float(v) for v in DEFAULT_KERNEL_LAM_GRID if v >= LANDWEBER_MIN_LAM * (1 - 1e-12)]
         return list(DEFAULT_KERNEL_LAM_GRID)
 
-    def _select_facts(self) -> dict[str, Any]:
-        return {"kernel": self._kind}
-
-    def _score_candidates(self, bandwidth: float, train: Any, val: Any, basis: NystromBasis) -> list[dict[str, Any]]:
-        """Every λ at one σ_k: the held-out Hyvärinen loss of its solve on the training part (MATH.md §7)."""
-        base = base_from_moments(train.moments) if self.base == "gaussian" else None
-        rows = []
-        for lam in self._lam_values():
-            coef, _ = self._solve(train, basis, base, lam)
-            rows.append({"bandwidth": bandwidth, "lam": lam,
-                         "loss": kernel_heldout_loss(self._kind, val, basis, base, coef)})
-        return rows
-
-    def _best(self, rows: list[dict[str, Any]]) -> int:
-        return min(range(len(rows)), key=lambda i: (rows[i]["loss"], i))
-
-    def _criterion_text(self) -> str:
-        return "held-out Hyvärinen loss"
+    def _selector(self) -> KernelSelector:
+        return KernelSelector(self._kind, self._lam_values(), self.base == "gaussian", self._solve)
 
     def _solve(self, stats: Any, basis: NystromBasis, base: Base | None,
                lam: float) -> tuple[np.ndarray, dict[str, Any]]:
