@@ -224,3 +224,25 @@ def test_the_ridge_path_of_the_tridiagonal_reduction_solves_each_shifted_system(
         tol = 50 * cond * np.finfo(float).eps * np.linalg.norm(want)
         assert np.linalg.norm(theta - want) <= tol
         assert np.allclose(theta, V @ ((V.T @ b) / (lam + r)), rtol=0, atol=tol)
+
+
+def test_raised_lam_steps_to_the_next_tried_lam_only_when_the_all_rows_fit_fails_its_candidates_check():
+    from tgpflow.models.tgp_selection import raised_lam
+    from tgpflow.solve.select import MIN_SELECT_ESS_FRACTION
+
+    # the chosen candidate passed on held-out rows (ESS 50 %, 1 % outside against a 3 % limit); the curve holds
+    # the grid and an extension beyond it (30, 100), the grid itself stops at 10
+    chosen = {"lam": 1.0, "ess_fraction": 0.5, "mass_outside": 0.01, "mass_outside_limit": 0.03}
+    curve = [{"lam": v} for v in (0.1, 1.0, 10.0, 30.0, 100.0)]
+    selection = {"chosen": chosen, "curve": curve}
+    grid = [0.1, 1.0, 10.0]
+    ok = MIN_SELECT_ESS_FRACTION * 2
+    assert raised_lam(selection, grid, 1.0, ok, 0.02, 0.03) is None  # passes on all rows: λ stays
+    assert raised_lam(selection, grid, 1.0, MIN_SELECT_ESS_FRACTION / 2, 0.02, 0.03) == (10.0, "ess")
+    assert raised_lam(selection, grid, 1.0, ok, 0.05, 0.03) == (10.0, "outside")
+    assert raised_lam(selection, grid, 10.0, ok, 0.05, 0.03) == (30.0, "outside")  # the extension's λ too
+    assert raised_lam(selection, grid, 100.0, MIN_SELECT_ESS_FRACTION / 2, 0.05, 0.03) is None  # none larger
+    # a candidate that did not pass the support check on held-out rows is not held to it on all rows
+    failed = dict(selection, chosen=dict(chosen, mass_outside=0.2))
+    assert raised_lam(failed, grid, 1.0, ok, 0.25, 0.03) is None
+    assert raised_lam(failed, grid, 1.0, MIN_SELECT_ESS_FRACTION / 2, 0.25, 0.03) == (10.0, "ess")

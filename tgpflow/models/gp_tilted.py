@@ -50,14 +50,11 @@ from tgpflow.models.streaming import StreamingMixin, is_grid
 from tgpflow.models.tgp_fitted import BoundedFitted, TGPFitted
 from tgpflow.models.tgp_method import Hyper, TGPMethod
 from tgpflow.models.tgp_methods import get_method
-from tgpflow.models.tgp_selection import TGPSelector, base_outside, eta_values, lam_grid
+from tgpflow.models.tgp_selection import TGPSelector, base_outside, eta_values, lam_grid, raised_lam
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
-from tgpflow.solve.pilot_bandwidth import (AUTO_BANDWIDTH_FACTORS, AUTO_BANDWIDTH_FOLDS, AUTO_BANDWIDTH_ROWS,
-                                           TooFewRowsError, pilot_bandwidth)
-from tgpflow.solve.select import MIN_SELECT_ESS_FRACTION, healthy
 from tgpflow.stats.ncfd import NCFDStats
 from tgpflow.stats.projections import ProjectionGrid
-from tgpflow.stats.split import SPLIT_SALT, StatsBundle, fold_index, split_chunk_stats, validation_mask
+from tgpflow.stats.split import SPLIT_SALT, StatsBundle, split_chunk_stats, validation_mask
 from tgpflow.stats.support import SupportBox
 from tgpflow.stats.tgp import TGPStats
 
@@ -383,51 +380,22 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     def _auto_bandwidth(self, features: RandomFourierFeatures, source: Source | None,
                         progress: Progress | None = None) -> float:
-        """``bandwidth="auto"``: γ by the cross-validated log-likelihood of FD fits on (≤ 30 000 rows of)
-        the pilot.
-
-        The grid is :data:`~tgpflow.solve.pilot_bandwidth.AUTO_BANDWIDTH_FACTORS` × Scott's γ for those rows;
-        they go to :data:`~tgpflow.solve.pilot_bandwidth.AUTO_BANDWIDTH_FOLDS` folds by a hash of their position,
-        every γ shares the draw (Z, c) (the normalisers' proposal draws: see
-        :func:`~tgpflow.solve.pilot_bandwidth.pilot_bandwidth`), and λ runs over the λ grid; only healthy
-        candidates compete (ESS and mass outside the support box, :func:`~tgpflow.solve.select.healthy`). The
-        log-likelihood, a proper scoring rule, is smooth in γ where the sliced KS on a few thousand pilot rows is
-        noisy (measured on the demo mixture: the KS curve over γ jumped by ±1 KS point between neighbours, and
-        picked γ = 0.19 where the log-likelihood's 0.55 gives a better model at 200k and 2M rows);
-        its blindness to mass without data is what the constraint and the λ ``criterion`` address.
-        Only the pilot rows already in memory are used (no extra read); the full pass then selects λ
-        at this γ. The curve is kept in ``bandwidth_selection_``.
-        """
+        """``bandwidth="auto"``: γ chosen on the pilot rows already in memory (read now when the pilot moments did
+        not read them), by :meth:`~tgpflow.models.tgp_selection.TGPSelector.pilot_bandwidth`; its curve is kept
+        in ``bandwidth_selection_``."""
         if getattr(self, "_pilot_rows", None) is None:
             if source is None:
                 raise ValueError("bandwidth='auto' selects γ on a pilot sample of the data: fit from data, or give "
                                  "a bandwidth")
             self._read_pilot(source, progress)
-        rows = self._pilot_rows
-        if rows.shape[0] > AUTO_BANDWIDTH_ROWS:  # a uniform subsample of the (uniform) pilot
-            keep = np.random.default_rng(self._seeds()[4]).choice(rows.shape[0], AUTO_BANDWIDTH_ROWS, replace=False)
-            rows = rows[np.sort(keep)]
-        cov = np.atleast_2d(np.cov(rows, rowvar=False, bias=True))
-        base_gamma = scott_bandwidth(rows.shape[0], cov)
-        gammas = [base_gamma * f for f in AUTO_BANDWIDTH_FACTORS]
-        n_draws, seed = self._selector().selection_draws()
-        folds = fold_index(np.arange(rows.shape[0], dtype=np.int64), AUTO_BANDWIDTH_FOLDS, SPLIT_SALT)
-        grid = ProjectionGrid.from_rows(rows, random_state=self._seeds()[4], units=self._fit_bounds())
         # the map to the data's units as a value of its own (it goes to the workers; self._to_data would take the
         # whole estimator there)
-        to_data = self._data_map()
-        with phase("bandwidth", rows=rows.shape[0], candidates=len(gammas)) as info:
-            try:
-                gamma, curve = pilot_bandwidth(rows, folds, features, gammas, self._lam_grid(),
-                                               criterion="loglik", n_draws=n_draws, random_state=seed,
-                                               grid=grid, block_bytes=int(self.block_bytes), data_units=to_data,
-                                               progress=progress, mixture=getattr(self, "base_mixture_", None))
-            except TooFewRowsError as exc:
-                warnings.warn(f"{exc}; bandwidth='auto' fell back to Scott's rule", DiagnosticWarning, stacklevel=4)
-                return features.gamma
-            info.update(chosen=round(gamma, 6), scott=round(base_gamma, 6))
-        self.bandwidth_selection_ = {"criterion": "held-out log-likelihood of FD fits on the pilot sample",
-                                     "scott_pilot": base_gamma, "curve": curve, "chosen": gamma}
+        gamma, record = self._selector().pilot_bandwidth(self._pilot_rows, features, units=self._fit_bounds(),
+                                                         data_units=self._data_map(),
+                                                         mixture=getattr(self, "base_mixture_", None),
+                                                         progress=progress)
+        if record is not None:
+            self.bandwidth_selection_ = record
         return gamma
 
     def _levels(self, cov: np.ndarray | None, features: RandomFourierFeatures) -> np.ndarray:
@@ -781,25 +749,15 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     def _raise_lam(self) -> str | None:
         """One step up the λ grid when a selected all-rows fit fails the candidates' check (see
-        fit_from_stats); returns why ("ess" or "outside"), or None when λ stays."""
+        fit_from_stats; :func:`~tgpflow.models.tgp_selection.raised_lam`); returns why, or None when λ stays."""
         if self.lam != "auto" or self.criterion == "hyvarinen" or self.normalizer_ is None:
             return None
-        outside, limit = self.fit_diagnostics_.get("mass_outside"), self.fit_diagnostics_.get("mass_outside_limit")
-        chosen = self.selection_.get("chosen", {})
-        # only a candidate that passed the support check on held-out rows is held to it on all rows:
-        # where none passed (hard bounds not declared: MAGIC puts ~30 % below them at every λ) the
-        # support check cannot tell the candidates apart, and raising λ would only flatten the fit
-        passed = "mass_outside" in chosen and healthy(chosen)
-        too_much_outside = passed and outside is not None and limit is not None and outside > limit
-        low_ess = self.normalizer_.ess_fraction < MIN_SELECT_ESS_FRACTION
-        if not low_ess and not too_much_outside:
+        step = raised_lam(self.selection_, self._lam_grid(), self.lam_, self.normalizer_.ess_fraction,
+                          self.fit_diagnostics_.get("mass_outside"), self.fit_diagnostics_.get("mass_outside_limit"))
+        if step is None:
             return None
-        tried = {float(r["lam"]) for r in self.selection_.get("curve", [])}  # the grid and any extension
-        larger = sorted(v for v in tried | set(self._lam_grid()) if v > self.lam_)
-        if not larger:
-            return None
-        self._resolve_at(min(larger))
-        return "ess" if low_ess else "outside"
+        self._resolve_at(step[0])
+        return step[1]
 
     def _resolve_at(self, lam: float) -> None:
         """Re-solve the all-rows fit at another λ of the grid (the selection's other choices kept)."""
