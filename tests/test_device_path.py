@@ -95,6 +95,27 @@ def test_a_fit_on_a_device_equals_the_host_fit(rows, draw, method, base, monkeyp
     np.testing.assert_allclose(got[finite], want[finite], rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+@pytest.mark.parametrize("base", ["empirical", "mixture"])
+def test_a_fit_with_a_discrete_column_on_a_device_equals_the_host_fit(base, monkeypatch):
+    """A binary flag beside a continuous column (discrete="auto"): the flag dequantized in each task, the sums on
+    the device, the code frequencies calibrated after the solve from the model's reference draws; the calibrated
+    weights and the log density at rows of both codes are the host fit's."""
+    rng = np.random.default_rng(5)
+    X = np.column_stack([rng.normal(size=1000), (rng.random(1000) < 0.04).astype(float)])
+    kw = dict(method="fd", n_features=48, lam=1e-2, bandwidth=0.8, bounds=None, base=base, random_state=3)
+    chunks = da.from_array(X, chunks=(250, 2))
+    host = GPTiltedDensity(device="cpu", **kw).fit(chunks)
+    assert host.fit_diagnostics_["code_calibration"]["matched"] and host.discrete_.calibrated
+    monkeypatch.setattr(GPTiltedDensity, "_device_target", lambda self: DEVICE1)
+    dev = GPTiltedDensity(device="cpu", **kw).fit(chunks)
+    assert dev._level(None).device == DEVICE1 and dev.discrete_.columns == host.discrete_.columns
+    _close(dev.stats_.gram, host.stats_.gram, 1e-12)
+    np.testing.assert_allclose(dev.discrete_.code_weights, host.discrete_.code_weights, rtol=1e-9, atol=1e-12)
+    probe = np.column_stack([np.linspace(-2.0, 2.0, 9).repeat(2), np.tile([0.0, 1.0], 9)])
+    np.testing.assert_allclose(dev.log_density(probe), host.log_density(probe), rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("radial", ["gaussian", "imq"])
 def test_kernel_statistics_on_a_device_equal_the_host_ones(rows, radial):
     """The curl-free, diagonal and lite sums of a chunk on the device, in blocks of 40 rows (the host path forms the

@@ -97,6 +97,22 @@ def test_default_fit_on_gpu_matches_cpu(rows):
     np.testing.assert_allclose(gpu.log_density(rows[:1000]), cpu.log_density(rows[:1000]), rtol=1e-8, atol=1e-8)
 
 
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+@pytest.mark.parametrize("base", ["empirical", "mixture"])
+def test_a_fit_with_a_discrete_column_on_gpu_equals_cpu(base):
+    """A binary flag beside a continuous column (discrete="auto"): dequantized and summed on the GPU, its code
+    frequencies calibrated after the solve; the same calibrated weights and log densities as the CPU fit."""
+    rng = np.random.default_rng(5)
+    X = np.column_stack([rng.normal(size=20_000), (rng.random(20_000) < 0.04).astype(float)])
+    kw = dict(method="fd", n_features=256, lam=1e-2, bandwidth=0.8, bounds=None, base=base, random_state=3)
+    cpu = GPTiltedDensity(device="cpu", **kw).fit(X)
+    gpu = GPTiltedDensity(device="gpu", **kw).fit(X)
+    assert cpu.discrete_.calibrated and gpu.discrete_.columns == cpu.discrete_.columns
+    np.testing.assert_allclose(gpu.discrete_.code_weights, cpu.discrete_.code_weights, rtol=1e-8, atol=1e-10)
+    probe = np.column_stack([np.linspace(-2.0, 2.0, 9).repeat(2), np.tile([0.0, 1.0], 9)])
+    np.testing.assert_allclose(gpu.log_density(probe), cpu.log_density(probe), rtol=1e-8, atol=1e-8)
+
+
 @pytest.mark.parametrize("radial", ["gaussian", "imq"])
 def test_kernel_statistics_by_cublas_equal_the_cpu(rows, radial, monkeypatch):
     """The curl-free (SYRK of the stacked blocks, transposed), diagonal and lite sums of a CuPy chunk, in blocks of

@@ -173,7 +173,7 @@ def test_the_private_attribute_check_can_fail(source, expected):
 MAX_MODULE_LINES = 450
 #: The modules still over it, with their length as of 2026-11-28: they may only shrink, and leave the list once
 #: under the limit.
-KNOWN_LONG_MODULES = {"tgpflow/models/gp_tilted.py": 1095}
+KNOWN_LONG_MODULES = {"tgpflow/models/gp_tilted.py": 1085}
 
 
 def _module_lines() -> dict[str, int]:

@@ -27,7 +27,11 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import logsumexp
 
-__all__ = ["CodeCalibration", "code_tables", "calibrate_codes", "MAX_RESIDUAL"]
+from tgpflow.core.logs import phase
+from tgpflow.core.moments import Moments
+from tgpflow.features.lattice import NOISE_WIDTH, LatticeCells
+
+__all__ = ["CodeCalibration", "code_tables", "calibrate_codes", "calibrate_cells", "MAX_RESIDUAL"]
 
 #: Points per cell of the averages f₁, f₂, midpoints in u: on an extreme cell (its outer half a log tail, whose
 #: log singularity they average) within 1e-3 of a fitting-space unit; on an inner cell z is affine in u, where
@@ -152,3 +156,24 @@ def calibrate_codes(codes: np.ndarray, weights: np.ndarray, f1: np.ndarray, f2: 
     calibrated = np.exp(log_w + shift - log_z)
     ess_ratio = float(1.0 / np.sum(calibrated ** 2) * np.sum(weights ** 2))  # Kish's n_eff, after over before
     return CodeCalibration(eta, log_z, residual, ess_ratio, iterations)
+
+
+def calibrate_cells(cells: LatticeCells, moments: Moments, to_fitting: Callable[[np.ndarray], np.ndarray],
+                    center: np.ndarray, reference: Callable[[], tuple[np.ndarray, np.ndarray]]
+                    ) -> tuple[LatticeCells, CodeCalibration]:
+    """A fitted model's discrete columns ``cells`` with code weights that match the fitting-space sums of
+    ``moments`` (module docstring), and what the calibration did; the cells uncalibrated when the sums cannot be
+    matched (:attr:`CodeCalibration.matched`). ``to_fitting``: rows in the data's units to the fitting space;
+    ``center``: a row in the data's units the tables are formed around (the sums' mean); ``reference()``: weighted
+    draws of the uncalibrated model in the fitting space (points, weights)."""
+    cells = cells.uncalibrated()
+    p = cells.positions
+    mean = moments.mean[p]
+    mean_square = np.diag(moments.m2)[p] / moments.n + mean * mean
+    f1, f2 = code_tables(cells.origin, cells.step, cells.n_steps, p, NOISE_WIDTH, to_fitting, center)
+    with phase("calibrate codes", columns=len(cells.columns)) as info:
+        points, weights = reference()
+        codes = np.clip(cells.codes(points), 0, cells.n_steps).astype(np.int64)
+        result = calibrate_codes(codes, weights, f1, f2, mean, mean_square)
+        info.update(result.to_dict())
+    return (cells.with_calibration(result.weights, result.log_z) if result.matched else cells), result

@@ -27,8 +27,8 @@ from tgpflow.core.logs import logger, phase
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, declare_wrapper
 from tgpflow.core.moments import Moments
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
-from tgpflow.features.code_calibration import calibrate_codes, code_tables
-from tgpflow.features.lattice import NOISE_WIDTH, LatticeCells, dequantize_chunk
+from tgpflow.features.code_calibration import calibrate_cells
+from tgpflow.features.lattice import LatticeCells, dequantize_chunk
 from tgpflow.features.lattice_choice import choose_discrete
 from tgpflow.features.mixture_base import fit_mixture_base
 from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
@@ -723,24 +723,14 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         cells = getattr(self, "discrete_", None)
         if cells is None or cells.positions.size == 0 or not self._method.integrable:
             return
-        self.discrete_ = cells = cells.uncalibrated()
-        moments, p = self.stats_.moments, cells.positions
-        mean = moments.mean[p]
-        mean_square = np.diag(moments.m2)[p] / moments.n + mean * mean
         bounds, scaling = getattr(self, "bounds_", None), getattr(self, "scaling_", None)
-        f1, f2 = code_tables(cells.origin, cells.step, cells.n_steps, p, NOISE_WIDTH,
-                             functools.partial(_from_data_rows, bounds=bounds, scaling=scaling),
-                             self._to_data(moments.mean[None])[0])
-        with phase("calibrate codes", columns=len(cells.columns)) as info:
-            points, weights = self._continuous_fitted(None).reference_sample(int(self.normalizer_draws),
-                                                                             self._seeds()[7])
-            codes = np.clip(cells.codes(points), 0, cells.n_steps).astype(np.int64)
-            result = calibrate_codes(codes, weights, f1, f2, mean, mean_square)
-            info.update(result.to_dict())
+        self.discrete_ = cells.uncalibrated()  # the reference draws are the uncalibrated model's
+        self.discrete_, result = calibrate_cells(
+            cells, self.stats_.moments, functools.partial(_from_data_rows, bounds=bounds, scaling=scaling),
+            self._to_data(self.stats_.moments.mean[None])[0],
+            lambda: self._continuous_fitted(None).reference_sample(int(self.normalizer_draws), self._seeds()[7]))
         self.fit_diagnostics_["code_calibration"] = result.to_dict()
-        if result.matched:
-            self.discrete_ = cells.with_calibration(result.weights, result.log_z)
-        else:
+        if not result.matched:
             self.fit_diagnostics_["warnings"].append(
                 f"the discrete columns' code frequencies could not be matched to the data's (a mismatch of "
                 f"{result.residual:.2g} model standard deviations remains: the fit draws too few rows at a code "
