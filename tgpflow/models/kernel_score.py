@@ -34,9 +34,9 @@ from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
 from tgpflow.models.diagnostics import fit_diagnostics, remedies
 from tgpflow.models.estimator_base import StatsEstimator, entry
 from tgpflow.models.kernel_fitted import KernelFitted
+from tgpflow.models.kernel_selection import KernelSelector
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
 from tgpflow.models.params import ScoreParams
-from tgpflow.models.kernel_selection import KernelSelector
 from tgpflow.models.streaming import StreamingMixin, is_grid
 from tgpflow.models.tgp_fitted import base_arrays
 from tgpflow.solve.kef import DEFAULT_RANK_TOL, kernel_solve
