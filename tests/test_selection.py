@@ -246,3 +246,23 @@ def test_raised_lam_steps_to_the_next_tried_lam_only_when_the_all_rows_fit_fails
     failed = dict(selection, chosen=dict(chosen, mass_outside=0.2))
     assert raised_lam(failed, grid, 1.0, ok, 0.25, 0.03) is None
     assert raised_lam(failed, grid, 1.0, MIN_SELECT_ESS_FRACTION / 2, 0.25, 0.03) == (10.0, "ess")
+
+
+def test_a_family_must_implement_the_statistics_estimators_hooks():
+    """StatsEstimator's hooks are abstract: a family without its solve, λ grid or selector cannot be made."""
+    from tgpflow import NystromKEF, ScoreEstimator
+    from tgpflow.models.estimator_base import StatsEstimator
+
+    assert StatsEstimator.__abstractmethods__ == {"_solve_stats", "_lam_grid", "_selector"}
+
+    class NoSelector(StatsEstimator):
+        def _solve_stats(self, stats, draw):
+            return None
+
+        def _lam_grid(self):
+            return [1.0]
+
+    with pytest.raises(TypeError, match="_selector"):
+        NoSelector()
+    for family in (GPTiltedDensity, ScoreEstimator, NystromKEF):
+        assert not family.__abstractmethods__

@@ -10,6 +10,7 @@ own candidates), and ``load(verify=True)``. The maths stays in the families.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import inspect
@@ -193,9 +194,10 @@ def carried_draw(stats: Any) -> Any:
     return getattr(stats, "draw", None)
 
 
-class StatsEstimator(Estimator):
+class StatsEstimator(Estimator, abc.ABC):
     """An estimator solved from statistics of one pass: ``accumulate`` → ``fit_from_stats``, and so
-    ``partial_fit``; a selection scores a grid on the held-out parts of a split pass."""
+    ``partial_fit``; a selection scores a grid on the held-out parts of a split pass. A family implements the
+    abstract hooks :meth:`_solve_stats`, :meth:`_lam_grid` and :meth:`_selector`."""
 
     #: The attribute holding the draw the statistics are computed with (``features_``, ``basis_``).
     _DRAW: ClassVar[str]
@@ -215,9 +217,9 @@ class StatsEstimator(Estimator):
         self.n_rows_dropped_ = getattr(self, "n_rows_dropped_", 0) + self.last_rows_dropped_
         return self.fit_from_stats(self.stats_ + stats)  # type: ignore[attr-defined]
 
+    @abc.abstractmethod
     def _solve_stats(self, stats: Any, draw: Any) -> None:
         """Solve from statistics and the draw they were computed with (``fit_from_stats`` without diagnostics)."""
-        raise NotImplementedError
 
     def _solve_draw(self, stats: Any, draw: Any) -> Any:
         """The draw to solve ``stats`` with: ``draw`` if given; else the estimator's own (set by ``accumulate``, a fit
@@ -239,9 +241,9 @@ class StatsEstimator(Estimator):
                         legacy=legacy)
 
     # -- held-out selection -------------------------------------------------------------------
+    @abc.abstractmethod
     def _lam_grid(self) -> list[float]:
         """The λ values of ``lam="auto"``."""
-        raise NotImplementedError
 
     def _chosen_lam(self) -> float:
         """λ as given, or as a held-out selection chose it (``lam="auto"``)."""
@@ -263,6 +265,6 @@ class StatsEstimator(Estimator):
         self.selection_ = selection.record
         return stats, draw
 
+    @abc.abstractmethod
     def _selector(self) -> Selector:
         """The family's candidates and criterion (:class:`~tgpflow.models.selection.Selector`)."""
-        raise NotImplementedError

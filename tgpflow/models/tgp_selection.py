@@ -92,8 +92,8 @@ def raised_lam(selection: dict[str, Any], grid: list[float], lam: float, ess_fra
 class TGPSelector(Selector):
     """What a GP-tilted selection needs of its estimator, as values (module docstring).
 
-    ``params``: the estimator's parameters (``criterion``, ``lam``, ``lam_grid``, ``eta``, ``normalizer_draws``,
-    ``validation_fraction`` are read here; all of them go to the method's grid context). ``seeds``: makes the
+    ``params``: the estimator's parameters (``method``, ``criterion``, ``lam``, ``lam_grid``, ``eta``,
+    ``normalizer_draws`` and ``block_bytes`` are read here; all of them go to the method's grid context). ``seeds``: makes the
     estimator's eight seed sequences afresh (the held-out normalisers draw from the fourth, MAP's draws from the
     third), at each use: spawning from a SeedSequence changes it, and every candidate must get the same draws.
     ``base_of``: the base a solve of given statistics tilts. ``box``, ``heldout_grid``, ``data_units``: the
