@@ -837,7 +837,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
 
     def _selector(self) -> TGPSelector:
         """This estimator's held-out selection, as values (:mod:`tgpflow.models.tgp_selection`)."""
-        return TGPSelector(self._method, self.get_params(), self._seeds, self._base_of,
+        return TGPSelector(self._method, self.get_params(), self._seeds, self._base_of, tuple(self._lam_values()),
                            box=getattr(self, "support_", None), heldout_grid=getattr(self, "heldout_grid_", None),
                            data_units=self._to_data, scaled=getattr(self, "scaling_", None) is not None,
                            suggested_bounds=getattr(self, "pilot_", {}).get("suggested_bounds"),

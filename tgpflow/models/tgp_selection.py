@@ -93,10 +93,12 @@ class TGPSelector(Selector):
     """What a GP-tilted selection needs of its estimator, as values (module docstring).
 
     ``params``: the estimator's parameters (``method``, ``criterion``, ``lam``, ``lam_grid``, ``eta``,
-    ``normalizer_draws`` and ``block_bytes`` are read here; all of them go to the method's grid context). ``seeds``: makes the
-    estimator's eight seed sequences afresh (the held-out normalisers draw from the fourth, MAP's draws from the
-    third), at each use: spawning from a SeedSequence changes it, and every candidate must get the same draws.
-    ``base_of``: the base a solve of given statistics tilts. ``box``, ``heldout_grid``, ``data_units``: the
+    ``normalizer_draws`` and ``block_bytes`` are read here; all of them go to the method's grid context).
+    ``seeds``: makes the estimator's eight seed sequences afresh (the held-out normalisers draw from the fourth,
+    MAP's draws from the third), at each use: spawning from a SeedSequence changes it, and every candidate must
+    get the same draws.
+    ``base_of``: the base a solve of given statistics tilts. ``lams``: the λ values scored at each bandwidth (the
+    grid of ``lam="auto"``, else the given λ), before any extension. ``box``, ``heldout_grid``, ``data_units``: the
     support box, the held-out projection grid and the map to the data's units the candidates are scored with.
     ``scaled``, ``suggested_bounds``: what the warning of an unhealthy choice suggests. ``split_key``: how rows
     were assigned to the parts, for the record.
@@ -106,6 +108,7 @@ class TGPSelector(Selector):
     params: dict[str, Any]
     seeds: Callable[[], tuple[np.random.SeedSequence, ...]]
     base_of: Callable[[Any], Any]
+    lams: tuple[float, ...]
     box: SupportBox | None = None
     heldout_grid: ProjectionGrid | None = None
     data_units: Callable[[np.ndarray], np.ndarray] | None = None
@@ -116,10 +119,6 @@ class TGPSelector(Selector):
     @property
     def criterion(self) -> str:
         return str(self.params["criterion"])
-
-    def lam_values(self) -> list[float]:
-        lam = self.params["lam"]
-        return lam_grid(self.criterion, self.params["lam_grid"]) if lam == "auto" else [float(lam)]
 
     def selection_draws(self) -> tuple[int, np.random.SeedSequence]:
         """Base draws of the held-out normalisers: a quarter of ``normalizer_draws``, the same for every candidate."""
@@ -181,7 +180,7 @@ class TGPSelector(Selector):
         :data:`~tgpflow.solve.select.GRID_EXTENSION_DECADES` decades, while the best of these rows is the
         largest λ (a choice on the grid's edge says the criterion wanted a smoother fit than offered)."""
         base = self.base_of(train)
-        lams = self.lam_values()
+        lams = list(self.lams)
         rows = self._score_grid(train, val, draw, base, lams)
         # under a mixture base, λ = ∞ (θ = 0: the mixture alone) is a candidate too, so that a selection never
         # settles on a tilt that does worse on the held-out rows than the mixture it tilts
