@@ -344,3 +344,64 @@ def test_the_component_count_is_the_fewest_within_one_standard_error_of_the_best
     clear = four + 0.9
     assert _one_standard_error({1: two - 2.0, 2: two, 4: clear}, best=4) == 4
     assert _one_standard_error({1: two - 2.0, 2: two, 4: two - 1.0}, best=2) == 2
+
+
+def _one_after_another(rows: np.ndarray, random_state: int) -> tuple[list[int], list[float]]:
+    """The component search written as the loop it stands for: scikit-learn's fits one after another, each count's
+    seed the next draw of the generator, stopping after two counts that do not improve on the best."""
+    from sklearn.mixture import GaussianMixture
+
+    import tgpflow.features.mixture_base as mb
+
+    rng = np.random.default_rng(random_state)
+    z = (rows - rows.mean(axis=0)) / rows.std(axis=0)
+    order = rng.permutation(len(z))
+    n_val = len(z) // 5
+    train, val = z[order[n_val:]], z[order[:n_val]]
+    counts, scores, best, worse = [], [], -np.inf, 0
+    for k in mb.MIXTURE_COMPONENTS:
+        if k > 1 and train.shape[0] < mb.MIXTURE_ROWS_PER_DIM * (z.shape[1] + 1) * k:
+            break
+        gm = GaussianMixture(k, covariance_type="full", reg_covar=mb.MIXTURE_REG, max_iter=200,
+                             random_state=int(rng.integers(2**31))).fit(train)
+        score = float((gm.score_samples(val) - np.log(rows.std(axis=0)).sum()).mean())
+        counts.append(k)
+        scores.append(score)
+        best, worse = (score, 0) if score > best else (best, worse + 1)
+        if worse == 2:
+            break
+    return counts, scores
+
+
+@pytest.mark.parametrize("threads", [1, 3, 8])
+def test_the_component_search_in_waves_reads_the_counts_one_fit_after_another_would(threads):
+    """The counts are fitted as tasks, as many at once as the scheduler runs: whatever the width, the curve is the
+    sequential loop's (same counts, same seeds, the counts of a wave past the stop dropped) and so is the mixture."""
+    import dask
+    from threadpoolctl import threadpool_limits
+
+    rows = _two_blobs(3000, 21)  # two components: the search stops after 4 and 8 do not improve on 2
+    with threadpool_limits(limits=1, user_api="blas"):
+        counts, scores = _one_after_another(rows, 4)
+    assert counts == [1, 2, 4, 8]
+    with dask.config.set(num_workers=threads, scheduler="threads"):
+        mix, curve = fit_mixture_base(rows, random_state=4)
+    assert [c["components"] for c in curve] == counts
+    np.testing.assert_allclose([c["heldout_loglik"] for c in curve], scores, rtol=1e-12)
+    with dask.config.set(num_workers=1, scheduler="threads"):
+        one, _ = fit_mixture_base(rows, random_state=4)
+    for field in ("weights", "means", "covariances"):
+        np.testing.assert_array_equal(getattr(mix, field), getattr(one, field))
+
+
+def test_parallel_tasks_counts_the_local_threads_or_the_clusters():
+    import dask
+
+    from tgpflow.core.engine import parallel_tasks
+
+    with dask.config.set(num_workers=3):
+        assert parallel_tasks() == 3
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster):
+        assert parallel_tasks() == 4

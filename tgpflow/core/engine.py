@@ -24,10 +24,10 @@ from typing import Any, Protocol
 import dask
 from threadpoolctl import threadpool_limits
 
-from tgpflow.core.memory import cluster_workers, plan_pass
+from tgpflow.core.memory import cluster_workers, local_threads, plan_pass
 
 __all__ = ["accumulate", "tree_reduce", "compute", "Progress", "ChunkSource", "task_resources", "annotated",
-           "cluster_has_gpus"]
+           "cluster_has_gpus", "parallel_tasks"]
 
 #: Called with the futures of a distributed compute, before the engine waits for them (to show progress).
 Progress = Callable[[Sequence[Any]], None]
@@ -82,6 +82,15 @@ def cluster_has_gpus() -> bool | None:
     if client is None:
         return None
     return any((w.get("resources") or {}).get("GPU") for w in cluster_workers(client).values())
+
+
+def parallel_tasks() -> int:
+    """How many tasks the active scheduler runs at once: the threads of the distributed cluster's workers, else those
+    of Dask's local scheduler (``num_workers``, else the cores)."""
+    client = _active_client()
+    if client is None:
+        return local_threads()
+    return max(1, sum(int(w.get("nthreads") or 1) for w in cluster_workers(client).values()))
 
 
 def task_resources(on_device: bool) -> dict[str, int] | None:

@@ -36,8 +36,8 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["DEFAULT_BLOCK_BYTES", "MemoryCost", "BlockPlan", "sequential", "plan_blocks", "plan_pass", "declare",
-           "declare_wrapper", "cost_of", "cluster_workers", "cluster_budget", "local_budget", "task_budget",
-           "pass_budget", "check_fits", "traced_peak"]
+           "declare_wrapper", "cost_of", "cluster_workers", "cluster_budget", "local_budget", "local_threads",
+           "task_budget", "pass_budget", "check_fits", "traced_peak"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -167,11 +167,12 @@ def local_budget() -> tuple[int, str]:
     import psutil
 
     avail = int(psutil.virtual_memory().available)
-    threads = _local_threads()
+    threads = local_threads()
     return avail // threads, f"this machine's available RAM {_mib(avail)} / {threads} threads"
 
 
-def _local_threads() -> int:
+def local_threads() -> int:
+    """The threads of Dask's local scheduler: ``num_workers`` when set, else the cores."""
     import dask
 
     n = dask.config.get("num_workers", None)

@@ -23,7 +23,9 @@ start per K during the search); at the chosen K a small table gets :data:`MIXTUR
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import itertools
 import math
 from functools import cached_property
 from typing import Any
@@ -31,7 +33,10 @@ from typing import Any
 import numpy as np
 import scipy.special
 
+from threadpoolctl import threadpool_limits
+
 from tgpflow.core.backend import device_of, namespace
+from tgpflow.core.engine import Progress, compute, parallel_tasks
 from tgpflow.features.digest import array_hash
 from tgpflow.io.column_kinds import dequantize
 
@@ -221,23 +226,24 @@ class GaussianMixtureBase:
 
 
 def fit_mixture_base(rows: np.ndarray, random_state: Any = 0, components: tuple[int, ...] = MIXTURE_COMPONENTS,
-                     max_rows: int = MIXTURE_FIT_ROWS,
-                     cells: dict[int, float] | None = None) -> tuple[GaussianMixtureBase, list[dict[str, float]]]:
+                     max_rows: int = MIXTURE_FIT_ROWS, cells: dict[int, float] | None = None,
+                     progress: Progress | None = None) -> tuple[GaussianMixtureBase, list[dict[str, float]]]:
     """A full-covariance Gaussian mixture of ``rows``, K by held-out log-likelihood (module docstring).
 
     The rows are standardized column by column (the fit's ``reg_covar`` is :data:`MIXTURE_REG` of each column's
     variance), split 80/20 by a seeded permutation, and each K of ``components`` (those with at least
     :data:`MIXTURE_ROWS_PER_DIM`·(d + 1) training rows a component) is fitted on the 80 % and scored on the 20 %;
     the fewest components within one standard error of the best count (paired over the validation rows) are
-    kept, and that K's fit is
-    carried on to all rows (at most ``max_rows``; EM warm-started from it). ``cells``: column → the width of its
-    lattice's cells (integer codes, binary flags: :func:`~tgpflow.io.column_kinds.column_kinds`); those columns are
-    dequantized by seeded uniform noise over each value's cell before the fit, so that no component collapses
-    onto one value of a code. Returns the mixture in the rows' units and the curve (K, held-out
-    log-likelihood per row in those units).
-    """
-    from sklearn.mixture import GaussianMixture
+    kept, and that K's fit is carried on to all rows (at most ``max_rows``; EM warm-started from it). ``cells``:
+    column → the width of its lattice's cells (integer codes, binary flags:
+    :func:`~tgpflow.io.column_kinds.column_kinds`); those columns are dequantized by seeded uniform noise over each
+    value's cell before the fit, so that no component collapses onto one value of a code. Returns the mixture in the
+    rows' units and the curve (K, held-out log-likelihood per row in those units).
 
+    The counts are fitted as tasks on the active scheduler, as many at once as it runs (:func:`_search`), and the
+    search reads their results in order: the same counts are kept, with the same seeds, as one fit after another
+    would (tested). ``progress``: called with the futures of each distributed compute.
+    """
     rows = np.asarray(rows, dtype=np.float64)
     n, d = rows.shape
     rng = np.random.default_rng(random_state)
@@ -253,40 +259,71 @@ def fit_mixture_base(rows: np.ndarray, random_state: Any = 0, components: tuple[
     n_val = max(1, n // 5)
     train, val = z[order[n_val:]], z[order[:n_val]]
     log_det = float(np.log(scale).sum())  # the Jacobian back to the rows' units
-
-    def fitted(k: int, x: np.ndarray) -> Any:
-        return GaussianMixture(k, covariance_type="full", reg_covar=MIXTURE_REG, max_iter=200, n_init=1,
-                               random_state=int(rng.integers(2**31))).fit(x)
-
-    curve: list[dict[str, float]] = []
-    fits: dict[int, Any] = {}
-    scores: dict[int, np.ndarray] = {}  # each validation row's log-likelihood under each K
-    best_k, best, worse = 1, -math.inf, 0
-    for k in components:
-        if k > 1 and train.shape[0] < MIXTURE_ROWS_PER_DIM * (d + 1) * k:
-            break
-        fits[k] = fitted(k, train)
-        scores[k] = fits[k].score_samples(val) - log_det
-        score = float(scores[k].mean())
-        curve.append({"components": k, "heldout_loglik": score})
-        if score > best:
-            best_k, best, worse = k, score, 0
-        else:
-            worse += 1
-            if worse == 2:
-                break
-    best_k = _one_standard_error(scores, best_k)
+    tried = list(itertools.takewhile(lambda k: k == 1 or train.shape[0] >= MIXTURE_ROWS_PER_DIM * (d + 1) * k,
+                                     components))
+    seeds = _em_seeds(copy.deepcopy(rng), len(tried))  # each count's seed, as a fit after another drew them
+    fits, scores, curve = _search(train, val, log_det, tried, seeds, progress)
+    for _ in range(len(fits)):  # the seeds the search used, drawn from rng itself: the starts below follow them
+        rng.integers(2**31)
+    best_k = _one_standard_error(scores, max(scores, key=lambda k: scores[k].mean()))
     gm, val_score = fits[best_k], float(scores[best_k].mean())
     starts = MIXTURE_STARTS if train.shape[0] < MIXTURE_STARTS_ROWS else 1
-    for _ in range(starts - 1):  # a K's fit moves with EM's initialisation: keep the best of a few starts
-        other = fitted(best_k, train)
-        score = float(other.score_samples(val).mean()) - log_det
-        if score > val_score:
-            gm, val_score = other, score
+    if starts > 1:  # a K's fit moves with EM's initialisation: keep the best of a few starts
+        more = _fits([best_k] * (starts - 1), _em_seeds(rng, starts - 1), train, val, log_det, progress)
+        for other, other_scores in more:
+            if float(other_scores.mean()) > val_score:
+                gm, val_score = other, float(other_scores.mean())
     gm.set_params(warm_start=True, max_iter=100)  # all the rows, from the chosen K's fit
-    gm.fit(z)
+    with threadpool_limits(limits=1, user_api="blas"):  # a few small matrices a call: threads only cost
+        gm.fit(z)
     covs = gm.covariances_ * np.outer(scale, scale)[None]
     return GaussianMixtureBase(gm.weights_ / gm.weights_.sum(), center + gm.means_ * scale, covs), curve
+
+
+def _em_seeds(rng: np.random.Generator, n: int) -> list[int]:
+    return [int(rng.integers(2**31)) for _ in range(n)]
+
+
+def _search(train: np.ndarray, val: np.ndarray, log_det: float, tried: list[int], seeds: list[int],
+            progress: Progress | None) -> tuple[dict[int, Any], dict[int, np.ndarray], list[dict[str, float]]]:
+    """Each count of ``tried`` fitted and scored, in waves of as many fits as the scheduler runs at once, until two
+    counts in a row do not improve on the best (the counts of a wave beyond that are dropped). Returns the fits, each
+    validation row's log-likelihood under each, and the curve, of the counts read."""
+    fits: dict[int, Any] = {}
+    scores: dict[int, np.ndarray] = {}
+    curve: list[dict[str, float]] = []
+    best, worse = -math.inf, 0
+    width = parallel_tasks()
+    for at in range(0, len(tried), width):
+        wave = tried[at:at + width]
+        for k, (gm, k_scores) in zip(wave, _fits(wave, seeds[at:at + width], train, val, log_det, progress),
+                                     strict=True):
+            fits[k], scores[k] = gm, k_scores
+            score = float(k_scores.mean())
+            curve.append({"components": k, "heldout_loglik": score})
+            best, worse = (score, 0) if score > best else (best, worse + 1)
+            if worse == 2:
+                return fits, scores, curve
+    return fits, scores, curve
+
+
+def _fits(counts: list[int], seeds: list[int], train: np.ndarray, val: np.ndarray, log_det: float,
+          progress: Progress | None) -> list[tuple[Any, np.ndarray]]:
+    """A fit of each count (its EM seed) on ``train`` and each validation row's log-likelihood under it, as tasks."""
+    import dask
+
+    task = dask.delayed(_fit_and_score, pure=True)
+    shared = [dask.delayed(a, pure=True) for a in (train, val)]
+    return list(compute(*[task(k, seed, *shared, log_det) for k, seed in zip(counts, seeds, strict=True)],
+                        progress=progress))
+
+
+def _fit_and_score(k: int, seed: int, train: np.ndarray, val: np.ndarray, log_det: float) -> tuple[Any, np.ndarray]:
+    from sklearn.mixture import GaussianMixture
+
+    gm = GaussianMixture(k, covariance_type="full", reg_covar=MIXTURE_REG, max_iter=200, n_init=1,
+                         random_state=seed).fit(train)
+    return gm, gm.score_samples(val) - log_det
 
 
 def _one_standard_error(scores: dict[int, np.ndarray], best: int) -> int:
