@@ -32,10 +32,10 @@ from tgpflow.cluster import progress_display
 @click.pass_context
 def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | None, scheduler: str | None, local: str,
         progress_mode: str, overwrite: bool, param_pairs: tuple[str, ...], **options: str | None) -> None:
-    """Fit a model to SOURCE and write it to --out: a GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF
-    baseline), a Nyström kernel exponential family (nkef), a kernel score estimator (score) or a root-Sobolev
-    density (rsr, kde_sdo). Its parameters are the estimator's: the options below or -p NAME=VALUE; one that
-    --model does not use is refused."""
+    """Fit a model to SOURCE (a Parquet or CSV file, directory or glob, or a Zarr store) and write it to --out: a
+    GP-tilted density (FD, NCFD, FVPD, MAP, the KDE-RFF baseline), a Nyström kernel exponential family (nkef), a
+    kernel score estimator (score) or a root-Sobolev density (rsr, kde_sdo). Its parameters are the estimator's:
+    the options below or -p NAME=VALUE; one that --model does not use is refused."""
     from tgpflow.cluster import dask_client
     from tgpflow.io.sources import as_source
     from tgpflow.models.registry import cli_models, model_kinds

@@ -6,11 +6,14 @@ and in the same order as :func:`~tgpflow.io.sources.as_source` reads them, a pya
 chunk's filters keep (before bad rows are dropped): ``row``, the row's position in the source counted over every
 row of every file (filters and drops leave the positions of the other rows unchanged), then the ``keep``
 columns as stored (any type). The scoring step takes the rows the validation kept (its ``kept`` positions) from
-it. Parquet sources keep any columns; other sources give ``row`` only (from the chunks' known sizes).
+it. Parquet sources keep any columns; other sources give ``row`` only: from the chunks' sizes where the metadata
+gives them, else (CSV blocks, dask DataFrame partitions) from each chunk's rows counted as it is read, summed over
+the chunks before it.
 """
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import dask
@@ -38,11 +41,10 @@ def row_context(path: Any, source: Any, keep: list[str] | None = None, *, filter
                           f"name (row, log_density, anomaly_score, anomaly)")
     if len(set(keep)) != len(keep):
         raise SourceError(f"{path}: columns to keep are named twice: {keep}")
-    if format is None and isinstance(path, str):  # as as_source tells them apart
-        from tgpflow.io.backends import zarr
+    from tgpflow.io.backends import backend_for, csv, parquet
 
-        format = "zarr" if zarr.can_open(path, None, storage_options) else "parquet"
-    if format == "parquet":
+    backend = backend_for(path, format, storage_options) if isinstance(path, str) else None  # as as_source's
+    if backend is parquet:
         from tgpflow.io.parquet import ParquetLayout
 
         layout = ParquetLayout(path, keep or None, storage_options, numeric=False)
@@ -54,12 +56,25 @@ def row_context(path: Any, source: Any, keep: list[str] | None = None, *, filter
         if len(tables) != source.n_chunks:  # the same footers: only a file changed between the two reads
             raise SourceError(f"{path}: its row groups changed while it was being read; score it again")
         return tables
-    if keep:
-        raise SourceError(f"{path}: columns to keep beside the scores ({keep}) are read from Parquet sources only")
-    if source.n_rows is None:
-        raise SourceError(f"{path}: its chunks' row counts are unknown, so rows cannot be numbered")
-    return [dask.delayed(_positions_table, pure=True)(int(start), int(size)) for start, size in
-            zip(np.concatenate([[0], np.cumsum(source.sizes)[:-1]]), source.sizes, strict=True)]
+    if keep and backend is not csv:
+        raise SourceError(f"{path}: columns to keep beside the scores ({keep}) are read from Parquet and CSV "
+                          f"sources only")
+    table = dask.delayed(_positions_table, pure=True)
+    if source.n_rows is None:  # each chunk's rows before validation (kept + dropped), counted as it is read
+        add, start, tables = dask.delayed(operator.add, pure=True), 0, []
+        for size in (dask.delayed(sum, pure=True)(counts) for counts in source.row_counts()):
+            tables.append(table(start, size))
+            start = add(start, size)
+    else:
+        tables = [table(int(start), int(size)) for start, size in
+                  zip(np.concatenate([[0], np.cumsum(source.sizes)[:-1]]), source.sizes, strict=True)]
+    if not keep:
+        return tables
+    frames = csv.context_frames(path, keep, storage_options)
+    if len(frames) != len(tables):  # the same files: only one changed between the two listings
+        raise SourceError(f"{path}: its files changed while it was being read; score it again")
+    beside = dask.delayed(_beside, pure=True)
+    return [beside(t, f) for t, f in zip(tables, frames, strict=True)]
 
 
 def context_rows(table: Any, kept: np.ndarray | None) -> Any:
@@ -72,6 +87,14 @@ def _positions_table(start: int, size: int) -> Any:
     import pyarrow as pa
 
     return pa.table({ROW: np.arange(start, start + size, dtype=np.int64)})
+
+
+def _beside(positions: Any, frame: Any) -> Any:
+    """A CSV block's ``row`` positions with its kept columns (as pandas read them) beside them."""
+    import pyarrow as pa
+
+    kept = pa.Table.from_pandas(frame, preserve_index=False)
+    return pa.table({ROW: positions.column(ROW), **{name: kept.column(name) for name in kept.column_names}})
 
 
 def _read_context(fs: Any, path: str, index: int, keep: tuple[str, ...], filters: tuple[Any, ...], offset: int) -> Any:

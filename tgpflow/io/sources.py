@@ -5,10 +5,11 @@ dropped, the positions of the rows kept). Nothing is read when a source is made,
 Zarr metadata; chunk sizes are known from metadata where the format has them.
 
 :func:`as_source` asks the backends of :mod:`tgpflow.io.backends` in turn which one opens ``data`` — a Zarr
-store (:mod:`~tgpflow.io.backends.zarr`), a Parquet file, directory or glob
-(:mod:`~tgpflow.io.backends.parquet`), or an array or DataFrame in hand (:mod:`~tgpflow.io.backends.arrays`) —
-and hands it the keywords it reads; a keyword that another format's backend reads is refused, naming it.
-:func:`concat_sources` puts sources one after another (a pipeline's partitions as one source).
+store (:mod:`~tgpflow.io.backends.zarr`), a CSV file, directory or glob (:mod:`~tgpflow.io.backends.csv`), a
+Parquet file, directory or glob (:mod:`~tgpflow.io.backends.parquet`), or an array or DataFrame in hand
+(:mod:`~tgpflow.io.backends.arrays`) — and hands it the keywords it reads; a keyword that another format's
+backend reads is refused, naming it. :func:`concat_sources` puts sources one after another (a pipeline's
+partitions as one source).
 """
 
 from __future__ import annotations
@@ -196,15 +197,16 @@ def as_source(data: Any, *, columns: list[str] | None = None, on_bad_rows: str =
     ``coordinate`` (Zarr groups only): a 1-D array that labels the rows (e.g. ``date``), never a column.
     ``rows`` (Zarr only): read rows ``start`` to ``stop − 1`` only — the rows of one value of ``coordinate``,
     named ``path#coordinate=value`` in messages (chunk labels give the store's row numbers).
-    ``format`` (paths only): ``"zarr"`` or ``"parquet"`` when the caller knows it (a pipeline's partitions);
-    by default a path ending in ``.zarr``, or a directory holding a Zarr marker
-    (:func:`~tgpflow.io.backends.zarr.is_zarr_store`, on any fsspec filesystem), is Zarr and anything else Parquet.
+    ``format`` (paths only): ``"zarr"``, ``"csv"`` or ``"parquet"`` when the caller knows it (a pipeline's
+    partitions); by default a path ending in ``.zarr``, or a directory holding a Zarr marker
+    (:func:`~tgpflow.io.backends.zarr.is_zarr_store`, on any fsspec filesystem), is Zarr, one ending in ``.csv`` or
+    ``.tsv`` (compressed or not) CSV, and anything else Parquet (docs/data.md).
     """
     from tgpflow.io.backends import backend_for  # the backends build on this module
 
     on_bad_rows = check_on_bad_rows(on_bad_rows)
-    if format not in (None, "zarr", "parquet"):
-        raise SourceError(f"format must be 'zarr', 'parquet' or None; got {format!r}")
+    if format not in (None, "zarr", "csv", "parquet"):
+        raise SourceError(f"format must be 'zarr', 'csv', 'parquet' or None; got {format!r}")
     if isinstance(data, Source):
         return data
     backend = backend_for(data, format, storage_options)

@@ -3,8 +3,9 @@
 Each backend module has ``can_open(data, format, storage_options) -> bool``, ``open_source(data, *, columns,
 on_bad_rows, **its keywords) -> Source`` and ``KEYWORDS``, the keywords of ``as_source`` it accepts (the Zarr
 backend uses ``storage_options`` only to recognise a store; it opens stores through Zarr's own store paths). They are
-asked in the order of :data:`BACKENDS`: Zarr (a path ending in ``.zarr`` or holding a Zarr marker), Parquet
-(any other path), arrays and DataFrames in hand.
+asked in the order of :data:`BACKENDS`: Zarr (a path ending in ``.zarr`` or holding a Zarr marker), CSV (a path
+ending in ``.csv`` or ``.tsv``, compressed or not), Parquet (any other path), arrays and DataFrames in hand
+(docs/data.md).
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from tgpflow.io.backends import arrays, parquet, zarr
+from tgpflow.io.backends import arrays, csv, parquet, zarr
 
 __all__ = ["BACKENDS", "backend_for"]
 
 #: The backends, in the order they are asked.
-BACKENDS: tuple[ModuleType, ...] = (zarr, parquet, arrays)
+BACKENDS: tuple[ModuleType, ...] = (zarr, csv, parquet, arrays)
 
 
 def backend_for(data: Any, format: str | None, storage_options: dict[str, Any] | None = None) -> ModuleType:
