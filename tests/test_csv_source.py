@@ -89,6 +89,9 @@ def test_bad_csv_input_names_the_file_the_block_and_the_column(tmp_path, rng, sm
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(SourceError, match="no header line"):
         as_source(str(tmp_path / "empty.csv"))
+    (tmp_path / "ragged.csv").write_text("a,b\n1,2\n3,4,5,6\n")
+    with pytest.raises(SourceError, match=r"ragged.csv block 1 of 1: not readable as CSV \(ParserError"):
+        compute(*as_source(str(tmp_path / "ragged.csv")).blocks())
 
 
 def test_a_fit_from_csv_equals_the_fit_from_the_array_and_the_cli_scores_its_rows_in_file_order(tmp_path, rng,

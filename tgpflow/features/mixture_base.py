@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import scipy.special
-
 from threadpoolctl import threadpool_limits
 
 from tgpflow.core.backend import device_of, namespace

@@ -357,7 +357,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             rows = rows[~validation_mask(keys, float(self.validation_fraction), SPLIT_SALT)]
         cells = cell_widths(rows, column_kinds(rows, [str(j) for j in range(rows.shape[1])]))
         with phase("mixture base", rows=rows.shape[0], dequantized=len(cells)) as info:
-            self.base_mixture_, curve = fit_mixture_base(rows, random_state=self._seeds()[5], cells=cells)
+            self.base_mixture_, curve = fit_mixture_base(rows, self._seeds()[5], cells=cells, progress=progress)
             info.update(components=self.base_mixture_.n_components)
         self.pilot_ = dict(getattr(self, "pilot_", {}) or {}, mixture={
             "components": self.base_mixture_.n_components, "rows": int(rows.shape[0]), "curve": curve})

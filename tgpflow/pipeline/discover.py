@@ -5,9 +5,11 @@ array; Zarr v2: ``.zgroup`` or ``.zarray``; :func:`tgpflow.io.backends.zarr.is_z
 filesystem), e.g. ``data/date=2026-11-01.zarr`` or ``data/2026-11-01/``, read as Zarr whatever its name.
 ``source.path`` is a file, a directory or a glob, as for any source: a glob's matches that are Zarr stores
 are Zarr partitions; a directory whose children are Zarr stores has those as its partitions; anything else
-lists Parquet files (:func:`tgpflow.io.parquet.list_parquet_files`). One pipeline reads one format:
-matches, or a directory's children, that are both Zarr stores and other files (a Zarr store beside
-Parquet files) are refused, naming one of each — never read as the Zarr stores alone.
+lists files (:func:`tgpflow.io.parquet.list_parquet_files`): CSV files when every one is named so (``.csv``,
+``.tsv``, compressed or not: docs/data.md), else Parquet files (a directory's ``*.parquet`` files when it holds
+any). One pipeline reads one format: matches, or a directory's children, that are both Zarr stores and other files
+(a Zarr store beside Parquet files), and a glob's matches that are both CSV and other files, are refused, naming
+one of each — never read as one kind alone.
 
 **A date dimension.** With ``source.partition_by: date`` a Zarr store is not one partition but one per value
 of its 1-D coordinate array ``date`` (strings, integers or datetime64, one value per row of the group's
@@ -197,18 +199,31 @@ def discover(path: str, partition_by: str | None = None, array: str | None = Non
         files, fmt = stores, "zarr"
     else:
         fs, files = list_parquet_files(path)
-        fmt = "parquet"
+        fmt = _files_format(path, files)
     found = Partitions(root, fs, base, fmt, (), partition_by, array)
     keys = sorted(found.key_of(f.rstrip("/")) for f in files)
     if partition_by is None:
         return dataclasses.replace(found, keys=tuple(keys))
     if fmt != "zarr":
-        raise SourceError(f"{files[0] if files else path}: is a Parquet file, and source.partition_by "
-                          f"({partition_by!r}) splits a Zarr store by its coordinate array; drop partition_by, or "
-                          f"point source.path at a Zarr store")
+        raise SourceError(f"{files[0] if files else path}: is a {'CSV' if fmt == 'csv' else 'Parquet'} file, and "
+                          f"source.partition_by ({partition_by!r}) splits a Zarr store by its coordinate array; drop "
+                          f"partition_by, or point source.path at a Zarr store")
     ranges = {f"{key}#{partition_by}={label}": rows for key in keys
               for label, rows in zarr_row_runs(resolve(root, key), partition_by, array).items()}
     return dataclasses.replace(found, keys=tuple(ranges), ranges=ranges)
+
+
+def _files_format(path: str, files: list[str]) -> str:
+    """"csv" when every file is named as CSV (:func:`tgpflow.io.backends.csv.is_csv_name`), else "parquet"; a mix
+    is refused."""
+    from tgpflow.io.backends.csv import is_csv_name
+
+    text = [f for f in files if is_csv_name(f)]
+    if text and len(text) < len(files):
+        other = next(f for f in files if not is_csv_name(f))
+        raise SourceError(f"{path}: matches both CSV files ({text[0]}) and other files ({other}); a pipeline reads "
+                          f"one format: narrow source.path to one of them, or move the other out")
+    return "csv" if text else "parquet"
 
 
 def fingerprint(fs: Any, path: str, key: str, mode: str = "metadata") -> str:

@@ -58,13 +58,17 @@ def check_source(spec: PipelineSpec) -> dict[str, Any]:
     where = parts.path(key)
     columns = list(src.columns)
     names, stats = _footer(parts.fs, where) if parts.format == "parquet" else (columns, {})
+    if parts.format == "csv":  # every column of the header, not only the selected ones
+        from tgpflow.io.backends.csv import header_names
+
+        names = header_names(where)
     for name in dict.fromkeys(c for c, _, _ in spec.source.filters or []):
         if name not in names:
             raise _missing(where, "source.filters", name, names)
     keep = (spec.outputs.scores.keep_columns or []) if spec.outputs.scores else []
-    if keep and parts.format != "parquet":
-        raise SourceError(f"{where}: outputs.scores.keep_columns ({keep}) are read from Parquet partitions only; "
-                          f"this source's are Zarr stores")
+    if keep and parts.format == "zarr":
+        raise SourceError(f"{where}: outputs.scores.keep_columns ({keep}) are read from Parquet and CSV partitions "
+                          f"only; this source's are Zarr stores")
     for name in keep:
         if name not in names:
             raise _missing(where, "outputs.scores.keep_columns", name, names)

@@ -23,7 +23,8 @@ from tgpflow.errors import SourceError
 from tgpflow.io.sources import Source, make_source, select_indices
 from tgpflow.io.validate import OnBadRows
 
-__all__ = ["can_open", "open_source", "context_frames", "KEYWORDS", "CSV_BLOCK_BYTES", "CSV_SUFFIXES"]
+__all__ = ["can_open", "open_source", "context_frames", "header_names", "is_csv_name", "KEYWORDS", "CSV_BLOCK_BYTES",
+           "CSV_SUFFIXES"]
 
 #: The keywords of :func:`~tgpflow.io.sources.as_source` this backend reads.
 KEYWORDS = frozenset({"storage_options"})
@@ -79,7 +80,7 @@ def open_source(path: Any, *, columns: Any, on_bad_rows: OnBadRows,
     names, blocks = _blocks(where, storage_options)
     idx = tuple(select_indices(columns, names, where))
     parse = dask.delayed(_parse_block, pure=True)
-    raws = [parse(block, header, sep, idx) for block, header, sep, _ in blocks]
+    raws = [parse(block, header, sep, idx, label) for block, header, sep, label in blocks]
     return make_source(where, tuple(names[i] for i in idx), True, raws, [b[3] for b in blocks],
                        [float("nan")] * len(raws), on_bad_rows)
 
@@ -92,7 +93,15 @@ def context_frames(path: Any, keep: list[str], storage_options: dict[str, Any] |
     names, blocks = _blocks(where, storage_options)
     idx = tuple(select_indices(keep, names, where))
     parse = dask.delayed(_parse_block, pure=True)
-    return [parse(block, header, sep, idx) for block, header, sep, _ in blocks]
+    return [parse(block, header, sep, idx, label) for block, header, sep, label in blocks]
+
+
+def header_names(path: Any, storage_options: dict[str, Any] | None = None) -> list[str]:
+    """The column names of the header of the first file at ``path``."""
+    from fsspec.core import url_to_fs
+
+    fs, root = url_to_fs(str(path), **(storage_options or {}))
+    return _header(fs, _files(fs, root, str(path))[0], str(path))[1]
 
 
 def _blocks(where: str, storage_options: dict[str, Any] | None) -> tuple[list[str], list[tuple[Any, bytes, str, str]]]:
@@ -156,10 +165,16 @@ def _header(fs: Any, name: str, where: str) -> tuple[bytes, list[str]]:
     return line if line.endswith(b"\n") else line + b"\n", names
 
 
-def _parse_block(block: bytes, header: bytes, sep: str, idx: tuple[int, ...]) -> Any:
+def _parse_block(block: bytes, header: bytes, sep: str, idx: tuple[int, ...], label: str) -> Any:
     """One block's rows as a pandas DataFrame of the selected columns, in the selection's order (``header`` is
-    put in front of every block but a file's first, which starts with it)."""
+    put in front of every block but a file's first, which starts with it); a line pandas cannot parse is refused
+    naming the block. Every column is parsed, not only the selected ones: with ``usecols`` pandas reads a line of
+    too many fields as its first ones, silently."""
     import pandas as pd
 
-    frame = pd.read_csv(io.BytesIO(header + block), sep=sep, usecols=sorted(set(idx)))
-    return frame.iloc[:, [sorted(set(idx)).index(i) for i in idx]]
+    try:
+        frame = pd.read_csv(io.BytesIO(header + block), sep=sep)
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{label}: not readable as CSV ({type(exc).__name__}: {exc}); fix the file, or convert it "
+                          f"to Parquet with a tool that reports the bad line") from exc
+    return frame.iloc[:, list(idx)]
