@@ -58,6 +58,15 @@ def test_globs_directories_tsv_and_compressed_files(tmp_path, rng, small_blocks)
     zipped = as_source(str(tmp_path / "z.csv.gz"))
     assert zipped.n_chunks == 1  # a compressed file cannot be cut
     np.testing.assert_array_equal(_rows(zipped), second.to_numpy(dtype=np.float64))
+    with open(tmp_path / "excel.csv", "w", encoding="utf-8-sig") as fh:  # a byte-order mark, semicolons
+        second.to_csv(fh, sep=";", index=False)
+    np.testing.assert_array_equal(_rows(as_source(str(tmp_path / "excel.csv"), columns=["a", "c"])),
+                                  second[["a", "c"]].to_numpy(dtype=np.float64))
+    second.assign(a=second["a"].map(lambda v: f"{v:.3f}".replace(".", ","))).to_csv(tmp_path / "euro.csv", sep=";",
+                                                                                       index=False)
+    with pytest.raises(SourceError, match=r"euro.csv block \d+ of \d+: column 'a' holds text, e.g. '-?\d+,\d{3}' \(a "
+                                          r"decimal comma"):
+        compute(*as_source(str(tmp_path / "euro.csv")).blocks())
     first.to_csv(tmp_path / "plain.txt", index=False)
     np.testing.assert_array_equal(_rows(as_source(str(tmp_path / "plain.txt"), format="csv")),
                                   first.to_numpy(dtype=np.float64))

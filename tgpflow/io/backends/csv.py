@@ -4,8 +4,10 @@
 A file is cut into blocks of about :data:`CSV_BLOCK_BYTES` at line ends (Dask's ``read_bytes``, as
 ``dask.dataframe.read_csv`` cuts it) and each block is one chunk, parsed by pandas with the file's header line
 in front; a compressed file (``.gz``, ``.bz2``, ``.xz``, ``.zst``: by its suffix) cannot be cut and is one chunk.
-The separator is a tab for ``.tsv`` files and a comma otherwise. A block's row count is known only once it is
-parsed, so the chunk sizes are unknown (NaN): a row's key is its position in its block, after the block's index
+The separator is a tab for ``.tsv`` files; otherwise the comma, semicolon, tab or bar that the header line holds
+most of (a spreadsheet's export in a locale with a decimal comma uses semicolons). Text is UTF-8, with or without
+a byte-order mark. A block's row count is known only once it is parsed, so the chunk sizes are unknown (NaN): a
+row's key is its position in its block, after the block's index
 (:meth:`~tgpflow.io.sources.Source.row_keys`), stable while the files and :data:`CSV_BLOCK_BYTES` are. Each block
 is parsed with pandas' own type inference and checked like any chunk (:func:`~tgpflow.io.validate.validate_block`):
 a column that holds text is refused, naming the file, the block and the column; empty fields are missing values.
@@ -14,6 +16,7 @@ a column that holds text is refused, naming the file, the block and the column; 
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,10 @@ CSV_BLOCK_BYTES = 64 * 2**20
 #: The names a CSV file ends in (before a compression suffix).
 CSV_SUFFIXES = (".csv", ".tsv")
 _COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")
+#: The separators a header line is read for (:func:`_separator`), the comma first.
+SEPARATORS = (",", ";", "\t", "|")
+#: UTF-8, with or without the byte-order mark that spreadsheet programs write at a file's start.
+ENCODING = "utf-8-sig"
 
 
 def _plain_name(name: str) -> str:
@@ -80,7 +87,7 @@ def open_source(path: Any, *, columns: Any, on_bad_rows: OnBadRows,
     names, blocks = _blocks(where, storage_options)
     idx = tuple(select_indices(columns, names, where))
     parse = dask.delayed(_parse_block, pure=True)
-    raws = [parse(block, header, sep, idx, label) for block, header, sep, label in blocks]
+    raws = [parse(block, header, sep, idx, label, True) for block, header, sep, label in blocks]
     return make_source(where, tuple(names[i] for i in idx), True, raws, [b[3] for b in blocks],
                        [float("nan")] * len(raws), on_bad_rows)
 
@@ -113,10 +120,10 @@ def _blocks(where: str, storage_options: dict[str, Any] | None) -> tuple[list[st
 
     fs, root = url_to_fs(where, **(storage_options or {}))
     files = _files(fs, root, where)
-    _, names = _header(fs, files[0], where)
+    _, names, _ = _header(fs, files[0], where)
     out = []
     for name in files:
-        own, own_names = _header(fs, name, name)
+        own, own_names, sep = _header(fs, name, name)
         if own_names != names:
             raise SourceError(f"{name}: its header names the columns {own_names}, and {files[0]}'s names "
                               f"{names}; the files of one source must have the same columns")
@@ -125,7 +132,7 @@ def _blocks(where: str, storage_options: dict[str, Any] | None) -> tuple[list[st
                                blocksize=None if compression else CSV_BLOCK_BYTES, sample=False,
                                compression=compression, **(storage_options or {}))
         parts = blocks[0] if blocks else []
-        out += [(block, b"" if i == 0 else own, _separator(name), f"{name} block {i + 1} of {len(parts)}")
+        out += [(block, b"" if i == 0 else own, sep, f"{name} block {i + 1} of {len(parts)}")
                 for i, block in enumerate(parts)]
     if not out:
         raise SourceError(f"{where}: its files are empty (no header line, no rows)")
@@ -148,12 +155,18 @@ def _files(fs: Any, root: str, where: str) -> list[str]:
     return files
 
 
-def _separator(name: str) -> str:
-    return "\t" if _plain_name(name).endswith(".tsv") else ","
+def _separator(name: str, header: bytes) -> str:
+    """A tab for a ``.tsv`` file; else whichever of :data:`SEPARATORS` the header line holds most of (a comma where
+    it holds none: one column)."""
+    if _plain_name(name).endswith(".tsv"):
+        return "\t"
+    counts = {sep: header.count(sep.encode()) for sep in SEPARATORS}
+    best = max(counts, key=lambda sep: counts[sep])  # the first of the most frequent: a comma on ties
+    return best if counts[best] else ","
 
 
-def _header(fs: Any, name: str, where: str) -> tuple[bytes, list[str]]:
-    """A file's header line (with its line end) and the column names it gives."""
+def _header(fs: Any, name: str, where: str) -> tuple[bytes, list[str], str]:
+    """A file's header line (with its line end), the column names it gives and the file's separator."""
     import pandas as pd
     from fsspec.utils import infer_compression
 
@@ -161,20 +174,34 @@ def _header(fs: Any, name: str, where: str) -> tuple[bytes, list[str]]:
         line = f.readline()
     if not line.strip():
         raise SourceError(f"{where}: has no header line (a CSV source needs the column names on its first line)")
-    names = [str(c) for c in pd.read_csv(io.BytesIO(line), sep=_separator(name), nrows=0).columns]
-    return line if line.endswith(b"\n") else line + b"\n", names
+    sep = _separator(name, line)
+    names = [str(c) for c in pd.read_csv(io.BytesIO(line), sep=sep, nrows=0, encoding=ENCODING).columns]
+    return line if line.endswith(b"\n") else line + b"\n", names, sep
 
 
-def _parse_block(block: bytes, header: bytes, sep: str, idx: tuple[int, ...], label: str) -> Any:
+def _parse_block(block: bytes, header: bytes, sep: str, idx: tuple[int, ...], label: str,
+                 numeric: bool = False) -> Any:
     """One block's rows as a pandas DataFrame of the selected columns, in the selection's order (``header`` is
     put in front of every block but a file's first, which starts with it); a line pandas cannot parse is refused
     naming the block. Every column is parsed, not only the selected ones: with ``usecols`` pandas reads a line of
-    too many fields as its first ones, silently."""
+    too many fields as its first ones, silently. ``numeric``: a selected column that holds text is refused, with
+    one of its values (and the remedy for decimal commas)."""
     import pandas as pd
 
     try:
-        frame = pd.read_csv(io.BytesIO(header + block), sep=sep)
+        frame = pd.read_csv(io.BytesIO(header + block), sep=sep, encoding=ENCODING)
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise SourceError(f"{label}: not readable as CSV ({type(exc).__name__}: {exc}); fix the file, or convert it "
                           f"to Parquet with a tool that reports the bad line") from exc
-    return frame.iloc[:, list(idx)]
+    frame = frame.iloc[:, list(idx)]
+    for name, dtype in frame.dtypes.items() if numeric else ():
+        if dtype.kind in "biuf":
+            continue
+        values = frame[name].dropna().astype(str)
+        text = values[pd.to_numeric(values, errors="coerce").isna()]
+        example = text.iloc[0] if len(text) else ""
+        hint = (" (a decimal comma: write the file with decimal points, or convert it first)"
+                if re.fullmatch(r"[-+]?\d+,\d+", example) else "")
+        raise SourceError(f"{label}: column {name!r} holds text, e.g. {example!r}{hint}; select numeric columns "
+                          f"with columns=[...] (CLI: --columns)")
+    return frame
