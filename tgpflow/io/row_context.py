@@ -6,9 +6,10 @@ and in the same order as :func:`~tgpflow.io.sources.as_source` reads them, a pya
 chunk's filters keep (before bad rows are dropped): ``row``, the row's position in the source counted over every
 row of every file (filters and drops leave the positions of the other rows unchanged), then the ``keep``
 columns as stored (any type). The scoring step takes the rows the validation kept (its ``kept`` positions) from
-it. Parquet sources keep any columns; other sources give ``row`` only: from the chunks' sizes where the metadata
-gives them, else (CSV blocks, dask DataFrame partitions) from each chunk's rows counted as it is read, summed over
-the chunks before it.
+it. Parquet and CSV sources keep any columns (a CSV block's parsed again:
+:func:`tgpflow.io.backends.csv.context_frames`); other sources give ``row`` only. ``row`` comes from the chunks'
+sizes where the metadata gives them, else (CSV blocks, dask DataFrame partitions) from each chunk's rows counted as
+it is read, summed over the chunks before it.
 """
 
 from __future__ import annotations
