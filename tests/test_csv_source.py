@@ -133,3 +133,19 @@ def test_a_fit_from_csv_equals_the_fit_from_the_array_and_the_cli_scores_its_row
     assert scores["id"].tolist() == [f"r{i}" for i in rows]
     est = tgpflow.load(model)
     np.testing.assert_allclose(scores["log_density"], est.log_density(X[rows], normalized=True), rtol=1e-12)
+
+
+def test_a_scores_graph_parses_each_block_once_for_the_rows_and_the_kept_columns(tmp_path, rng, small_blocks):
+    frame = _frame(rng)
+    frame.insert(0, "id", [f"r{i}" for i in range(len(frame))])
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    src = as_source(str(tmp_path / "d.csv"), columns=["a", "c"])
+    kept = csv_backend.context_frames(str(tmp_path / "d.csv"), ["id"])
+
+    def parses(obj) -> set:
+        return {k for k in dict(obj.__dask_graph__()) if str(k).startswith("_parse_block")}
+
+    assert len(kept) == src.n_chunks > 3
+    for chunk, context in zip(src.chunks(), kept):
+        assert len(parses(chunk)) == 1 and parses(chunk) == parses(context)  # the same task: one parse
+    np.testing.assert_array_equal(pd.concat(compute(*kept))["id"], frame["id"])

@@ -86,8 +86,7 @@ def open_source(path: Any, *, columns: Any, on_bad_rows: OnBadRows,
     where = str(path)
     names, blocks = _blocks(where, storage_options)
     idx = tuple(select_indices(columns, names, where))
-    parse = dask.delayed(_parse_block, pure=True)
-    raws = [parse(block, header, sep, idx, label, True) for block, header, sep, label in blocks]
+    raws = _selected(blocks, idx, numeric=True)
     return make_source(where, tuple(names[i] for i in idx), True, raws, [b[3] for b in blocks],
                        [float("nan")] * len(raws), on_bad_rows)
 
@@ -98,9 +97,15 @@ def context_frames(path: Any, keep: list[str], storage_options: dict[str, Any] |
     (:func:`~tgpflow.io.row_context.row_context`)."""
     where = str(path)
     names, blocks = _blocks(where, storage_options)
-    idx = tuple(select_indices(keep, names, where))
-    parse = dask.delayed(_parse_block, pure=True)
-    return [parse(block, header, sep, idx, label) for block, header, sep, label in blocks]
+    return _selected(blocks, tuple(select_indices(keep, names, where)), numeric=False)
+
+
+def _selected(blocks: list[tuple[Any, bytes, str, str]], idx: tuple[int, ...], numeric: bool) -> list[Any]:
+    """Per block, the delayed frame of the columns at ``idx``: each block is parsed by one task whose key depends on
+    the block only, so that a graph that takes the numeric columns and the kept ones (a scores file) parses it
+    once."""
+    parse, pick = dask.delayed(_parse_block, pure=True), dask.delayed(_pick_columns, pure=True)
+    return [pick(parse(block, header, sep, label), idx, label, numeric) for block, header, sep, label in blocks]
 
 
 def header_names(path: Any, storage_options: dict[str, Any] | None = None) -> list[str]:
@@ -179,20 +184,25 @@ def _header(fs: Any, name: str, where: str) -> tuple[bytes, list[str], str]:
     return line if line.endswith(b"\n") else line + b"\n", names, sep
 
 
-def _parse_block(block: bytes, header: bytes, sep: str, idx: tuple[int, ...], label: str,
-                 numeric: bool = False) -> Any:
-    """One block's rows as a pandas DataFrame of the selected columns, in the selection's order (``header`` is
-    put in front of every block but a file's first, which starts with it); a line pandas cannot parse is refused
-    naming the block. Every column is parsed, not only the selected ones: with ``usecols`` pandas reads a line of
-    too many fields as its first ones, silently. ``numeric``: a selected column that holds text is refused, with
-    one of its values (and the remedy for decimal commas)."""
+def _parse_block(block: bytes, header: bytes, sep: str, label: str) -> Any:
+    """One block's rows as a pandas DataFrame of every column (``header`` is put in front of every block but a
+    file's first, which starts with it); a line pandas cannot parse is refused naming the block. Every column is
+    parsed, not only the selected ones: with ``usecols`` pandas reads a line of too many fields as its first ones,
+    silently."""
     import pandas as pd
 
     try:
-        frame = pd.read_csv(io.BytesIO(header + block), sep=sep, encoding=ENCODING)
+        return pd.read_csv(io.BytesIO(header + block), sep=sep, encoding=ENCODING)
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise SourceError(f"{label}: not readable as CSV ({type(exc).__name__}: {exc}); fix the file, or convert it "
                           f"to Parquet with a tool that reports the bad line") from exc
+
+
+def _pick_columns(frame: Any, idx: tuple[int, ...], label: str, numeric: bool) -> Any:
+    """The columns at ``idx`` of a parsed block, in that order. ``numeric``: a column that holds text is refused,
+    with one of its values (and the remedy for decimal commas)."""
+    import pandas as pd
+
     frame = frame.iloc[:, list(idx)]
     for name, dtype in frame.dtypes.items() if numeric else ():
         if dtype.kind in "biuf":
