@@ -132,7 +132,7 @@ def test_magic_gamma_fit_and_sample(magic_frame, method):
     cores) a fraction of the unbounded model's mass outside the data's box."""
     import warnings as _warnings
 
-    from tgpflow.features.bounds import suggest_bounds
+    from tgpflow.features.edges import suggest_bounds
 
     raw, names = magic_frame.to_numpy(), list(magic_frame.columns)
     suggested = suggest_bounds(raw, names, None)

@@ -491,3 +491,55 @@ def test_weight_sums_histograms_equal_a_bincount_of_each_candidates_weights():
         assert sums.hist[j].sum() == pytest.approx(grid.n_directions * sums.s1[j], rel=1e-12)
     with pytest.raises(ValueError, match="bin indices"):
         sums.add(logw[0], blocks[0], bins=grid.bins(blocks[0]) + grid.n_directions * grid.n_bins)
+
+
+def test_a_linear_tail_continues_the_log_past_its_start_and_the_scaled_fit_space_agrees():
+    """A one-sided bound whose log goes on linearly (ColumnBounds ``linear_from``): the plain log up to m, then
+    ``±log g + (x − m)/g`` with t and t' continuous at m; it inverts, its derivatives match finite differences on
+    both pieces, a Gaussian in t mapped back has on each piece the mass its image has (quadrature), the standardized
+    units give the same transform up to :meth:`ColumnBounds.transformed_scaling`'s affine map, and the arrays and
+    the JSON record keep it. A linear tail on a column bounded on both sides, or with a core, is refused."""
+    import json
+
+    from tgpflow.features.scaling import Scaling
+
+    b = ColumnBounds(np.array([-0.5, -np.inf]), np.array([np.inf, 2.0]), ("low", "high"),
+                     linear_from=np.array([1.0, -1.0]))
+    plain = ColumnBounds(b.lower, b.upper, b.columns)
+    x = np.array([[-0.4, 1.9], [0.3, 0.0], [1.0, -1.0], [1.7, -2.5], [40.0, -30.0]])
+    t = b.forward(x)
+    np.testing.assert_array_equal(t[:3], plain.forward(x[:3]))  # the plain log up to m (inclusive)
+    np.testing.assert_allclose(t[3:, 0], np.log(1.5) + (x[3:, 0] - 1.0) / 1.5, rtol=1e-14)
+    np.testing.assert_allclose(t[3:, 1], -np.log(3.0) + (x[3:, 1] + 1.0) / 3.0, rtol=1e-14)
+    eps = 1e-9  # continuous in t and t' at m
+    for j, m in ((0, 1.0), (1, -1.0)):
+        side = np.zeros((2, 2))
+        side[:, j] = (m - eps, m + eps)
+        np.testing.assert_allclose(*b.forward(side)[:, j], atol=1e-8)
+        np.testing.assert_allclose(*b.derivatives(side)[1][:, j], rtol=1e-7)
+    np.testing.assert_allclose(b.inverse(t), x, rtol=1e-12, atol=1e-12)
+    _derivatives_match_finite_differences(b, x[[0, 1, 3, 4]])
+    for lo, hi in ((-0.5, 1.0), (1.0, 30.0)):  # ∫ N(t(x)) t'(x) dx over each piece of the lower-bounded column
+        g = np.linspace(lo, hi, 400_001)[1:-1]
+        rows = np.c_[g, np.zeros_like(g)]
+        dens = norm.pdf(b.forward(rows)[:, 0], loc=0.3, scale=1.2) * b.derivatives(rows)[1][:, 0]
+        t_ends = b.forward(np.c_[g[[0, -1]], [0.0, 0.0]])[:, 0]
+        want = norm.cdf(t_ends[1], loc=0.3, scale=1.2) - norm.cdf(t_ends[0], loc=0.3, scale=1.2)
+        assert scipy.integrate.trapezoid(dens, g) == pytest.approx(want, rel=1e-3)
+    scaling = Scaling(np.array([1.5, -2.0]), np.array([2.0, 0.5]))
+    fit_space = b.transformed_scaling(scaling)
+    np.testing.assert_allclose(fit_space.forward(t), b.scaled(scaling).forward(scaling.forward(x)), atol=1e-12)
+    np.testing.assert_allclose(b.scaled(scaling).unscaled(scaling).linear_from, b.linear_from, rtol=1e-15)
+    assert b.fingerprint != plain.fingerprint
+    np.testing.assert_array_equal(ColumnBounds.from_arrays(b.to_arrays(), b.columns).forward(x), t)
+    record = json.loads(json.dumps(b.to_record()))
+    np.testing.assert_array_equal(ColumnBounds.from_record(record).forward(x), t)
+    assert ColumnBounds.from_record(plain.to_record()).linear_from is None
+    assert "linear beyond 1" in b.describe()
+    with pytest.raises(ValueError, match="linear tail"):
+        ColumnBounds(np.array([0.0]), np.array([5.0]), ("x",), linear_from=np.array([1.0]))
+    with pytest.raises(ValueError, match="linear tail"):
+        ColumnBounds(np.array([-1.0]), np.array([np.inf]), ("x",), np.array([0.0]), np.array([np.inf]),
+                     np.array([3.0]))
+    with pytest.raises(ValueError, match="linear tail"):
+        ColumnBounds(np.array([0.0]), np.array([np.inf]), ("x",), linear_from=np.array([-1.0]))

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ColumnBounds", "suggest_bounds", "BoundsSpec", "bounded_chunk"]
+__all__ = ["ColumnBounds", "BoundsSpec", "bounded_chunk"]
 
 #: What ``bounds=`` accepts: {column: (lower, upper)} or one (lower, upper) pair per column; None = open.
 BoundsSpec = Mapping[str, Sequence[float | None]] | Sequence[Sequence[float | None]] | None
@@ -61,6 +61,11 @@ class ColumnBounds:
     ``log(x − a)`` alone, a Gaussian component's tail was a lognormal one in the data's units (cardio: 18 % of
     FD's mass beyond the training rows' box, mostly past the largest values of three columns with an atom at their
     minimum).
+
+    ``linear_from`` (NaN, or None for all columns, where there is none): a column bounded on one side only, without
+    a core, whose log goes on linearly beyond ``m`` on its open side, ``t = ±log g + (x − m)/g`` with ``g = |m − a|``
+    (the bound's distance): t and t' continuous at m, the log over the rows' own range, and past them the model's
+    tail in the fitting space rather than its exponential (docs/gp_tilted.md, "Hard edges").
     """
 
     lower: np.ndarray
@@ -68,6 +73,7 @@ class ColumnBounds:
     columns: tuple[str, ...]
     core_lower: np.ndarray | None = None
     core_upper: np.ndarray | None = None
+    linear_from: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if (self.core_lower is None) != (self.core_upper is None):
@@ -86,6 +92,13 @@ class ColumnBounds:
                                  "an open side only there")
             object.__setattr__(self, "core_lower", c0)
             object.__setattr__(self, "core_upper", c1)
+        if self.linear_from is not None:
+            m = np.asarray(self.linear_from, np.float64)
+            inside = np.where(self._lo, m > self.lower, m < self.upper)
+            if np.any(~np.isnan(m) & ~((self._lo ^ self._hi) & ~self.cored & inside)):
+                raise ValueError("a linear tail needs a column bounded on one side only, without a core, and a start "
+                                 "strictly inside its bound")
+            object.__setattr__(self, "linear_from", m)
 
     @property
     def cored(self) -> np.ndarray:
@@ -93,6 +106,22 @@ class ColumnBounds:
         if self.core_lower is None:
             return np.zeros(self.lower.size, dtype=bool)
         return ~np.isnan(self.core_lower)
+
+    @property
+    def linear(self) -> np.ndarray:
+        """True for the columns with a linear tail."""
+        if self.linear_from is None:
+            return np.zeros(self.lower.size, dtype=bool)
+        return ~np.isnan(self.linear_from)
+
+    def _beyond(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Where ``x`` (rows, data units) lies on a linear tail, and m, g, and the side s (+1: bounded below) per
+        column (1 where a column has none: those entries are not used)."""
+        has = self.linear
+        m = np.where(has, self.linear_from if self.linear_from is not None else 0.0, 0.0)
+        s = np.where(self._lo, 1.0, -1.0)
+        g = np.where(has, s * (m - np.where(self._lo, self.lower, np.where(self._hi, self.upper, 0.0))), 1.0)
+        return has & (s * (x - m) > 0), m, np.where(has, g, 1.0), s
 
     def _core_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """c₀, c₁, w₀, w₁ of bounds with cores (0 and 1 where a column has none: those entries are not used)."""
@@ -156,6 +185,9 @@ class ColumnBounds:
         below, above = self._gaps(x)
         t = np.where(self._lo, np.log(below), np.where(self._hi, 0.0, x))
         t = np.where(self._hi, t - np.log(above), t)
+        if self.linear.any():
+            beyond, m, g, s = self._beyond(x)
+            t = np.where(beyond, s * np.log(g) + (x - m) / g, t)
         if not self.cored.any():
             return t
         c0, c1, w0, w1 = self._core_parts()
@@ -171,6 +203,10 @@ class ColumnBounds:
             x = np.where(self._lo, lo + np.exp(t), t)
             x = np.where(self._hi & ~self._lo, hi - np.exp(-t), x)
         x = np.where(self._lo & self._hi, both, x)
+        if self.linear.any():
+            _, m, g, s = self._beyond(x)
+            t_m = s * np.log(g)
+            x = np.where(self.linear & (s * (t - t_m) > 0), m + g * (t - t_m), x)
         if not self.cored.any():
             return x
         c0, c1, w0, w1 = self._core_parts()
@@ -193,6 +229,9 @@ class ColumnBounds:
         d3 = 2.0 * (u**3 + v**3)
         dlog = d2 / d1
         out = [np.log(d1), d1, d2, dlog, d3 / d1 - dlog * dlog]
+        if self.linear.any():  # t' = 1/g past m; t'' and the derivatives of log t' vanish
+            beyond, _, g, _ = self._beyond(x)
+            out = [np.where(beyond, v, o) for v, o in zip((-np.log(g), 1.0 / g, 0.0, 0.0, 0.0), out, strict=True)]
         if not self.cored.any():
             return tuple(out)  # type: ignore[return-value]
         # a core: t' = 1 on it; below, t' = w₀u, t'' = −w₀u², (log t')' = −u, (log t')'' = u²; above, mirrored
@@ -232,9 +271,13 @@ class ColumnBounds:
         if scaling is None:
             return self
         with np.errstate(invalid="ignore"):
-            cores = {} if self.core_lower is None else {"core_lower": scaling.forward(self.core_lower),
-                                                        "core_upper": scaling.forward(self.core_upper)}
-            return ColumnBounds(scaling.forward(self.lower), scaling.forward(self.upper), self.columns, **cores)
+            return ColumnBounds(scaling.forward(self.lower), scaling.forward(self.upper), self.columns,
+                                **self._mapped(scaling.forward))
+
+    def _mapped(self, fn: Any) -> dict[str, np.ndarray]:
+        """The cores and the linear tails there are, each through ``fn``."""
+        return {k: fn(getattr(self, k)) for k in ("core_lower", "core_upper", "linear_from")
+                if getattr(self, k) is not None}
 
     def transformed_scaling(self, scaling: Any) -> Any:
         """The affine map ``z = (t − c')/s'`` of the transformed values ``t`` (in the data's units) that gives the
@@ -258,9 +301,8 @@ class ColumnBounds:
         :meth:`scaled`."""
         if scaling is None:
             return self
-        cores = {} if self.core_lower is None else {"core_lower": scaling.inverse(self.core_lower),
-                                                    "core_upper": scaling.inverse(self.core_upper)}
-        return ColumnBounds(scaling.inverse(self.lower), scaling.inverse(self.upper), self.columns, **cores)
+        return ColumnBounds(scaling.inverse(self.lower), scaling.inverse(self.upper), self.columns,
+                            **self._mapped(scaling.inverse))
 
     def named(self, names: Sequence[str]) -> ColumnBounds:
         """The same bounds with the columns named from ``names`` (all the data's columns)."""
@@ -271,103 +313,70 @@ class ColumnBounds:
         """A digest of the bounds: statistics summed in other transformed spaces do not combine."""
         from tgpflow.features.digest import array_hash
 
+        d = self.lower.size
+        if self.linear.any():
+            none = np.full(d, np.nan)
+            cores = (none, none) if self.core_lower is None else (self.core_lower, self.core_upper)
+            return array_hash(b"tgpflow.ColumnBounds.v3", (d,),
+                              (self.lower, self.upper, *cores, self.linear_from)).hexdigest()
         if not self.cored.any():  # bounds without cores keep the digest they always had
-            return array_hash(b"tgpflow.ColumnBounds.v1", (self.lower.size,), (self.lower, self.upper)).hexdigest()
-        return array_hash(b"tgpflow.ColumnBounds.v2", (self.lower.size,),
+            return array_hash(b"tgpflow.ColumnBounds.v1", (d,), (self.lower, self.upper)).hexdigest()
+        return array_hash(b"tgpflow.ColumnBounds.v2", (d,),
                           (self.lower, self.upper, self.core_lower, self.core_upper)).hexdigest()
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The arrays a statistics value or a model file carries (without the column names: :meth:`named` gives
-        them back); the cores only where there are some."""
+        them back); the cores and the linear tails only where there are some."""
         out = {"lower": self.lower, "upper": self.upper}
         if self.cored.any():
             out.update(core_lower=self.core_lower, core_upper=self.core_upper)
+        if self.linear.any():
+            out.update(linear_from=self.linear_from)
         return out
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], columns: Sequence[str] | None = None) -> ColumnBounds:
         lower, upper = (np.asarray(arrays[k], dtype=np.float64) for k in ("lower", "upper"))
-        cores = {k: np.asarray(arrays[k], dtype=np.float64) for k in ("core_lower", "core_upper") if k in arrays}
+        cores = {k: np.asarray(arrays[k], dtype=np.float64) for k in ("core_lower", "core_upper", "linear_from")
+                 if k in arrays}
         names = tuple(columns) if columns is not None else tuple(f"x{j}" for j in range(lower.size))
         return cls(lower, upper, names, **cores)
 
     def columns_at(self, positions: np.ndarray) -> ColumnBounds:
         """The bounds (and cores) of the columns at ``positions`` only, named by their positions."""
-        cores = {} if self.core_lower is None else {"core_lower": self.core_lower[positions],
-                                                    "core_upper": self.core_upper[positions]}
-        return ColumnBounds(self.lower[positions], self.upper[positions], tuple(str(j) for j in positions), **cores)
+        return ColumnBounds(self.lower[positions], self.upper[positions], tuple(str(j) for j in positions),
+                            **self._mapped(lambda v: v[positions]))
 
     def describe(self) -> str:
         parts = []
-        for name, (lo, hi) in self.to_dict().items():
-            parts.append(f"{name} in ({'-inf' if lo is None else f'{lo:g}'}, {'inf' if hi is None else f'{hi:g}'})")
+        for j, name in enumerate(self.columns):
+            lo, hi = self.lower[j], self.upper[j]
+            if np.isfinite(lo) or np.isfinite(hi):
+                linear = f" (linear beyond {self.linear_from[j]:g})" if self.linear[j] else ""
+                parts.append(f"{name} in ({lo:g}, {hi:g}){linear}")
         return ", ".join(parts)
 
+    def to_record(self) -> dict[str, Any]:
+        """JSON of the bounds as a model file and a pipeline's frozen draw keep them: the columns, ``to_dict`` and
+        the linear tails by column (the cores come back from the discrete columns:
+        :meth:`~tgpflow.features.lattice.LatticeCells.bounds_with`)."""
+        out: dict[str, Any] = {"columns": list(self.columns), "bounds": self.to_dict()}
+        if self.linear.any():
+            out["linear_from"] = {c: float(m) for c, m, on in zip(self.columns, self.linear_from, self.linear,
+                                                                  strict=True) if on}
+        return out
 
-#: A hard edge (:func:`suggest_bounds`): at least this share of the pilot's rows lie within :data:`EDGE_BAND` of the
-#: column's range from its extreme value ...
-EDGE_SHARE = 0.01
-EDGE_BAND = 0.02
-#: ... and that band holds at least this fraction of the next band's rows: the density does not fall towards the
-#: edge (a tail thins out before its last value; MAGIC's fAlpha, an angle in [0°, 90°], holds 9.3 % of its rows in
-#: the band above 0° and 8.3 % in the next, and 1.07 % below 90° against 0.95 %).
-EDGE_FLAT = 0.8
-#: ... and the band holds at least this many rows: on a few hundred Gaussian rows a band of 3 rows beat the next
-#: one in 1 of 20 tails.
-EDGE_MIN_ROWS = 30
-
-
-def suggest_bounds(rows: np.ndarray, columns: Sequence[str], bounds: ColumnBounds | None,
-                   min_mass: float = 0.01) -> dict[str, list[float | None]]:
-    """Bounds that a pilot sample shows (docs/gp_tilted.md, "Hard edges"), per side of each open column:
-
-    * **at 0 (and 1)**: every value ≥ 0 (≤ 1) while a Gaussian with the column's mean and spread puts more than
-      ``min_mass`` below 0 (above 1): the edges that non-negative quantities and shares have;
-    * **at a hard edge**: the column's rows pile up against its extreme value (:data:`EDGE_SHARE`,
-      :data:`EDGE_BAND`, :data:`EDGE_FLAT`, :data:`EDGE_MIN_ROWS`), as an angle does at 0° and 90°.
-
-    A bound lies one *gap* beyond the edge (0 or 1 by the first rule, the extreme value by the second), the gap
-    being the distance from the extreme value to the 1 % quantile: the rows at the edge then sit where the log
-    transform is as smooth as over the last 1 % of the rows, and a later row at 0 or 1 itself (a min-max scaled
-    column holds both ends, which a pilot may miss) is not beyond the bound. A side with ≥ 1 % of the rows on its
-    extreme value is left alone: that is a point mass (an atom, :mod:`tgpflow.features.lattice`).
-    """
-    from scipy.stats import norm
-
-    out: dict[str, list[float | None]] = {}
-    rows = np.asarray(rows, dtype=np.float64)
-    mean, sd = rows.mean(axis=0), rows.std(axis=0)
-    lo_q, hi_q = np.quantile(rows, [0.01, 0.99], axis=0)
-    for j, name in enumerate(columns):
-        if bounds is not None and (np.isfinite(bounds.lower[j]) or np.isfinite(bounds.upper[j])):
-            continue
-        if sd[j] <= 0:
-            continue
-        col = rows[:, j]
-        low, high = float(col.min()), float(col.max())
-        gap_lo, gap_hi = float(lo_q[j]) - low, high - float(hi_q[j])
-        non_negative, share = low >= 0, low >= 0 and high <= 1
-        lower = upper = None
-        if gap_lo > 0 and non_negative and norm.cdf(-mean[j] / sd[j]) > min_mass:
-            lower = -gap_lo  # the edge is 0 itself, where a later row may lie
-        elif gap_lo > 0 and _piled(col - low, high - low):
-            lower = low - gap_lo
-        if gap_hi > 0 and share and norm.sf((1.0 - mean[j]) / sd[j]) > min_mass:
-            upper = 1.0 + gap_hi
-        elif gap_hi > 0 and _piled(high - col, high - low):
-            upper = high + gap_hi
-        if lower is not None or upper is not None:
-            out[str(name)] = [lower, upper]
-    return out
-
-
-def _piled(distance: np.ndarray, width: float) -> bool:
-    """Whether rows at ``distance`` (≥ 0) from an extreme value pile up against it: a hard edge
-    (:func:`suggest_bounds`)."""
-    band = EDGE_BAND * width
-    first = float(np.mean(distance <= band))
-    second = float(np.mean((distance > band) & (distance <= 2 * band)))
-    return first >= EDGE_SHARE and first * distance.size >= EDGE_MIN_ROWS and first >= EDGE_FLAT * second
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> ColumnBounds | None:
+        """The bounds of :meth:`to_record` (a record without linear tails: those of an older file)."""
+        names = [str(c) for c in record["columns"]]
+        bounds = cls.from_param(record["bounds"], names)
+        if bounds is None or not record.get("linear_from"):
+            return bounds
+        linear = np.full(len(names), np.nan)
+        for name, m in record["linear_from"].items():
+            linear[names.index(str(name))] = float(m)
+        return dataclasses.replace(bounds, linear_from=linear)
 
 
 def bounded_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label: str, bounds: ColumnBounds,

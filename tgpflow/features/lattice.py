@@ -343,7 +343,8 @@ class LatticeCells:
             c0, c1 = ends.get(-1.0, -np.inf), ends.get(1.0, np.inf)
             if np.isfinite(c0) == np.isfinite(lower[j]) and np.isfinite(c1) == np.isfinite(upper[j]):
                 core_lower[j], core_upper[j] = c0, c1  # (a bound of another kind on the other side: no core)
-        return ColumnBounds(lower, upper, tuple(str(c) for c in columns), core_lower, core_upper)
+        return ColumnBounds(lower, upper, tuple(str(c) for c in columns), core_lower, core_upper,
+                            None if bounds is None else bounds.linear_from)  # (the linear tails it keeps)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON: ``{"columns": {column: {position, origin, step, top, tails: [ε below, ε above], weights: [η(0),

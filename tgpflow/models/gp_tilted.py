@@ -26,7 +26,8 @@ from tgpflow.core.gaussian_base import base_from_moments, check_covariance, mixt
 from tgpflow.core.logs import logger, phase
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, declare_wrapper
 from tgpflow.core.moments import Moments
-from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk, suggest_bounds
+from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk
+from tgpflow.features.edges import suggest_bounds, with_linear_tails
 from tgpflow.features.code_calibration import calibrate_cells
 from tgpflow.features.lattice import LatticeCells, dequantize_chunk
 from tgpflow.features.lattice_choice import choose_discrete
@@ -185,7 +186,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         ``"auto"`` (the default) declares the bounds the pilot shows, one gap beyond its extreme values (the
         distance to the 1 % quantile): for columns that never go below 0 (above 1) while a Gaussian of them
         would, and where the rows pile up against an extreme value
-        (:func:`~tgpflow.features.bounds.suggest_bounds`); None fits every column open and only
+        (:func:`~tgpflow.features.edges.suggest_bounds`); None fits every column open and only
         suggests them (``pilot_["suggested_bounds"]``). ``bounds_`` holds what a fit resolved, the statistics
         carry it, and a refit reads every partition within it (docs/gp_tilted.md, "Hard edges").
     discrete : "auto", None or a list of columns — columns modelled as discrete by uniform dequantization over
@@ -600,6 +601,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self.discrete_ = choose_discrete(self.discrete, column_kinds(rows, names), rows, bounded, seed)
         self.bounds_ = self._with_cells(self.bounds_, names)
         found = self._auto_bounds(rows, names) if self._bounds_auto else None
+        self.bounds_ = with_linear_tails(self.bounds_, rows, declared=bounded)  # past the pilot's extreme values
         if self.discrete_ is not None or found is not None:  # the pilot's rows in the new fitting space
             dequantized = rows if self.discrete_ is None else self.discrete_.dequantize(rows, pilot.keys)
             pilot = dataclasses.replace(pilot, rows=_from_data_rows(dequantized, self.bounds_,
@@ -616,7 +618,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return fitting
 
     def _auto_bounds(self, rows: np.ndarray, names: list[str]) -> ColumnBounds | None:
-        """``bounds="auto"``: the bounds :func:`~tgpflow.features.bounds.suggest_bounds` reads off the pilot's rows
+        """``bounds="auto"``: the bounds :func:`~tgpflow.features.edges.suggest_bounds` reads off the pilot's rows
         (just beyond them: a row on a bound would be a bad row), in the columns that are neither bounded nor
         discrete already; added to ``bounds_``. None when no column qualifies."""
         found = suggest_bounds(rows, names, self.bounds_)
@@ -806,19 +808,19 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         return cells
 
     def _fresh_bounds(self, d: int, stats: Any) -> ColumnBounds | None:
-        """``bounds=`` of an estimator that solves statistics it did not accumulate. Those of a bounded fit are sums
-        in its fitting space, and they carry the bounds they were read with (``stats.bounds``): ``bounds="auto"``
-        takes those, and declared bounds must be the same (checked by the solve). Columns are named only by a fit,
-        so bounds by column name need one."""
-        names = self._fresh_names(d)
+        """``bounds=`` of an estimator that solves statistics it did not accumulate, sums in a fitting space that carry
+        the bounds their rows were read with (``stats.bounds``): ``bounds="auto"`` and declared bounds of the same
+        edges take those, linear tails included (other edges fail the solve); bounds by name need a fit's columns."""
+        names, carried = self._fresh_names(d), _carried(stats, "bounds")
         if self._bounds_auto:
-            carried = _carried(stats, "bounds")
             return None if carried is None else carried.named(names)
         if self.bounds is not None and not hasattr(self, "feature_names_in_") and isinstance(self.bounds, dict):
             raise ValueError("bounds= names columns, but this estimator has not seen the data's columns: give one "
                              "(lower, upper) pair per column, or solve with the estimator that accumulated the "
                              "statistics")
-        return ColumnBounds.from_param(self.bounds, names)
+        declared = ColumnBounds.from_param(self.bounds, names)
+        same = declared is not None and carried is not None and carried.to_pairs() == declared.to_pairs()
+        return carried.named(names) if same else declared
 
     # -- selection ----------------------------------------------------------------------
     def _lam_grid(self) -> list[float]:
@@ -1033,8 +1035,7 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
             "eta": getattr(self, "eta_", None),
             "lam": self.lam_ if self._method.selects else None,
             "solver_info": self.solver_info_,
-            "bounds": None if getattr(self, "bounds_", None) is None else {"columns": list(self.bounds_.columns),
-                                                                            "bounds": self.bounds_.to_dict()},
+            "bounds": None if getattr(self, "bounds_", None) is None else self.bounds_.to_record(),
             "discrete": None if getattr(self, "discrete_", None) is None else self.discrete_.to_dict(),
             "pilot": getattr(self, "pilot_", {}),
         }
@@ -1081,5 +1082,4 @@ class GPTiltedDensity(AnomalyMixin, StreamingMixin, StatsEstimator):
         self.n_rows_dropped_ = meta.get("n_rows_dropped", 0)
         stored = meta.get("bounds")
         self.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
-        self.bounds_ = None if not stored else self._with_cells(
-            ColumnBounds.from_param(stored["bounds"], stored["columns"]), list(stored["columns"]))
+        self.bounds_ = None if not stored else self._with_cells(ColumnBounds.from_record(stored), stored["columns"])

@@ -52,7 +52,7 @@ def draw_arrays(est: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         if getattr(est, "discrete_", None) is not None:  # the pass dequantizes these columns by each row's key
             meta["discrete"] = est.discrete_.to_dict()
         if getattr(est, "bounds_", None) is not None:  # as resolved: bounds="auto", and the discrete columns'
-            meta["bounds"] = {"columns": list(est.bounds_.columns), "bounds": est.bounds_.to_dict()}
+            meta["bounds"] = est.bounds_.to_record()
         return arrays, meta
     return dict(est.basis_.to_arrays()), {"type": "nystrom", "kernel": est.basis_.kernel_name,
                                           "fingerprint": est.basis_.fingerprint}
@@ -75,8 +75,7 @@ def restore_draw(est: Any, arrays: dict[str, Any], meta: dict[str, Any], columns
             # bounded at their lattices' outer cell edges, beside the spec's bounds
             est.bounds_ = est._with_cells(est.bounds_, columns)
         if meta.get("bounds"):  # as the draw resolved them (a store drawn before keeps the spec's)
-            est.bounds_ = est._with_cells(ColumnBounds.from_param(meta["bounds"]["bounds"], meta["bounds"]["columns"]),
-                                          list(meta["bounds"]["columns"]))
+            est.bounds_ = est._with_cells(ColumnBounds.from_record(meta["bounds"]), list(meta["bounds"]["columns"]))
         mixture = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("mixture.")}
         if mixture:
             est.base_mixture_ = GaussianMixtureBase.from_arrays(mixture)
