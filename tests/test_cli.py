@@ -237,3 +237,45 @@ def test_sample_methods_on_the_model_score(tmp_path, rng):
     r = runner.invoke(main, ["sample", rsr, "-n", "200", "--out", str(tmp_path / "x.parquet"), "--method", "mala",
                              "--init", src, "--warmup", "100", "--steps", "100"])
     assert r.exit_code == 0, r.output
+
+
+def test_what_fit_prints_and_what_report_accepts_come_from_the_registrys_capabilities(tmp_path, rng, monkeypatch):
+    """``tgpflow fit`` prints the kind's own summary (:class:`tgpflow.models.registry.ModelKind` ``summary``),
+    read here off the saved model's attributes: a kernel family's has no GP-tilted fields, RSR's its smoothness;
+    ``tgpflow report`` follows ``reports``, not a class name (a GP-tilted kind registered without it is refused,
+    and RSR with it set gets past the check); the pass's work estimate follows ``work`` (None for RSR)."""
+    import dataclasses
+
+    from tgpflow.models import registry
+
+    src, X = _data(tmp_path, rng)
+    runner = CliRunner()
+    printed = {}
+    for method, extra in (("fd", ["--n-features", "32"]), ("nkef", ["--n-basis", "20"]),
+                          ("rsr", ["--smoothness", "1.0", "--n-features", "64"])):
+        model = str(tmp_path / f"{method}.zarr")
+        r = runner.invoke(main, ["fit", src, "--model", method, "--out", model, "--progress", "none", *extra])
+        assert r.exit_code == 0, r.output
+        printed[method] = out = json.loads(r.stdout.strip().splitlines()[-1])
+        est = tgpflow.load(model)
+        assert out["model"] == model and out["method"] == method and out["rows"] == est.n_samples_seen_ == len(X)
+    fd, nkef, rsr = (tgpflow.load(str(tmp_path / f"{m}.zarr")) for m in ("fd", "nkef", "rsr"))
+    assert printed["fd"]["n_features"] == 32 and printed["fd"]["bounds"] == (
+        None if fd.bounds_ is None else fd.bounds_.to_dict())
+    assert printed["fd"]["diagnostics"]["ess_fraction"] == pytest.approx(fd.fit_diagnostics_["ess_fraction"])
+    assert printed["nkef"]["bandwidth"] == pytest.approx(nkef.bandwidth_)
+    assert not {"n_features", "bounds", "discrete", "base_mixture"} & set(printed["nkef"])
+    assert printed["rsr"]["smoothness"] == pytest.approx(rsr.smoothness_) and "lam" not in printed["rsr"]
+    kinds = registry.model_kinds()
+    assert kinds["RootSobolevDensity"].pass_work(rsr, 10_000, 3) is None
+    assert kinds["GPTiltedDensity"].pass_work(fd, 2_000, 3) == 2 * kinds["GPTiltedDensity"].pass_work(fd, 1_000, 3)
+    report = ["report", str(tmp_path / "fd.zarr"), src, "--out", str(tmp_path / "rep")]
+    monkeypatch.setitem(registry._KINDS, "GPTiltedDensity", dataclasses.replace(kinds["GPTiltedDensity"],
+                                                                                reports=False))
+    r = runner.invoke(main, report)
+    assert r.exit_code == 1 and "reports are implemented for GP-tilted densities" in r.output
+    monkeypatch.setitem(registry._KINDS, "GPTiltedDensity", kinds["GPTiltedDensity"])
+    monkeypatch.setitem(registry._KINDS, "RootSobolevDensity", dataclasses.replace(kinds["RootSobolevDensity"],
+                                                                                   reports=True))
+    r = runner.invoke(main, ["report", str(tmp_path / "rsr.zarr"), src, "--out", str(tmp_path / "rep2")])
+    assert "reports are implemented" not in r.output  # past the capability check (the report itself may refuse)

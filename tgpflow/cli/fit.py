@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
-
 import click
 
 from tgpflow.cli.app import (check_out, columns_option, main, overwrite_option, progress_option, runtime_errors,
                              scheduler_options, split_columns)
 from tgpflow.cli.fit_options import FitCommand, ModelChoice, model_params
-from tgpflow.cli.summaries import diagnostics_summary, discrete_columns, json_number
 from tgpflow.cluster import progress_display
 
 
@@ -40,44 +37,18 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
     from tgpflow.io.sources import as_source
     from tgpflow.models.registry import cli_models, model_kinds
 
-    kind = cli_models()[method][0]
+    kind = model_kinds()[cli_models()[method][0]]
     params = model_params(ctx, method, options, param_pairs)
     check_out(out, "model", overwrite)  # after the options (usage errors first), before any work
     with runtime_errors():
-        est = model_kinds()[kind].estimator_class()(**params)
+        est = kind.estimator_class()(**params)
         src = as_source(source, columns=split_columns(columns), on_bad_rows=est.on_bad_rows)
         t0 = time.perf_counter()
-        with dask_client(scheduler, work=_fit_work(kind, est, src), local=local, dashboard=True) as client, \
+        work = kind.pass_work(est, src.n_rows, src.n_columns)  # whether an embedded cluster pays off
+        with dask_client(scheduler, work=work, local=local, dashboard=True) as client, \
                 progress_display(progress_mode, client) as progress:
             est.fit(src, progress=progress)
         est.save(out, overwrite=overwrite)
     seconds = round(time.perf_counter() - t0, 2)
-    if kind == "RootSobolevDensity":
-        click.echo(json.dumps({"model": out, "method": method, "rows": est.n_samples_seen_,
-                               "smoothness": est.smoothness_,
-                               "fit": {k: v for k, v in est.fit_info_.items() if k != "history"},
-                               "anomaly_threshold": est.anomaly_threshold_, "seconds": seconds}, default=str))
-        return
-    click.echo(json.dumps({
-        "model": out, "method": method, "rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_,
-        "columns": src.columns, "n_features": getattr(est, "n_features", None), "bandwidth": est.bandwidth_,
-        "lam": json_number(est.lam_), "n_rows_dropped": getattr(est, "last_rows_dropped_", 0),
-        "selected": {k: json_number(v)
-                     for k, v in (getattr(est, "selection_", {}).get("chosen") or {}).items()} or None,
-        "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
-        "diagnostics": diagnostics_summary(est),
-        "bounds": None if getattr(est, "bounds_", None) is None else est.bounds_.to_dict(),  # as the fit resolved
-        "suggested_bounds": getattr(est, "pilot_", {}).get("suggested_bounds") or None,
-        "column_kinds": getattr(est, "pilot_", {}).get("column_kinds"),
-        "discrete": discrete_columns(est),
-        "base_mixture": getattr(est, "pilot_", {}).get("mixture"),
-        "seconds": seconds}, default=str))
-
-
-def _fit_work(kind: str, est: Any, src: Any) -> float | None:
-    """The flops of a fit's pass, roughly (whether an embedded cluster pays off); None when unknown."""
-    if src.n_rows is None or kind == "RootSobolevDensity":
-        return None
-    if kind == "GPTiltedDensity":
-        return float(src.n_rows) * est.n_features**2
-    return float(src.n_rows) * (est.n_basis * src.n_columns) ** 2 * src.n_columns
+    click.echo(json.dumps({"model": out, "method": method, "columns": src.columns, **kind.summarize(est),
+                           "seconds": seconds}, default=str))

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tgpflow.cli.app import load_model, main, runtime_errors
-from tgpflow.cli.summaries import diagnostics_summary, discrete_columns
+from tgpflow.models.fit_summaries import diagnostics_summary, discrete_columns
 
 
 @main.command()

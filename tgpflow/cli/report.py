@@ -27,12 +27,13 @@ def report(model: str, source: str, out: str, overwrite: bool, columns: str | No
            seed: int, on_bad_rows: str, scheduler: str | None) -> None:
     """Metrics (sliced KS/WD, Hyvärinen loss) and figures of MODEL against SOURCE, into --out."""
     from tgpflow.cluster import dask_client
+    from tgpflow.models.registry import kind_of
     from tgpflow.pipeline.report import write_report
 
     check_out(out, "report", overwrite)
     with runtime_errors():
         est = load_model(model)
-        if type(est).__name__ != "GPTiltedDensity":
+        if not kind_of(est).reports:
             raise click.ClickException(f"{model}: reports are implemented for GP-tilted densities in this release, "
                                        f"not for a {type(est).__name__}")
         with dask_client(scheduler, work=None):

@@ -15,7 +15,7 @@ import dataclasses
 import importlib
 from typing import Any
 
-__all__ = ["ModelKind", "register_kind", "model_kinds", "kind_names", "model_classes", "kind_methods",
+__all__ = ["ModelKind", "register_kind", "model_kinds", "kind_of", "kind_names", "model_classes", "kind_methods",
            "pipeline_estimators", "cli_models", "stats_classes", "param_applies", "models_using", "refits_from_rows",
            "RSR_METHODS"]
 
@@ -33,7 +33,10 @@ class ModelKind:
     kinds without a ``method`` parameter. ``pipelines``: a pipeline spec may name it. ``row_methods``: the
     methods without additive statistics (an iteration over the rows whose sums depend on the current
     solution): a pipeline refits them on the rows of all its partitions and stores no statistics for them.
-    ``table``: the ``"module:Class"`` of its parameter table (:mod:`tgpflow.models.params`).
+    ``table``: the ``"module:Class"`` of its parameter table (:mod:`tgpflow.models.params`). Its capabilities,
+    which the CLI reads instead of class names: ``summary``, the ``"module:function"`` of what a fit reports of
+    itself (:mod:`tgpflow.models.fit_summaries`); ``work``, that of its pass's flops from the rows and columns
+    (None: unknown, e.g. an iteration over the rows); ``reports``: ``tgpflow report`` draws its figures.
     """
 
     name: str
@@ -44,9 +47,20 @@ class ModelKind:
     stats: tuple[str, ...] = ()  # "module:Class" of the statistics its passes make
     row_methods: tuple[str, ...] = ()
     table: str = ""
+    summary: str = "tgpflow.models.fit_summaries:kernel_summary"
+    work: str | None = "tgpflow.models.fit_summaries:kernel_work"
+    reports: bool = False
 
     def estimator_class(self) -> type:
         return getattr(importlib.import_module(self.module), self.name)
+
+    def summarize(self, est: Any) -> dict[str, Any]:
+        """What a fitted ``est`` of this kind reports of itself (``summary``)."""
+        return _function(self.summary)(est)
+
+    def pass_work(self, est: Any, n_rows: int | None, n_columns: int) -> float | None:
+        """The flops of ``est``'s pass over ``n_rows`` rows, roughly (``work``); None when unknown."""
+        return None if self.work is None or n_rows is None else float(_function(self.work)(est, n_rows, n_columns))
 
     def table_class(self) -> Any:
         """Its parameter table (imports pydantic, not the estimator)."""
@@ -62,6 +76,11 @@ class ModelKind:
         return out
 
 
+def _function(path: str) -> Any:
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 _KINDS: dict[str, ModelKind] = {}
 
 
@@ -75,19 +94,26 @@ _KEF_STATS = ("tgpflow.stats.kef:KEFStats", "tgpflow.stats.kef:DiagStats", "tgpf
 _TABLES = "tgpflow.models.params"
 register_kind(ModelKind("GPTiltedDensity", "tgpflow.models.gp_tilted", methods="tgp",
                         stats=("tgpflow.stats.tgp:TGPStats", "tgpflow.stats.ncfd:NCFDStats"),
-                        table=f"{_TABLES}:GPTiltedParams"))
+                        table=f"{_TABLES}:GPTiltedParams", summary="tgpflow.models.fit_summaries:tgp_summary",
+                        work="tgpflow.models.fit_summaries:tgp_work", reports=True))
 register_kind(ModelKind("NystromKEF", "tgpflow.models.nystrom_kef", cli=(("nkef", ()),), stats=_KEF_STATS,
                         table=f"{_TABLES}:NystromKEFParams"))
 register_kind(ModelKind("ScoreEstimator", "tgpflow.models.kernel_score", cli=(("score", ()),), stats=_KEF_STATS,
                         table=f"{_TABLES}:ScoreParams"))
 register_kind(ModelKind("RootSobolevDensity", "tgpflow.models.root_sobolev", methods=RSR_METHODS,
                         stats=("tgpflow.stats.kde_sdo:KDESDOStats",), row_methods=("rsr",),
-                        table=f"{_TABLES}:RootSobolevParams"))
+                        table=f"{_TABLES}:RootSobolevParams", summary="tgpflow.models.fit_summaries:rsr_summary",
+                        work=None))
 
 
 def model_kinds() -> dict[str, ModelKind]:
     """Every registered kind, by name (a copy)."""
     return dict(_KINDS)
+
+
+def kind_of(est: Any) -> ModelKind:
+    """The kind of a fitted or loaded estimator (the kind its model file records)."""
+    return _KINDS[type(est).__name__]
 
 
 def kind_names() -> tuple[str, ...]:
