@@ -495,6 +495,18 @@ def test_bounds_auto_bounds_positive_columns_just_below_zero_and_a_pipeline_keep
     day = pd.read_parquet(tmp_path / "data" / "d0.parquet")
     np.testing.assert_allclose(est.log_density(day, normalized=True),
                                pd.read_parquet(tmp_path / "scores" / "d0.parquet")["log_density"], rtol=1e-9)
+    # the found bound's log goes on linearly past the pilot's largest load (tgpflow.features.edges), and a later
+    # run's refit reads its partition with the same tail: the store's frozen draw keeps it
+    start = est.bounds_.linear_from[0]
+    loads = np.concatenate([pd.read_parquet(tmp_path / "data" / f"d{k}.parquet")["load"] for k in range(2)])
+    assert np.quantile(loads, 0.99) < start <= loads.max() * (1 + 1e-12)  # (through the standardization)
+    frame = pd.DataFrame(_meter_table(3000, 22), columns=["load", "sub"])
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / "data" / "d2.parquet")
+    run_pipeline(load_spec(tmp_path / "spec.yaml"))
+    later = tgpflow.load(tmp_path / "models" / "density")
+    assert later.n_samples_seen_ > est.n_samples_seen_ and later.bounds_.linear_from[0] == start
+    np.testing.assert_allclose(est.log_density(frame, normalized=True),  # scored by the version before the run
+                               pd.read_parquet(tmp_path / "scores" / "d2.parquet")["log_density"], rtol=1e-9)
 
 
 def test_beyond_three_discrete_columns_the_sobol_cell_average_matches_monte_carlo_over_the_cell_corners_too():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+
 import click
 
 from tgpflow.cli.app import (check_out, columns_option, main, overwrite_option, progress_option, runtime_errors,

@@ -343,7 +343,7 @@ class ColumnBounds:
         return cls(lower, upper, names, **cores)
 
     def columns_at(self, positions: np.ndarray) -> ColumnBounds:
-        """The bounds (and cores) of the columns at ``positions`` only, named by their positions."""
+        """The bounds (cores and linear tails too) of the columns at ``positions`` only, named by their positions."""
         return ColumnBounds(self.lower[positions], self.upper[positions], tuple(str(j) for j in positions),
                             **self._mapped(lambda v: v[positions]))
 
