@@ -1,8 +1,9 @@
 """Sliced Kolmogorov–Smirnov and Wasserstein distances (seed 003 §IV; MATH.md §10).
 
 For directions v uniform on the unit sphere, compare the data's marginal CDF P_N along v
-with the model's marginal CDF Q along v on a grid of ``n_grid`` points α (the paper: 10⁴):
-``KS_v = max_α |P_N(α) − Q(α)|``, ``WD_v = Σ_α |P_N(α) − Q(α)| Δα`` (∫|P_N − Q|).
+with the model's marginal CDF Q along v on a grid of ``n_grid`` points α over the data's range (the paper: 10⁴):
+``KS_v = max_α |P_N(α) − Q(α)|``, ``WD_v = Σ_α |P_N(α) − Q(α)| Δα`` (∫|P_N − Q|) plus the model's mass beyond the
+range times its distance, which is exact there (P_N is 0 or 1).
 
 Q comes from a weighted reference sample of the model: ``n_model_samples`` (paper: 250 000)
 draws ζ from the Gaussian base N(μ, Σ), weighted by ``exp(log q(ζ) − log N(ζ|μ, Σ))`` — the
@@ -122,20 +123,22 @@ def sliced_distances(X: Any, model: Any = None, *, points: np.ndarray | None = N
     data_range, _ = accumulate(source, _chunk_range, V)
     if not np.all(np.isfinite(data_range.lo)):
         raise ValueError(f"{source.description}: no rows to compare")
-    lo, hi = data_range.lo.copy(), data_range.hi.copy()
-    for start in range(0, n_directions, 64):  # model range, in direction blocks
-        p = points @ V[start:start + 64].T
-        lo[start:start + 64] = np.minimum(lo[start:start + 64], p.min(axis=0))
-        hi[start:start + 64] = np.maximum(hi[start:start + 64], p.max(axis=0))
+    # the grid spans the data's range only: a model's draws far beyond it would otherwise widen every bin and hide
+    # the mismatch in the bulk (a draw at 300 sd made a sliced KS 0.0212 where the exact one was 0.0239). Beyond the
+    # range P_N is 0 or 1: the model's mass there is its own last bin (KS: the largest gap is at the range's end)
+    # and enters WD exactly, E[(lo − Y)₊] + E[(Y − hi)₊]
+    lo, hi = data_range.lo, data_range.hi
     step = np.maximum(hi - lo, np.finfo(float).tiny) / (n_grid - 1)
     data, _ = accumulate(source, _chunk_counts, V, lo, step, int(n_grid))
     ks = np.empty(n_directions)
     wd = np.empty(n_directions)
     for start in range(0, n_directions, 64):
         sl = slice(start, start + 64)
-        q = np.cumsum(_histogram(points @ V[sl].T, lo[sl], step[sl], n_grid, weights), axis=1)
+        proj = points @ V[sl].T
+        q = np.cumsum(_histogram(proj, lo[sl], step[sl], n_grid + 1, weights)[:, :n_grid], axis=1)
         p = np.cumsum(data.counts[sl], axis=1) / data.n
         diff = np.abs(p - q)
         ks[sl] = diff.max(axis=1)
-        wd[sl] = diff.sum(axis=1) * step[sl]
+        outside = weights @ (np.maximum(lo[sl] - proj, 0.0) + np.maximum(proj - hi[sl], 0.0))
+        wd[sl] = diff.sum(axis=1) * step[sl] + outside
     return SlicedDistances(ks, wd, V)
