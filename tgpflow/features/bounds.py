@@ -114,14 +114,14 @@ class ColumnBounds:
             return np.zeros(self.lower.size, dtype=bool)
         return ~np.isnan(self.linear_from)
 
-    def _beyond(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Where ``x`` (rows, data units) lies on a linear tail, and m, g, and the side s (+1: bounded below) per
-        column (1 where a column has none: those entries are not used)."""
+    def _linear_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """m, g and the side s (+1: bounded below) of the linear tails per column (0, 1 and ±1 where a column has
+        none: those entries are not used). A value x lies on its tail where ``linear & (s·(x − m) > 0)``."""
         has = self.linear
-        m = np.where(has, self.linear_from if self.linear_from is not None else 0.0, 0.0)
+        m = np.where(has, self.linear_from, 0.0)
         s = np.where(self._lo, 1.0, -1.0)
         g = np.where(has, s * (m - np.where(self._lo, self.lower, np.where(self._hi, self.upper, 0.0))), 1.0)
-        return has & (s * (x - m) > 0), m, np.where(has, g, 1.0), s
+        return m, g, s
 
     def _core_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """c₀, c₁, w₀, w₁ of bounds with cores (0 and 1 where a column has none: those entries are not used)."""
@@ -186,8 +186,8 @@ class ColumnBounds:
         t = np.where(self._lo, np.log(below), np.where(self._hi, 0.0, x))
         t = np.where(self._hi, t - np.log(above), t)
         if self.linear.any():
-            beyond, m, g, s = self._beyond(x)
-            t = np.where(beyond, s * np.log(g) + (x - m) / g, t)
+            m, g, s = self._linear_parts()
+            t = np.where(self.linear & (s * (x - m) > 0), s * np.log(g) + (x - m) / g, t)
         if not self.cored.any():
             return t
         c0, c1, w0, w1 = self._core_parts()
@@ -204,7 +204,7 @@ class ColumnBounds:
             x = np.where(self._hi & ~self._lo, hi - np.exp(-t), x)
         x = np.where(self._lo & self._hi, both, x)
         if self.linear.any():
-            _, m, g, s = self._beyond(x)
+            m, g, s = self._linear_parts()
             t_m = s * np.log(g)
             x = np.where(self.linear & (s * (t - t_m) > 0), m + g * (t - t_m), x)
         if not self.cored.any():
@@ -230,7 +230,8 @@ class ColumnBounds:
         dlog = d2 / d1
         out = [np.log(d1), d1, d2, dlog, d3 / d1 - dlog * dlog]
         if self.linear.any():  # t' = 1/g past m; t'' and the derivatives of log t' vanish
-            beyond, _, g, _ = self._beyond(x)
+            m, g, s = self._linear_parts()
+            beyond = self.linear & (s * (x - m) > 0)
             out = [np.where(beyond, v, o) for v, o in zip((-np.log(g), 1.0 / g, 0.0, 0.0, 0.0), out, strict=True)]
         if not self.cored.any():
             return tuple(out)  # type: ignore[return-value]

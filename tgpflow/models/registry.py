@@ -64,11 +64,10 @@ class ModelKind:
 
     def table_class(self) -> Any:
         """Its parameter table (imports pydantic, not the estimator)."""
-        module, name = self.table.split(":")
-        return getattr(importlib.import_module(module), name)
+        return _function(self.table)
 
     def stats_classes(self) -> list[type]:
-        out = [getattr(importlib.import_module(mod), cls) for mod, cls in (s.split(":") for s in self.stats)]
+        out = [_function(s) for s in self.stats]
         if self.methods == "tgp":  # a registered method may bring its own statistics
             from tgpflow.models.tgp_methods import get_method, method_names
 
@@ -77,6 +76,7 @@ class ModelKind:
 
 
 def _function(path: str) -> Any:
+    """The object a ``"module:name"`` path names (imports the module)."""
     module, name = path.split(":")
     return getattr(importlib.import_module(module), name)
 
