@@ -15,8 +15,8 @@ import tgpflow
 from tgpflow.features.code_calibration import MAX_RESIDUAL, calibrate_codes, code_tables
 from tgpflow.features.lattice import NOISE_WIDTH, LatticeCells
 from tgpflow.features.scaling import Scaling
-from tgpflow.models.gp_tilted import _from_data_rows
 from tgpflow.models.lattice_fitted import with_lattice
+from tgpflow.models.tgp_space import from_data_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
 
@@ -78,7 +78,7 @@ def test_the_tables_are_the_fitting_spaces_means_over_each_cell_by_quadrature(sc
     cells = LatticeCells(np.array([1]), ("code",), np.array([2.0]), np.array([0.5]), np.array([4.0]), seed=0)
     bounds = cells.bounds_with(None, ["x", "code"])  # the log tails in the extreme cells' outer halves
     scaling = Scaling(np.array([0.0, 3.1]), np.array([1.0, 0.6])) if scale else None
-    to_fitting = functools.partial(_from_data_rows, bounds=bounds, scaling=scaling)
+    to_fitting = functools.partial(from_data_rows, bounds=bounds, scaling=scaling)
     f1, f2 = code_tables(cells.origin, cells.step, cells.n_steps, cells.positions, NOISE_WIDTH, to_fitting,
                          np.array([0.3, 3.0]))
     assert f1.shape == (1, 5)

@@ -119,7 +119,6 @@ KNOWN_PRIVATE_ATTRIBUTE_USES = {
     "tgpflow": {"_from_artifact"},
     "tgpflow.features.rff": {"_max_workers"},
     "tgpflow.models.estimator_base": {"_fitted"},
-    "tgpflow.models.gp_tilted": {"_verify"},
     "tgpflow.models.kernel_score": {"_chosen_lam", "_restore_common", "_verify"},
     "tgpflow.models.model_file": {"_verify_params"},
     "tgpflow.models.root_sobolev": {"_restore_common"},
@@ -173,7 +172,7 @@ def test_the_private_attribute_check_can_fail(source, expected):
 MAX_MODULE_LINES = 450
 #: The modules still over it, with their length as of 2026-11-28: they may only shrink, and leave the list once
 #: under the limit.
-KNOWN_LONG_MODULES = {"tgpflow/models/gp_tilted.py": 1085}
+KNOWN_LONG_MODULES: dict[str, int] = {}
 
 
 def _module_lines() -> dict[str, int]:

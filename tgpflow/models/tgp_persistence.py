@@ -1,0 +1,95 @@
+"""A GP-tilted model's file (docs/gp_tilted.md): what a fit records beside its solution, and the load that
+reads it back without a solve.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+
+from tgpflow.features.bounds import ColumnBounds
+from tgpflow.features.lattice import LatticeCells
+from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
+from tgpflow.models.tgp_fitted import TGPFitted
+from tgpflow.stats.ncfd import NCFDStats
+from tgpflow.stats.tgp import TGPStats
+
+__all__ = ["TGPModelFile"]
+
+
+
+class TGPModelFile:
+    """The model file of :class:`~tgpflow.models.gp_tilted.GPTiltedDensity`."""
+
+    #: A model file keeps the Fitted value's arrays under the estimator's attribute names (model_file).
+    _FILE_NAMES = {"theta": "theta_", "M_chol": "predictive_chol_", "v": "predictive_v_", "kde_weights": "kde_weights_",
+                   "base.mean": "mean_", "base.cov": "covariance_", "base.precision": "precision_"}
+    #: The statistics a model file may hold (and a registered method's own).
+    _STATS_KINDS = {"TGPStats": TGPStats, "NCFDStats": NCFDStats}
+
+    def _model_meta(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.features_.fingerprint,
+            "feature_seed": self.features_.seed,
+            "n_rows_dropped": int(getattr(self, "n_rows_dropped_", 0)),
+            "objective": getattr(self, "objective_", None),
+            "eta": getattr(self, "eta_", None),
+            "lam": self.lam_ if self._method.selects else None,
+            "solver_info": self.solver_info_,
+            "bounds": None if getattr(self, "bounds_", None) is None else self.bounds_.to_record(),
+            "discrete": None if getattr(self, "discrete_", None) is None else self.discrete_.to_dict(),
+            "pilot": getattr(self, "pilot_", {}),
+        }
+
+    def _solution_extra(self) -> dict[str, np.ndarray]:
+        """The method's solution attributes beyond the Fitted value (``extra_arrays``: FVPD's posterior, NCFD's
+        levels)."""
+        return {name: getattr(self, name) for name in self._method.extra_arrays}
+
+    @classmethod
+    def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path,
+                       verify: bool = False) -> Self:
+        """The model of a verified artifact, read from its stored solution (no solve; ``verify``: re-solve
+        the stored statistics and compare)."""
+        params = dict(meta["params"])
+        if "discrete" not in meta:  # written before discrete columns: fitted on every column as continuous
+            params["discrete"] = None
+        if params.get("method") == "map":  # files before map_points solved MAP on base draws (seed 003 Alg 1)
+            params.setdefault("map_points", "base")
+        est = cls(**params)
+        est._read_solution(arrays, meta, path, verify)
+        return est
+
+    def _read_solution(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path, verify: bool) -> None:
+        """The stored solution and what the fit recorded beside it, on this (new) estimator; ``verify``: then re-solve
+        the stored statistics and compare."""
+        method = self._method
+        stats = stored_stats(arrays, meta, {**self._STATS_KINDS, method.stats_type.__name__: method.stats_type})
+        solution = method.legacy_solution(fitted_arrays(arrays, self._FILE_NAMES), stats)
+        self._set_fitted(read_fitted(TGPFitted, solution, meta, path, {"block_bytes": int(self.block_bytes),
+                                                                       "feature_seed": meta.get("feature_seed")}))
+        self._restore_meta(meta)
+        self.stats_ = stats if stats is None else stats.with_draw(self._fitted.draw)  # the file stores the draw once
+        self.lam_ = math.nan if meta.get("lam") is None else float(meta["lam"])
+        self.solver_info_ = meta.get("solver_info") or {}
+        if meta.get("objective") is not None:
+            self.objective_ = float(meta["objective"])
+        if method.uses_eta:
+            self.eta_ = meta.get("eta")
+        for name in method.extra_arrays:
+            setattr(self, name, np.asarray(arrays[f"fitted.{name}"], dtype=np.float64))
+        if verify:
+            self._verify(path, arrays, legacy=meta.get("layout") is None)
+
+    def _restore_meta(self, meta: dict[str, Any]) -> None:
+        """What a fit recorded beside its solution, as stored: what every model file holds, the pilot, the rows
+        dropped and the bounds (a load re-estimates nothing)."""
+        self._restore_common(meta)
+        self.pilot_ = meta.get("pilot", {})
+        self.n_rows_dropped_ = meta.get("n_rows_dropped", 0)
+        stored = meta.get("bounds")
+        self.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
+        self.bounds_ = None if not stored else self._with_cells(ColumnBounds.from_record(stored), stored["columns"])
