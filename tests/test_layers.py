@@ -123,7 +123,6 @@ KNOWN_PRIVATE_ATTRIBUTE_USES = {
     "tgpflow.models.model_file": {"_verify_params"},
     "tgpflow.models.root_sobolev": {"_restore_common"},
     "tgpflow.models.tgp_on_device": {"_chol_inv"},
-    "tgpflow.pipeline.frozen_draw": {"_declared_bounds", "_with_cells"},
 }
 
 

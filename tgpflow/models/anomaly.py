@@ -91,12 +91,13 @@ def score_table(validated: tuple[np.ndarray, int, np.ndarray | None], context: A
 
 
 class AnomalyMixin:
-    """Needs ``threshold_quantile``, ``log_density`` and ``_raw_log_density(rows)`` (NumPy, no checks)."""
+    """Needs ``threshold_quantile``, ``log_density`` and ``fitted()`` (the model as a Fitted value)."""
 
     threshold_quantile: float
 
     def _set_threshold(self, rows: np.ndarray) -> None:
-        values = self._raw_log_density(np.asarray(rows, dtype=np.float64))
+        """The anomaly threshold from the log densities of training ``rows`` (NumPy, in the data's units; no checks)."""
+        values = self.fitted().log_density(np.asarray(rows, dtype=np.float64))
         self.anomaly_threshold_ = anomaly_threshold(values, self.threshold_quantile)
 
     def anomaly_score(self, X: Any) -> Any:

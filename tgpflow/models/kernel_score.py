@@ -232,6 +232,15 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         """(chunk statistics function, its arguments after the rows, whether it takes row keys) for the fitted basis."""
         return self._chunk_fn(), (self.basis_, int(self.block_bytes)), False
 
+    def frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The Nyström basis (:meth:`~tgpflow.models.streaming.StreamingMixin.frozen_draw`)."""
+        basis = self.basis_
+        meta = {"type": "nystrom", "kernel": basis.kernel_name, "fingerprint": basis.fingerprint}
+        return dict(basis.to_arrays()), meta
+
+    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str]) -> None:
+        self.basis_ = NystromBasis.from_arrays(arrays, meta["kernel"])
+
     # -- the public pieces --------------------------------------------------------------
     @entry
     def accumulate(self, X: Any, *, columns: list[str] | None = None, basis: Any = None,

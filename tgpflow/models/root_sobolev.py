@@ -90,7 +90,6 @@ NO_RSR_STATS = ("RootSobolevDensity(method='rsr') has no additive sufficient sta
                 "solve later. Refit on the rows (fit; partial_fit for an online update), or use "
                 "method='kde_sdo', whose statistics Σφ(x_i), N add up")
 
-
 #: What ``fit_from_stats`` on a fresh estimator asks for when the statistics do not carry their features.
 NO_KDE_DRAW = ("fit_from_stats needs the features the statistics were computed with, and these statistics do not "
                "carry them (read from a file written before statistics carried their draw): pass features=… (est.draw_ "
@@ -186,6 +185,14 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
             raise ValueError(f"{where}: the draw is for d={draw.n_dims} but the data have {n_columns} columns")
         self.draw_, self.order_ = draw, draw.order
         self.whitening_ = {"whiten": self.whiten, "rank": draw.rank, "columns": [int(c) for c in draw.columns]}
+
+    def frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The draw for every smoothness (:meth:`~tgpflow.models.streaming.StreamingMixin.frozen_draw`)."""
+        draw = self.draw_
+        return dict(draw.to_arrays()), {"type": "sdo", "seed": draw.seed, "fingerprint": draw.fingerprint}
+
+    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str]) -> None:
+        self.draw_ = SDODraw.from_arrays(arrays, seed=meta.get("seed"))
 
     def _kde_features(self, draw: SDODraw | RandomFourierFeatures | None = None) -> RandomFourierFeatures:
         """The KDE-SDO features: ``draw`` at the smoothness (features as they are), else the fitted
@@ -381,9 +388,6 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
         return curve[best]["a"], {"curve": curve, "rule": self.a_rule, "chosen": curve[best]["a"]}
 
     # -- evaluation -------------------------------------------------------------------------
-    def _raw_log_density(self, x: np.ndarray) -> np.ndarray:
-        return self.fitted().log_density(x)
-
     def log_density(self, X: Any) -> Any:
         """log f(x)² (unnormalised; −inf where f = 0), or log of the KDE-SDO estimate."""
         return self._map_rows(X, self.fitted().log_density, per_row_dims=False)

@@ -4,16 +4,18 @@
 ``validate_data``; Parquet/Zarr/dask through :func:`tgpflow.io.sources.as_source`, with
 ``n_features_in_``/``feature_names_in_`` set on a first fit), ``_map_rows`` (a per-row
 function applied chunk by chunk: eager for in-memory input, a lazy dask array otherwise) and
-``chunk_tasks`` (the delayed statistics of a source's chunks for the fitted draw: a pipeline's pass).
+``chunk_tasks`` (the delayed statistics of a source's chunks for the fitted draw: a pipeline's pass), and the
+draw a pipeline's store freezes (``frozen_draw``) and restores on a fresh estimator (``restore_frozen_draw``).
 """
 
 from __future__ import annotations
 
+import abc
 import logging
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import dask
 import dask.array as da
@@ -54,8 +56,9 @@ def is_lazy(X: Any) -> bool:
     return dd is not None and isinstance(X, dd.DataFrame)
 
 
-class StreamingMixin:
-    """Source handling and lazy evaluation for estimators with ``on_bad_rows``."""
+class StreamingMixin(abc.ABC):
+    """Source handling and lazy evaluation for estimators with ``on_bad_rows``; a family implements the abstract
+    hooks :meth:`frozen_draw` and :meth:`_restore_draw`."""
 
     on_bad_rows: str
 
@@ -123,6 +126,26 @@ class StreamingMixin:
         (GPTiltedDensity also transforms bounded columns)."""
         scaling = getattr(self, "scaling_", None)
         return source if scaling is None else source.map_rows(scaling.forward)
+
+    @abc.abstractmethod
+    def frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The draw of a prepared (or fitted) estimator as arrays and JSON metadata: what a pipeline's store freezes on
+        its first run and restores at every later one (:meth:`restore_frozen_draw`), so that every partition's
+        statistics are summed with the same draw and stay mergeable."""
+
+    def restore_frozen_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str],
+                            scaling: Scaling | None) -> Self:
+        """This fresh estimator as :meth:`prepare` left the one whose :meth:`frozen_draw` gave ``arrays`` and
+        ``meta`` (its standardization ``scaling``, its draw, the data's ``columns``), without reading data."""
+        self.scaling_ = scaling
+        self._restore_draw(arrays, meta, columns)
+        self.n_features_in_ = len(columns)
+        self.feature_names_in_ = np.asarray(columns, dtype=object)
+        return self
+
+    @abc.abstractmethod
+    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str]) -> None:
+        """The draw of :meth:`frozen_draw` on this fresh estimator (``scaling_`` already set)."""
 
     def chunk_tasks(self, source: Source) -> list[Any]:
         """One delayed statistics object per chunk of ``source`` for the fitted draw, to tree-reduce and add

@@ -26,9 +26,6 @@ __all__ = ["TGPEvaluation"]
 class TGPEvaluation:
     """The evaluation side of :class:`~tgpflow.models.gp_tilted.GPTiltedDensity`."""
 
-    def _raw_log_density(self, rows: np.ndarray) -> np.ndarray:
-        return self.fitted().log_density(rows)
-
 
     def log_normalizer(self, *, sigma: float | None = None, n_draws: int | None = None,
                        random_state: Any = None) -> NormalizerEstimate:

@@ -1,5 +1,5 @@
 """A GP-tilted model's file (docs/gp_tilted.md): what a fit records beside its solution, and the load that
-reads it back without a solve.
+reads it back without a solve; and the draw a pipeline's store freezes (the features and what the pass also needs).
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ import numpy as np
 
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.features.lattice import LatticeCells
+from tgpflow.features.mixture_base import GaussianMixtureBase
+from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
 from tgpflow.models.tgp_fitted import TGPFitted
 from tgpflow.stats.ncfd import NCFDStats
+from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.tgp import TGPStats
 
 __all__ = ["TGPModelFile"]
@@ -93,3 +96,39 @@ class TGPModelFile:
         stored = meta.get("bounds")
         self.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
         self.bounds_ = None if not stored else self._with_cells(ColumnBounds.from_record(stored), stored["columns"])
+
+    # -- the draw a pipeline's store freezes ------------------------------------------------
+    def frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The random features with what the pass also needs: NCFD's noise levels, a held-out selection's
+        projection grid, a mixture base, the discrete columns and the bounds as resolved
+        (:meth:`~tgpflow.models.streaming.StreamingMixin.frozen_draw`)."""
+        arrays = dict(self.features_.to_arrays())
+        if hasattr(self, "noise_levels_"):
+            arrays["noise_levels"] = np.asarray(self.noise_levels_)
+        if getattr(self, "heldout_grid_", None) is not None:
+            arrays.update({f"heldout.{k}": v for k, v in self.heldout_grid_.to_arrays().items()})
+        if getattr(self, "base_mixture_", None) is not None:  # the pass sums its score
+            arrays.update({f"mixture.{k}": v for k, v in self.base_mixture_.to_arrays().items()})
+        meta = {"type": "rff", "seed": self.features_.seed, "fingerprint": self.features_.fingerprint}
+        if getattr(self, "discrete_", None) is not None:  # the pass dequantizes these columns by each row's key
+            meta["discrete"] = self.discrete_.to_dict()
+        if getattr(self, "bounds_", None) is not None:  # as resolved: bounds="auto", and the discrete columns'
+            meta["bounds"] = self.bounds_.to_record()
+        return arrays, meta
+
+    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str]) -> None:
+        self.features_ = RandomFourierFeatures.from_arrays(arrays, seed=meta.get("seed"))
+        if "noise_levels" in arrays:
+            self.noise_levels_ = np.asarray(arrays["noise_levels"], dtype=np.float64)
+        # the spec's bounds (a store drawn before discrete columns has none), with the discrete columns' at their
+        # lattices' outer cell edges; as the draw resolved them where it recorded them
+        self.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
+        self.bounds_ = self._with_cells(ColumnBounds.from_param(self._declared_bounds(), columns), columns)
+        if meta.get("bounds"):
+            self.bounds_ = self._with_cells(ColumnBounds.from_record(meta["bounds"]), list(meta["bounds"]["columns"]))
+        mixture = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("mixture.")}
+        if mixture:
+            self.base_mixture_ = GaussianMixtureBase.from_arrays(mixture)
+        grid = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("heldout.")}
+        if grid:  # projected after the bounded columns' inverse transform, as when it was drawn
+            self.heldout_grid_ = ProjectionGrid.from_arrays(grid, units=self._fit_bounds())

@@ -62,7 +62,7 @@ from tgpflow.io.pilot import pilot_sample
 from tgpflow.models.anomaly import anomaly_threshold, model_log_normalizer
 from tgpflow.pipeline.arrivals import Arrivals, arrivals
 from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
-from tgpflow.pipeline.frozen_draw import draw_arrays, freeze_preprocess, new_estimator, restore_draw
+from tgpflow.pipeline.frozen_draw import freeze_preprocess, new_estimator
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import partition_source, union_source
 from tgpflow.pipeline.run_plan import plan_run
@@ -178,7 +178,7 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         for m in spec.models:
             est = new_estimator(m)
             est.prepare(union, scaling=Scaling.from_dict(pre), progress=progress)
-            arrays, meta = draw_arrays(est)
+            arrays, meta = est.frozen_draw()
             models[m.name] = {"estimator": m.estimator, "params": m.params, "columns": columns,
                               "draw": store.save_draw(f"{m.name}-{run:06d}", arrays, meta)}
     else:
@@ -188,9 +188,8 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
             models[m.name]["params"] = m.params
     ests = {}
     for m in spec.models:
-        est = new_estimator(m)
-        restore_draw(est, *store.load_draw(models[m.name]["draw"]), columns, Scaling.from_dict(pre))
-        ests[m.name] = est
+        ests[m.name] = new_estimator(m).restore_frozen_draw(*store.load_draw(models[m.name]["draw"]), columns,
+                                                            Scaling.from_dict(pre))
     summed = {m.name: ests[m.name] for m in spec.models if not m.refits_from_rows()}  # the others: from rows
 
     # -- one graph: the statistics of every new partition, for every model ---------------
