@@ -67,3 +67,19 @@ def test_a_restored_draw_without_its_standardization_sums_other_rows():
     expected, got = _sums(prepared, X), _sums(restored, X)
     assert any(not np.array_equal(got[k], expected[k]) for k in expected)
 
+
+#: The private state a fitted estimator keeps: its Fitted value, and the θ its diagnostics measured (GP-tilted).
+#: A pilot sample lives for the call that reads it (tgpflow.io.pilot.LazyPilot), never on the estimator.
+FIT_STATE = {"_fitted", "_diag_theta"}
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")  # the fits' quality is not the point here
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_no_call_leaves_scratch_state_on_the_estimator(name):
+    X = _table()
+    private = lambda est: {k for k in vars(est) if k.startswith("_")}  # noqa: E731
+    assert private(ESTIMATORS[name]().prepare(X)) == set()
+    est = ESTIMATORS[name]().fit(X)
+    assert private(est) <= FIT_STATE and "_fitted" in private(est)
+    est.partial_fit(X[:500])  # adds the new rows' statistics
+    assert private(est) <= FIT_STATE and est.n_samples_seen_ == X.shape[0] + 500

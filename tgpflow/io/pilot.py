@@ -29,7 +29,7 @@ from tgpflow.core.engine import Progress, compute
 from tgpflow.core.moments import Moments
 from tgpflow.io.sources import Source
 
-__all__ = ["PilotSample", "pilot_sample", "DEFAULT_PILOT_ROWS", "DEFAULT_PILOT_CHUNKS"]
+__all__ = ["PilotSample", "LazyPilot", "pilot_sample", "DEFAULT_PILOT_ROWS", "DEFAULT_PILOT_CHUNKS"]
 
 DEFAULT_PILOT_CHUNKS = 16
 
@@ -50,6 +50,25 @@ class PilotSample:
     @property
     def moments(self) -> Moments:
         return Moments.from_rows(self.rows)
+
+
+@dataclasses.dataclass
+class LazyPilot:
+    """The pilot sample of one call's source, read when a stage first asks for it (:meth:`get`) and then shared by
+    the call's stages; it lives for that call and nothing of it stays on the estimator. ``sample``: one already
+    read (e.g. moved into a new fitting space)."""
+
+    source: Source
+    rows: int
+    random_state: np.random.SeedSequence | int | None
+    progress: Progress | None = None
+    sample: PilotSample | None = None
+
+    def get(self) -> PilotSample:
+        if self.sample is None:
+            self.sample = pilot_sample(self.source, rows=int(self.rows), random_state=self.random_state,
+                                       progress=self.progress)
+        return self.sample
 
 
 def _systematic(weights: np.ndarray, k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ from tgpflow.features.edges import suggest_bounds
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.scaling import Scaling
 from tgpflow.io.column_kinds import column_kinds
-from tgpflow.io.pilot import DEFAULT_PILOT_ROWS
+from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, LazyPilot
 from tgpflow.io.sources import Source
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.estimator_base import StatsEstimator, entry
@@ -285,14 +285,13 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         solves their sum (:meth:`fit_from_stats`). ``scaling``: a frozen standardization (a pipeline's
         ``preprocess``), else ``scale=`` decides. ``progress``: see :meth:`fit`.
         """
-        source = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
-        n_total, mean, cov, self.pilot_ = self._pilot_moments(source, progress)
-        self.features_ = self._draw_features(n_total, mean, cov, source, progress)
+        source, lazy = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
+        n_total, mean, cov, self.pilot_ = self._pilot_moments(source, lazy, progress)
+        self.features_ = self._draw_features(n_total, mean, cov, lazy, progress)
         if self._selecting:
-            self._make_heldout_grid(source, progress)
-        if self._pilot_rows is not None:
-            self.support_ = SupportBox.from_rows(self._to_data(self._pilot_rows))
-        self._pilot_rows = self._pilot_sample = None
+            self._make_heldout_grid(lazy)
+        if lazy.sample is not None:  # read by a stage (not by pilot="exact" alone): the box of the data's rows
+            self.support_ = SupportBox.from_rows(self._to_data(lazy.sample.rows))
         self.n_features_in_ = source.n_columns
         if self._method.noise_conditional:
             self.noise_levels_ = self._levels(cov, self.features_)
@@ -329,21 +328,24 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         source = self._source(X, columns, reset=not fitted)
         if fitted:
             self._check_width(source)
-            return self._accumulate_source(self.fitting_source(source), features, progress)
-        return self._accumulate_source(self._new_fitting_source(source, None, progress), features, progress)
+            fitting = self.fitting_source(source)
+            return self._accumulate_source(fitting, self._lazy_pilot(fitting, progress), features, progress)
+        return self._accumulate_source(*self._new_fitting_source(source, None, progress), features, progress)
 
-    def _accumulate_source(self, source: Source, features: RandomFourierFeatures | None,
+    def _accumulate_source(self, source: Source, lazy: LazyPilot, features: RandomFourierFeatures | None,
                            progress: Progress | None = None) -> Any:
+        """The pass over a fitting ``source`` (its pilot sample ``lazy``, read only by the stages a first fit
+        needs: the moments, the mixture base, the bandwidth, the held-out grid)."""
         fitted = hasattr(self, "features_")
         cov = None
         if features is None and fitted:
             features = self.features_
         elif features is None or (self._method.noise_conditional and self.sigma_max == "paper" and not fitted):
-            n_total, mean, cov, self.pilot_ = self._pilot_moments(source, progress)
+            n_total, mean, cov, self.pilot_ = self._pilot_moments(source, lazy, progress)
             if features is None:
-                features = self._draw_features(n_total, mean, cov, source, progress)
+                features = self._draw_features(n_total, mean, cov, lazy, progress)
         if not fitted and self._mixture_base and getattr(self, "base_mixture_", None) is None:
-            self._fit_mixture(source, progress)  # given features: the mixture is still the pilot's
+            self._fit_mixture(lazy, progress)  # given features: the mixture is still the pilot's
         if features.n_dims != source.n_columns:
             raise ValueError(f"the features were drawn for d={features.n_dims} but the data have {source.n_columns} "
                              f"columns")
@@ -358,7 +360,7 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
             grid = [float(g) for g in self.bandwidth] if is_grid(self.bandwidth) else [features.gamma]
             variants = {g: features.with_bandwidth(g) for g in grid}
             self.split_key_ = "global row position" if source.n_rows is not None else "chunk and row in chunk"
-            self._make_heldout_grid(source, progress)
+            self._make_heldout_grid(lazy)
         return self._stream_pass(source, fn, features, args, variants, self._val_args() if variants else None,
                                  getattr(self, "heldout_grid_", None) if variants else None, progress=progress,
                                  n_features=features.n_features)
@@ -376,13 +378,11 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         """
         self._forget("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_", "heldout_grid_",
                      "bandwidth_selection_", "_fitted", "base_mixture_", "discrete_")
-        source = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
+        source, lazy = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
         self.pilot_ = {"mode": "given"} if features is not None else {}
-        stats = self._accumulate_source(source, features, progress)
+        stats = self._accumulate_source(source, lazy, features, progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
-        if self._pilot_rows is None:  # pilot="exact" or given features: a bounded sample for the checks
-            self._read_pilot(source, progress)
-        rows = self._to_data(self._pilot_rows)  # the pilot in the data's units
+        rows = self._to_data(lazy.get().rows)  # the pilot in the data's units (read now after pilot="exact")
         self.support_ = SupportBox.from_rows(rows)
         discrete = () if self.discrete_ is None else self.discrete_.columns  # their cells bound them already
         self.pilot_["suggested_bounds"] = {c: b for c, b in suggest_bounds(rows, self._column_names(source),
@@ -393,7 +393,6 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
                         "bounds=, or bounds='auto'", self.pilot_["suggested_bounds"])
         self.fit_from_stats(stats)
         self._set_threshold(rows)
-        self._pilot_rows = self._pilot_sample = None
         return self
 
 

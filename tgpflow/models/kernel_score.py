@@ -30,7 +30,8 @@ from tgpflow.features.kernels import median_heuristic
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.features.scaling import Scaling
 from tgpflow.io.degenerate import check_pilot_rows
-from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, pilot_sample
+from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, LazyPilot
+from tgpflow.io.sources import Source
 from tgpflow.models.diagnostics import fit_diagnostics, remedies
 from tgpflow.models.estimator_base import StatsEstimator, entry
 from tgpflow.models.kernel_fitted import KernelFitted
@@ -164,18 +165,18 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         return cls(kernel=kernel, regularizer=regularizer, **params)
 
     # -- the basis ----------------------------------------------------------------------
-    def _make_basis(self, source: Any, given: Any, progress: Progress | None = None) -> NystromBasis:
+    def _make_basis(self, source: Any, given: Any, lazy: LazyPilot) -> NystromBasis:
+        """The basis: ``given`` (a basis, or its points), else points drawn from the pilot sample ``lazy`` of the
+        fitting ``source``, which a median bandwidth also reads."""
         if isinstance(given, NystromBasis):
             return given
         need_pilot = given is None or self.bandwidth == "median"
         rows = None
         if need_pilot:
             with phase("pilot", chunks=source.n_chunks) as info:
-                pilot = pilot_sample(source, rows=self.pilot_rows, random_state=np.random.SeedSequence(self.random_state),
-                                     progress=progress)
+                pilot = lazy.get()
                 rows = pilot.rows
                 info.update(rows=rows.shape[0])
-            self._pilot_rows = rows
             check_pilot_rows(pilot, source.description, 2, "a kernel model")
         if given is None:
             m = min(int(self.n_basis), rows.shape[0])
@@ -224,7 +225,7 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         source = self._source(X, columns, reset=True)
         self._fix_scaling(source, scaling, progress)
         source = self.fitting_source(source)
-        self.basis_ = self._make_basis(source, None, progress)
+        self.basis_ = self._make_basis(source, None, self._lazy_pilot(source, progress))
         self.n_features_in_ = source.n_columns
         return self
 
@@ -248,6 +249,14 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         """One pass: the statistics of the rows of X on the basis (given, fitted, or drawn from a pilot), in the
         standardized units of the fitted ``scaling_`` (on a fresh estimator: ``scaling``, or from the pilot with
         ``scale=True``). ``progress``: see :meth:`fit`."""
+        return self._accumulate(X, columns, basis, scaling, progress)[0]
+
+    def _lazy_pilot(self, source: Source, progress: Progress | None) -> LazyPilot:
+        return LazyPilot(source, int(self.pilot_rows), np.random.SeedSequence(self.random_state), progress)
+
+    def _accumulate(self, X: Any, columns: list[str] | None, basis: Any, scaling: Scaling | None,
+                    progress: Progress | None) -> tuple[KEFStats | DiagStats, LazyPilot]:
+        """:meth:`accumulate`, with the pilot sample it read (or not) to draw the basis."""
         fitted = hasattr(self, "basis_")
         source = self._source(X, columns, reset=not fitted)
         if fitted:
@@ -255,10 +264,11 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         else:
             self._fix_scaling(source, scaling, progress)
         source = self.fitting_source(source)
+        lazy = self._lazy_pilot(source, progress)
         if basis is None and fitted:
             basis = self.basis_
         else:
-            basis = self._make_basis(source, basis, progress)
+            basis = self._make_basis(source, basis, lazy)
         if basis.n_dims != source.n_columns:
             raise ValueError(f"the basis is in d={basis.n_dims} but the data have {source.n_columns} columns")
         self.basis_ = basis
@@ -266,8 +276,9 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         if self._selecting and not fitted:
             grid = [float(b) for b in self.bandwidth] if is_grid(self.bandwidth) else [basis.bandwidth]
             variants = {b: basis.with_bandwidth(b) for b in grid}
-        return self._stream_pass(source, self._chunk_fn(), basis, (int(self.block_bytes),), variants,
-                                 progress=progress, n_basis=basis.n_basis, kernel=self._kind)
+        stats = self._stream_pass(source, self._chunk_fn(), basis, (int(self.block_bytes),), variants,
+                                  progress=progress, n_basis=basis.n_basis, kernel=self._kind)
+        return stats, lazy
 
     @property
     def _selecting(self) -> bool:
@@ -282,14 +293,12 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
         called with the futures of each distributed compute of the fit (the pilot, the pass), e.g.
         ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
         self._forget("basis_", "stats_", "selection_", "support_", "_fitted")
-        self._pilot_rows = None
-        stats = self.accumulate(X, columns=columns, basis=basis, scaling=scaling, progress=progress)
+        stats, lazy = self._accumulate(X, columns, basis, scaling, progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
-        if self._pilot_rows is not None and self._pilot_rows.shape[0] > 1:  # the box in the data's units
+        rows = None if lazy.sample is None else lazy.sample.rows  # read to draw the basis, or not
+        if rows is not None and rows.shape[0] > 1:  # the box in the data's units
             scaling = getattr(self, "scaling_", None)
-            self.support_ = SupportBox.from_rows(self._pilot_rows if scaling is None
-                                                 else scaling.inverse(self._pilot_rows))
-        self._pilot_rows = None
+            self.support_ = SupportBox.from_rows(rows if scaling is None else scaling.inverse(rows))
         return self.fit_from_stats(stats)
 
     @entry

@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from tgpflow.core.engine import Progress
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.nystrom import NystromBasis
-from tgpflow.io.pilot import DEFAULT_PILOT_ROWS
+from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, LazyPilot
 from tgpflow.models.kernel_score import ScoreEstimator
 from tgpflow.models.params import NystromKEFParams
 from tgpflow.solve.kef import DEFAULT_RANK_TOL
@@ -63,8 +62,8 @@ class NystromKEF(ScoreEstimator):
     def _kind(self) -> str:
         return "lite" if self.lite else "curl_free"
 
-    def _make_basis(self, source: Any, given: Any, progress: Progress | None = None) -> NystromBasis:
-        basis = super()._make_basis(source, given, progress)
+    def _make_basis(self, source: Any, given: Any, lazy: LazyPilot) -> NystromBasis:
+        basis = super()._make_basis(source, given, lazy)
         if self.n_components is None or isinstance(given, NystromBasis) or self.n_components >= basis.n_dims:
             return basis
         # seed 001 §3: exactly ℓ of the d components of each basis point, uniformly, seeded

@@ -57,10 +57,38 @@ def is_lazy(X: Any) -> bool:
 
 
 class StreamingMixin(abc.ABC):
-    """Source handling and lazy evaluation for estimators with ``on_bad_rows``; a family implements the abstract
-    hooks :meth:`frozen_draw` and :meth:`_restore_draw`."""
+    """Source handling and lazy evaluation for estimators with ``on_bad_rows``, and the protocol of a model family
+    read in one pass: the abstract methods below (the public pieces :meth:`prepare`, :meth:`accumulate` and
+    :meth:`fit_from_stats`; the hooks :meth:`_pass_spec`, :meth:`frozen_draw`, :meth:`_restore_draw` and
+    :meth:`_from_artifact`) with, for a family solved from statistics, those of
+    :class:`~tgpflow.models.estimator_base.StatsEstimator`."""
 
     on_bad_rows: str
+
+    @abc.abstractmethod
+    def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
+                progress: Progress | None = None) -> Self:
+        """The draw from a pilot sample of ``X`` without a pass (a pipeline's first run; :meth:`frozen_draw`)."""
+
+    @abc.abstractmethod
+    def accumulate(self, X: Any, **kwargs: Any) -> Any:
+        """The statistics of the rows of ``X`` for this estimator's draw (one pass)."""
+
+    @abc.abstractmethod
+    def fit_from_stats(self, stats: Any, *args: Any) -> Self:
+        """The model solved from statistics (no data access)."""
+
+    @abc.abstractmethod
+    def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
+        """(chunk statistics function, its arguments after the rows, whether it takes each row's key) for the
+        fitted or prepared draw: what :meth:`chunk_tasks` maps over a source's chunks."""
+
+    @classmethod
+    @abc.abstractmethod
+    def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path,
+                       verify: bool = False) -> Self:
+        """The model of a verified model file (:func:`tgpflow.load`), read from its stored solution without a solve;
+        ``verify``: re-solve the statistics it stores and compare."""
 
     def _source(self, X: Any, columns: list[str] | None, reset: bool) -> Source:
         """A validated source; in-memory arrays go through sklearn's validate_data."""

@@ -19,7 +19,7 @@ from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_si
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
 from tgpflow.io.column_kinds import cell_widths, column_kinds
 from tgpflow.io.degenerate import check_pilot_rows, check_rows_left
-from tgpflow.io.pilot import pilot_sample
+from tgpflow.io.pilot import LazyPilot
 from tgpflow.io.sources import Source
 from tgpflow.models.streaming import is_grid
 from tgpflow.stats.projections import ProjectionGrid
@@ -32,10 +32,9 @@ __all__ = ["TGPPilot"]
 class TGPPilot:
     """The pilot stage of :class:`~tgpflow.models.gp_tilted.GPTiltedDensity` (before its pass)."""
 
-    def _pilot_moments(self, source: Source,
+    def _pilot_moments(self, source: Source, lazy: LazyPilot,
                        progress: Progress | None) -> tuple[int, np.ndarray, np.ndarray, dict[str, Any]]:
-        """(N, mean, covariance) from a bounded pilot sample, or exactly with ``pilot="exact"``."""
-        pilot_seed = self._seeds()[0]
+        """(N, mean, covariance) from the pilot sample of ``source`` (``lazy``), or exactly with ``pilot="exact"``."""
         with phase("pilot", mode=self.pilot, chunks=source.n_chunks) as info:
             if self.pilot == "exact":
                 moments, dropped = run_pass(source, Moments.from_rows, split_every=self.split_every, progress=progress)
@@ -45,21 +44,21 @@ class TGPPilot:
                 mean, cov = moments.mean, moments.covariance
                 info.update(rows=moments.n, chunks_read=source.n_chunks)
             else:
-                pilot = getattr(self, "_pilot_sample", None) or pilot_sample(
-                    source, rows=self.pilot_rows, random_state=pilot_seed, progress=progress)
+                pilot = lazy.get()
                 check_pilot_rows(pilot, source.description, 1, "the GP-tilted density")
                 n_total, n_rows, mean = pilot.n_total, pilot.rows.shape[0], pilot.rows.mean(axis=0)
-                self._pilot_rows, self._pilot_keys = pilot.rows, pilot.keys
                 cov = np.cov(pilot.rows, rowvar=False, bias=True).reshape(source.n_columns, source.n_columns)
                 info.update(rows=pilot.rows.shape[0], chunks_read=pilot.chunks_read, n_total=n_total,
                             n_total_exact=pilot.n_total_exact)
             check_covariance(n_rows, mean, cov, self._column_names(source), source.description)
         return n_total, mean, cov, dict(info)
 
-    def _draw_features(self, n_total: int, mean: np.ndarray, cov: np.ndarray, source: Source | None = None,
+    def _draw_features(self, n_total: int, mean: np.ndarray, cov: np.ndarray, lazy: LazyPilot,
                        progress: Progress | None = None) -> RandomFourierFeatures:
+        """The random features: γ from ``bandwidth`` (on the pilot sample ``lazy`` for "auto"), the kernel's
+        covariance and the shift from the pilot's moments; a mixture base is fitted on the pilot first."""
         if self._mixture_base:
-            self._fit_mixture(source, progress)
+            self._fit_mixture(lazy, progress)
         if is_grid(self.bandwidth):
             gamma = float(self.bandwidth[0])  # the grid shares Z and c; each γ is applied in the pass
         elif self.bandwidth in ("scott", "auto"):
@@ -74,19 +73,15 @@ class TGPPilot:
             features = RandomFourierFeatures(features.Z, features.c, features.gamma, features.shift,
                                              seed=int(self.random_state))
         if self.bandwidth == "auto" and self._method.selects:  # the KDE baseline keeps Scott's rule
-            features = features.with_bandwidth(self._auto_bandwidth(features, source, progress))
+            features = features.with_bandwidth(self._auto_bandwidth(features, lazy, progress))
         return features
 
-    def _fit_mixture(self, source: Source | None, progress: Progress | None = None) -> None:
+    def _fit_mixture(self, lazy: LazyPilot, progress: Progress | None = None) -> None:
         """A mixture base (``base="mixture"``, or ``"auto"`` with λ selected: :attr:`_mixture_base`): the Gaussian
         mixture fitted on the pilot rows (in the fitting space), K by held-out log-likelihood
         (:func:`~tgpflow.features.mixture_base.fit_mixture_base`), before the pass sums its score
         (docs/gp_tilted.md, "A mixture base"). Kept in ``base_mixture_``, its curve in ``pilot_["mixture"]``."""
-        if getattr(self, "_pilot_rows", None) is None:
-            if source is None:
-                raise ValueError("base='mixture' fits its mixture on a pilot sample of the data: fit from data")
-            self._read_pilot(source, progress)
-        rows, keys = self._pilot_rows, getattr(self, "_pilot_keys", None)
+        rows, keys = lazy.get().rows, lazy.get().keys
         if self._selecting and keys is not None and len(keys) == len(rows):
             # not on the rows that the selection holds out: it compares the tilts with the mixture alone there
             rows = rows[~validation_mask(keys, float(self.validation_fraction), SPLIT_SALT)]
@@ -97,24 +92,14 @@ class TGPPilot:
         self.pilot_ = dict(getattr(self, "pilot_", {}) or {}, mixture={
             "components": self.base_mixture_.n_components, "rows": int(rows.shape[0]), "curve": curve})
 
-    def _read_pilot(self, source: Source, progress: Progress | None) -> None:
-        """The pilot sample's rows (fitting space) and keys, when the pilot moments did not read them."""
-        pilot = pilot_sample(source, rows=int(self.pilot_rows), random_state=self._seeds()[0], progress=progress)
-        self._pilot_rows, self._pilot_keys = pilot.rows, pilot.keys
-
-    def _auto_bandwidth(self, features: RandomFourierFeatures, source: Source | None,
+    def _auto_bandwidth(self, features: RandomFourierFeatures, lazy: LazyPilot,
                         progress: Progress | None = None) -> float:
-        """``bandwidth="auto"``: γ chosen on the pilot rows already in memory (read now when the pilot moments did
-        not read them), by :meth:`~tgpflow.models.tgp_selection.TGPSelector.pilot_bandwidth`; its curve is kept
-        in ``bandwidth_selection_``."""
-        if getattr(self, "_pilot_rows", None) is None:
-            if source is None:
-                raise ValueError("bandwidth='auto' selects γ on a pilot sample of the data: fit from data, or give "
-                                 "a bandwidth")
-            self._read_pilot(source, progress)
+        """``bandwidth="auto"``: γ chosen on the pilot rows (``lazy``: already in memory, or read now), by
+        :meth:`~tgpflow.models.tgp_selection.TGPSelector.pilot_bandwidth`; its curve is kept in
+        ``bandwidth_selection_``."""
         # the map to the data's units as a value of its own (it goes to the workers; self._to_data would take the
         # whole estimator there)
-        gamma, record = self._selector().pilot_bandwidth(self._pilot_rows, features, units=self._fit_bounds(),
+        gamma, record = self._selector().pilot_bandwidth(lazy.get().rows, features, units=self._fit_bounds(),
                                                          data_units=self._data_map(),
                                                          mixture=getattr(self, "base_mixture_", None),
                                                          progress=progress)
@@ -135,12 +120,9 @@ class TGPPilot:
             smax = float(self.sigma_max)
         return noise_levels(smax, int(self.noise_levels))
 
-
-    def _make_heldout_grid(self, source: Source, progress: Progress | None = None) -> None:
+    def _make_heldout_grid(self, lazy: LazyPilot) -> None:
         """The projection grid on which the held-out rows' sliced CDFs are counted in the pass
-        (:mod:`tgpflow.stats.projections`), from the pilot rows of the fitting space."""
-        if getattr(self, "_pilot_rows", None) is None:
-            self._read_pilot(source, progress)
-        self.heldout_grid_ = ProjectionGrid.from_rows(self._pilot_rows, random_state=self._seeds()[4],
+        (:mod:`tgpflow.stats.projections`), from the pilot rows of the fitting space (``lazy``)."""
+        self.heldout_grid_ = ProjectionGrid.from_rows(lazy.get().rows, random_state=self._seeds()[4],
                                                       units=self._fit_bounds())
 

@@ -23,7 +23,7 @@ from tgpflow.features.lattice_choice import choose_discrete
 from tgpflow.features.scaling import Scaling
 from tgpflow.io.column_kinds import column_kinds
 from tgpflow.io.degenerate import check_pilot_rows
-from tgpflow.io.pilot import pilot_sample
+from tgpflow.io.pilot import LazyPilot
 from tgpflow.io.sources import Source
 from tgpflow.stats.split import StatsBundle
 
@@ -75,13 +75,18 @@ class TGPFittingSpace:
         names = getattr(self, "feature_names_in_", None)
         return [str(c) for c in names] if names is not None else [str(c) for c in source.columns]
 
-    def _new_fitting_source(self, source: Source, scaling: Scaling | None, progress: Progress | None) -> Source:
+    def _new_fitting_source(self, source: Source, scaling: Scaling | None,
+                            progress: Progress | None) -> tuple[Source, LazyPilot]:
         """A first fit's fitting space: the standardization (``scaling``, or ``scale=``), the bounds and the discrete
-        columns (:meth:`_fix_discrete`)."""
+        columns (:meth:`_fix_discrete`); with its pilot sample, which the fit's stages share."""
         self._fix_scaling(source, scaling, progress)
         self.bounds_ = ColumnBounds.from_param(self._declared_bounds(), self._column_names(source))
-        self._pilot_rows = self._pilot_sample = self.discrete_ = None
+        self.discrete_ = None
         return self._fix_discrete(source, progress)
+
+    def _lazy_pilot(self, fitting: Source, progress: Progress | None) -> LazyPilot:
+        """The pilot sample of a fitting source, read when a stage first needs it (the same seed for every stage)."""
+        return LazyPilot(fitting, int(self.pilot_rows), self._seeds()[0], progress)
 
     @property
     def _bounds_auto(self) -> bool:
@@ -92,15 +97,16 @@ class TGPFittingSpace:
         """``bounds=`` as declared: None for "auto", which a fit reads off its pilot (:meth:`_fix_discrete`)."""
         return None if self._bounds_auto else self.bounds
 
-    def _fix_discrete(self, source: Source, progress: Progress | None) -> Source:
+    def _fix_discrete(self, source: Source, progress: Progress | None) -> tuple[Source, LazyPilot]:
         """The fitting space of ``source`` (raw rows) with ``discrete_`` read off the column kinds of the pilot sample
         (the pilot the fit then uses: no second read): those columns dequantized in the data's units and bounded at
         their lattices' outer cell edges (``bounds_`` then holds the user's bounds and theirs), the pilot rows too
         (their noise drawn from their keys; :mod:`tgpflow.features.lattice`)."""
         fitting = self.fitting_source(source)
+        lazy = self._lazy_pilot(fitting, progress)
         if (self.discrete is None or self.discrete == "none") and not self._bounds_auto:
-            return fitting
-        pilot = pilot_sample(fitting, rows=int(self.pilot_rows), random_state=self._seeds()[0], progress=progress)
+            return fitting, lazy
+        pilot = lazy.get()
         check_pilot_rows(pilot, fitting.description, 1, "the GP-tilted density")
         rows, names = self._to_data(pilot.rows), self._column_names(source)
         bounded = list(self.bounds_.to_dict()) if self.bounds_ is not None else []
@@ -121,8 +127,7 @@ class TGPFittingSpace:
                             [f"{c} (step {h:g})" for c, h in zip(cells.columns, cells.step, strict=True)]
                             + [f"{c} = {v:g} (block {w:g})" for c, v, w in zip(cells.atom_columns, cells.atom_value,
                                                                                cells.atom_width, strict=True)]))
-        self._pilot_sample, self._pilot_rows, self._pilot_keys = pilot, pilot.rows, pilot.keys
-        return fitting
+        return fitting, dataclasses.replace(lazy, source=fitting, sample=pilot)
 
     def _auto_bounds(self, rows: np.ndarray, names: list[str]) -> ColumnBounds | None:
         """``bounds="auto"``: the bounds :func:`~tgpflow.features.edges.suggest_bounds` reads off the pilot's rows
