@@ -143,7 +143,7 @@ def test_fit_kernel_models_then_score_and_info(tmp_path, rng):
     np.testing.assert_allclose(pd.read_parquet(tmp_path / "s.parquet")["log_density"].to_numpy(),
                                est.log_density(pd.DataFrame(X, columns=["u", "v"]), normalized=True), rtol=1e-10)
     r = runner.invoke(main, ["info", kef])
-    assert r.exit_code == 0 and json.loads(r.stdout)["n_basis"] == 20
+    assert r.exit_code == 0 and json.loads(r.stdout)["n_basis"] == 20 and json.loads(r.stdout)["method"] == "nkef"
     stein = str(tmp_path / "stein.zarr")
     r = runner.invoke(main, ["fit", src, "--model", "score", "--kernel", "diagonal", "--out", stein, "--n-basis", "20",
                              "--lam", "auto", "--progress", "none"])

@@ -16,6 +16,7 @@ from tgpflow.models.fit_summaries import diagnostics_summary, discrete_columns
 def info(model: str) -> None:
     """Describe a saved model (verifies its checksums); for a pipeline's model directory, its versions."""
     from tgpflow.io.artifact import read_artifact
+    from tgpflow.models.registry import cli_model_of
     from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
 
     if is_versions_dir(model):
@@ -29,9 +30,9 @@ def info(model: str) -> None:
     with runtime_errors():
         kind, arrays, meta = read_artifact(model)
         est = load_model(model)
-        draw = getattr(est, "features_", None) or est.basis_
+        draw = est.fitted().draw  # random features, a Nyström basis, or a family's own
         click.echo(json.dumps({
-            "kind": kind, "method": getattr(est, "method", getattr(est, "_kind", None)), "rows": est.n_samples_seen_,
+            "kind": kind, "method": cli_model_of(est), "rows": est.n_samples_seen_,
             "d": est.n_features_in_, "n_features": getattr(draw, "n_features", None),
             "n_basis": getattr(draw, "n_basis", None), "bandwidth": getattr(est, "bandwidth_", None),
             "smoothness": getattr(est, "smoothness_", None),

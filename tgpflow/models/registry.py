@@ -15,9 +15,9 @@ import dataclasses
 import importlib
 from typing import Any
 
-__all__ = ["ModelKind", "register_kind", "model_kinds", "kind_of", "kind_names", "model_classes", "kind_methods",
-           "pipeline_estimators", "cli_models", "stats_classes", "param_applies", "models_using", "refits_from_rows",
-           "RSR_METHODS"]
+__all__ = ["ModelKind", "register_kind", "unregister_kind", "model_kinds", "kind_of", "kind_names", "model_classes",
+           "kind_methods", "pipeline_estimators", "cli_models", "cli_model_of", "stats_classes", "param_applies",
+           "models_using", "refits_from_rows", "RSR_METHODS"]
 
 #: The root-Sobolev density and its KDE-SDO baseline.
 RSR_METHODS = ("rsr", "kde_sdo")
@@ -88,6 +88,11 @@ def register_kind(kind: ModelKind) -> ModelKind:
     """Add (or replace) a model kind; returns it."""
     _KINDS[kind.name] = kind
     return kind
+
+
+def unregister_kind(name: str) -> None:
+    """Remove the model kind ``name`` (a plug-in's, or a test's); KeyError when there is none."""
+    del _KINDS[name]
 
 
 _KEF_STATS = ("tgpflow.stats.kef:KEFStats", "tgpflow.stats.kef:DiagStats", "tgpflow.stats.kef:LiteStats")
@@ -180,3 +185,11 @@ def cli_models() -> dict[str, tuple[str, dict[str, Any]]]:
             out.update({m: (name, {"method": m}) for m in kind_methods(name)})
         out.update({value: (name, dict(params)) for value, params in kind.cli})
     return out
+
+
+def cli_model_of(est: Any) -> str | None:
+    """The ``tgpflow fit --model`` value that fits an estimator like ``est`` (its kind, and the parameters the value
+    sets), or None for a kind the command line does not fit."""
+    name = type(est).__name__
+    return next((value for value, (kind, params) in cli_models().items()
+                 if kind == name and all(getattr(est, k, None) == v for k, v in params.items())), None)
