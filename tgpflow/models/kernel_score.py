@@ -34,6 +34,7 @@ from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, LazyPilot
 from tgpflow.io.sources import Source
 from tgpflow.models.diagnostics import fit_diagnostics, remedies
 from tgpflow.models.estimator_base import StatsEstimator, entry
+from tgpflow.models.evaluation import ScoreEvaluation
 from tgpflow.models.kernel_fitted import KernelFitted
 from tgpflow.models.kernel_selection import KernelSelector
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
@@ -58,7 +59,7 @@ PRESETS = {"stein": ("diagonal", "tikhonov"), "ssge": ("diagonal", "cutoff"), "n
            "nu_method": ("curl_free", "nu"), "landweber": ("curl_free", "landweber")}
 
 
-class ScoreEstimator(StreamingMixin, StatsEstimator):
+class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
     """Kernel score estimator on a Nyström basis (seed 000 in the streamed form of MATH.md §7).
 
     Parameters
@@ -394,15 +395,6 @@ class ScoreEstimator(StreamingMixin, StatsEstimator):
                lam: float) -> tuple[np.ndarray, dict[str, Any]]:
         return kernel_solve(self._kind, stats, basis, base, lam, regularizer=self.regularizer, ridge=float(self.ridge),
                             rank_tol=float(self.rank_tol), nu=float(self.nu))
-
-    # -- evaluation -------------------------------------------------------------------
-    def grad_log_density(self, X: Any) -> Any:
-        """The estimated score ∇ log p(x), (n, d); lazy for dask/Parquet/Zarr input."""
-        return self._map_rows(X, self.fitted().grad_log_density, per_row_dims=True)
-
-    def hyvarinen_terms(self, X: Any) -> Any:
-        """½‖s(x)‖² + div s(x) per row (its held-out mean is the Hyvärinen loss)."""
-        return self._map_rows(X, self.fitted().hyvarinen_terms, per_row_dims=False)
 
     # -- persistence ------------------------------------------------------------------
     #: A model file keeps the Fitted value's arrays under these names (model_file); β as ``coef_``.

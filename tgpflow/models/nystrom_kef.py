@@ -11,6 +11,7 @@ import numpy as np
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, LazyPilot
+from tgpflow.models.evaluation import DensityEvaluation
 from tgpflow.models.kernel_score import ScoreEstimator
 from tgpflow.models.params import NystromKEFParams
 from tgpflow.solve.kef import DEFAULT_RANK_TOL
@@ -18,7 +19,7 @@ from tgpflow.solve.kef import DEFAULT_RANK_TOL
 __all__ = ["NystromKEF"]
 
 
-class NystromKEF(ScoreEstimator):
+class NystromKEF(DensityEvaluation, ScoreEstimator):
     """Nyström kernel exponential family (seed 001 Theorem 1; MATH.md §6).
 
     ``log p(x) = f(x) + log q0(x)`` with ``f = Σ_a ∂_y k(Y_a, ·)ᵀβ_a`` and
@@ -29,6 +30,7 @@ class NystromKEF(ScoreEstimator):
 
     kernel = "curl_free"  # fixed: a class attribute, not a parameter
     params_table = NystromKEFParams
+    NO_NORMALIZER = "this model has no normaliser (flat base: improper); fit with base='gaussian'"
 
     def __init__(self, *, n_basis: int = 100, bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat",
                  lite: bool = False, n_components: int | None = None, radial: str = "gaussian",
@@ -69,19 +71,6 @@ class NystromKEF(ScoreEstimator):
         # seed 001 §3: exactly ℓ of the d components of each basis point, uniformly, seeded
         return basis.with_components(self.n_components,
                                      np.random.default_rng(np.random.SeedSequence(self.random_state).spawn(2)[1]))
-
-    def log_density(self, X: Any, *, normalized: bool = False) -> Any:
-        """Log density f(x) + log q0(x), shape (n,): unnormalised, or (``normalized=True``, Gaussian
-        base) minus the importance-sampling estimate of log Z in ``normalizer_``."""
-        values = self._map_rows(X, self.fitted().log_density, per_row_dims=False)
-        if not normalized:
-            return values
-        if getattr(self, "normalizer_", None) is None:
-            raise ValueError("this model has no normaliser (flat base: improper); fit with base='gaussian'")
-        return values - self.normalizer_.log_z
-
-    def score_samples(self, X: Any) -> Any:
-        return self.log_density(X)
 
     @property
     def beta_(self) -> np.ndarray:

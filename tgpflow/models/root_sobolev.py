@@ -71,6 +71,7 @@ from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, PilotSample, pilot_sample
 from tgpflow.io.sources import Source
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.estimator_base import Estimator, entry
+from tgpflow.models.evaluation import DensityEvaluation
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution
 from tgpflow.models.params import RootSobolevParams
 from tgpflow.models.rsr_fitted import RSRFitted
@@ -96,7 +97,7 @@ NO_KDE_DRAW = ("fit_from_stats needs the features the statistics were computed w
                "of the model that accumulated them, or its features_ at the smoothness)")
 
 
-class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
+class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estimator):
     """Root-Sobolev density (seed 004) with SDO random features; see the module docstring.
 
     Parameters
@@ -112,12 +113,17 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
     persist_bytes : keep the rows in memory between iterations up to this size.
     validation_fraction, threshold_quantile, pilot_rows, on_bad_rows, block_bytes, random_state, device.
 
+    ``log_density`` is log f(x)² (unnormalised; −inf where f = 0), or the log of the KDE-SDO estimate;
+    ``grad_log_density`` is 2∇f/f.
+
     Fitted attributes: ``draw_`` (the :class:`~tgpflow.features.sdo.SDODraw`, set by ``fit``/``prepare``),
     ``features_`` (the draw at ``smoothness_``), ``coef_`` (w), ``order_``, ``whitening_``, ``fit_info_``,
     ``n_samples_seen_``, ``anomaly_threshold_``, ``stats_`` (KDE-SDO: its statistics; RSR: None).
 
     The parameters' types and ranges are its table, :class:`~tgpflow.models.params.RootSobolevParams`.
     """
+
+    NO_NORMALIZER = "a root-Sobolev density has no normaliser estimate: its log density is unnormalised"
 
     params_table = RootSobolevParams
     #: A model file keeps w under the estimator's attribute name (model_file).
@@ -388,22 +394,11 @@ class RootSobolevDensity(AnomalyMixin, StreamingMixin, Estimator):
         return curve[best]["a"], {"curve": curve, "rule": self.a_rule, "chosen": curve[best]["a"]}
 
     # -- evaluation -------------------------------------------------------------------------
-    def log_density(self, X: Any) -> Any:
-        """log f(x)² (unnormalised; −inf where f = 0), or log of the KDE-SDO estimate."""
-        return self._map_rows(X, self.fitted().log_density, per_row_dims=False)
-
-    def score_samples(self, X: Any) -> Any:
-        return self.log_density(X)
-
-    def grad_log_density(self, X: Any) -> Any:
-        """2∇f/f (MATH.md §8)."""
-        return self._map_rows(X, self.fitted().grad_log_density, per_row_dims=True)
-
-    def hyvarinen_terms(self, X: Any) -> Any:
-        """½‖s‖² + div s = 2Δf/f per row (exact for p = f², MATH.md D6)."""
+    def hyvarinen_terms(self, X: Any, sigma: float | None = None) -> Any:
+        """½‖s‖² + div s = 2Δf/f per row (exact for p = f²)."""
         if self.method != "rsr":
             raise AttributeError("the exact 2Δf/f form holds for the root-Sobolev model (p = f²), not KDE-SDO")
-        return self._map_rows(X, self.fitted().hyvarinen_terms, per_row_dims=False)
+        return super().hyvarinen_terms(X, sigma)
 
     def _model_meta(self) -> dict[str, Any]:
         """The draw's stamp, the chosen a and m_s, the iteration's report and the whitening (the statistics a

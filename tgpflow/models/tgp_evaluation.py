@@ -13,6 +13,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from tgpflow.models.diagnostics import MIN_ESS_FRACTION, DiagnosticWarning
+from tgpflow.models.evaluation import DensityEvaluation
 from tgpflow.models.fitted import Fitted, proposal_count
 from tgpflow.models.lattice_fitted import with_lattice
 from tgpflow.models.scaled_fitted import in_data_units
@@ -23,8 +24,12 @@ __all__ = ["TGPEvaluation"]
 
 
 
-class TGPEvaluation:
-    """The evaluation side of :class:`~tgpflow.models.gp_tilted.GPTiltedDensity`."""
+class TGPEvaluation(DensityEvaluation):
+    """The evaluation side of :class:`~tgpflow.models.gp_tilted.GPTiltedDensity`: its Fitted value at any NCFD
+    level, its normaliser and samples (the log density, score and Hyvärinen terms over rows are
+    :class:`~tgpflow.models.evaluation.DensityEvaluation`'s)."""
+
+    NO_NORMALIZER = "method {method!r} has no normaliser (its estimate, e.g. KDE-RFF's, is not integrable)"
 
 
     def log_normalizer(self, *, sigma: float | None = None, n_draws: int | None = None,
@@ -74,45 +79,6 @@ class TGPEvaluation:
         if not (isinstance(sigma, numbers.Real) and math.isfinite(sigma) and sigma > 0):
             raise ValueError(f"sigma must be a number >= 0; got {sigma!r}")
         return self._on_device(self._fitted.at_level(float(sigma)))
-
-    def _evaluate(self, X: Any, which: str, sigma: float | None = None) -> Any:
-        return self._map_rows(X, getattr(self.fitted(sigma), which), per_row_dims=which == "grad_log_density")
-
-    def log_density(self, X: Any, sigma: float | None = None, *, normalized: bool = False) -> Any:
-        """Log density, shape (n,); lazy for dask/Parquet/Zarr input.
-
-        Unnormalised by default (the papers' closed forms). ``normalized=True`` subtracts the
-        importance-sampling estimate of log Z (``normalizer_``; see :meth:`log_normalizer` for
-        its standard error): a log-likelihood comparable across models and with other libraries.
-        ``sigma`` (NCFD only): the noise-conditional density at level σ ≥ 0 (MATH.md §3);
-        σ = 0 (the default) is the data-level density.
-        """
-        values = self._evaluate(X, "log_density", sigma)
-        if not normalized:
-            return values
-        if sigma not in (None, 0):
-            return values - self.log_normalizer(sigma=sigma).log_z
-        if getattr(self, "normalizer_", None) is None:
-            raise ValueError(f"method {self.method!r} has no normaliser (its estimate, e.g. KDE-RFF's, is not "
-                             f"integrable)")
-        return values - self.normalizer_.log_z
-
-    def score_samples(self, X: Any) -> Any:
-        """scikit-learn's name for :meth:`log_density`."""
-        return self.log_density(X)
-
-    def score(self, X: Any, y: Any = None) -> float:
-        """Sum of the unnormalised log density over the rows of X."""
-        return float(np.sum(self.log_density(X)))
-
-    def grad_log_density(self, X: Any, sigma: float | None = None) -> Any:
-        """The score function ∇ log q(x), shape (n, d) (MATH.md §2–§4); ``sigma`` as in :meth:`log_density`."""
-        return self._evaluate(X, "grad_log_density", sigma)
-
-    def hyvarinen_terms(self, X: Any, sigma: float | None = None) -> Any:
-        """½‖s(x)‖² + div s(x) per row, with the closed-form divergence (MATH.md §10); its mean
-        over held-out rows is the Hyvärinen score-matching loss (``tgpflow.metrics.hyvarinen_loss``)."""
-        return self._evaluate(X, "hyvarinen_terms", sigma)
 
     def sample(self, n_samples: int = 1, random_state: int | None = None, *, n_proposals: int | None = None,
                sigma: float | None = None) -> np.ndarray:
