@@ -1,6 +1,7 @@
 """The normaliser, held-out log-likelihood and sliced-KS selection, fit diagnostics, bounded columns,
 the sample check and MCMC from the base — each against an independent computation."""
 
+import dataclasses
 import warnings
 
 import numpy as np
@@ -14,6 +15,7 @@ from tgpflow.core.gaussian_base import Base, base_from_moments
 from tgpflow.errors import DiagnosticWarning, SourceError
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.metrics import heldout_loglik, sample_check
+from tgpflow.models.tgp_selection import FitHealth, raise_until_healthy
 from tgpflow.solve.normalizer import base_proposal_blocks, estimate_log_normalizer
 from tgpflow.core.proposal import WIDE_SCALE, WIDE_SHARE
 from tgpflow.solve.select import score_fvpd, score_tilts
@@ -233,18 +235,38 @@ def test_all_rows_fit_that_fails_the_candidates_support_check_gets_a_larger_lam(
     assert chosen["mass_outside"] <= chosen["mass_outside_limit"]  # the chosen candidate passed on held-out rows
     # the same model, as if its all-rows fit had spilled mass outside the box: λ goes one step up
     # the grid, and the refit's own diagnostics are recomputed (not copied)
-    est.fit_diagnostics_ = dict(est.fit_diagnostics_, mass_outside=chosen["mass_outside_limit"] + 0.01)
-    assert est._raise_lam() == "outside"
-    assert est.lam_ == min(v for v in est._lam_grid() if v > lam)
-    theta_raised = est.theta_.copy()
-    est._diagnose(warn=False)
-    assert np.linalg.norm(theta_raised) < np.linalg.norm(
+    spilled = dataclasses.replace(est._health(), mass_outside=chosen["mass_outside_limit"] + 0.01)
+    health, raised = raise_until_healthy(est.selection_, est._lam_grid(), spilled, est._solve_at)
+    assert est.lam_ == health.lam == raised[0]["lam"] == min(v for v in est._lam_grid() if v > lam)
+    assert raised[0]["mass_outside"] == est.fit_diagnostics_["mass_outside"] < spilled.mass_outside
+    assert np.linalg.norm(est.theta_) < np.linalg.norm(
         GPTiltedDensity(method="fd", n_features=64, bandwidth=0.5, lam=lam, random_state=0,
                         base="empirical").fit(X).theta_)
     # a chosen candidate that itself failed (no candidate passed) is not held to the check: no raise
     est.selection_["chosen"] = dict(est.selection_["chosen"], mass_outside=1.0)
-    est.fit_diagnostics_ = dict(est.fit_diagnostics_, mass_outside=1.0)
-    assert not est._raise_lam()
+    failed = dataclasses.replace(est._health(), mass_outside=1.0)
+    assert raise_until_healthy(est.selection_, est._lam_grid(), failed, est._solve_at) == (failed, [])
+
+
+def test_the_raise_policy_undoes_a_step_that_does_not_pull_mass_back_in():
+    """The policy on its own (tgpflow.models.tgp_selection.raise_until_healthy), with solves that only report."""
+    selection = {"chosen": {"lam": 1.0, "ess_fraction": 0.5, "mass_outside": 0.01, "mass_outside_limit": 0.03},
+                 "curve": [{"lam": v} for v in (0.1, 1.0, 10.0, 100.0)]}
+    grid = [0.1, 1.0, 10.0, 100.0]
+    outside = {1.0: 0.05, 10.0: 0.04, 100.0: 0.045}  # λ = 10 pulls mass in, 100 does not
+    solved = []
+
+    def solve_at(lam):
+        solved.append(lam)
+        return FitHealth(lam, 0.5, outside[lam], 0.03)
+
+    health, raised = raise_until_healthy(selection, grid, FitHealth(1.0, 0.5, 0.05, 0.03), solve_at)
+    assert solved == [10.0, 100.0, 10.0]  # up twice, and the second step undone
+    assert health == FitHealth(10.0, 0.5, 0.04, 0.03) and [r["lam"] for r in raised] == [10.0]
+    # a normaliser on too few draws raises λ whatever the mass outside does, until the grid ends
+    low = {lam: FitHealth(lam, 0.001, 0.0, 0.03) for lam in grid}
+    health, raised = raise_until_healthy(selection, grid, low[1.0], lambda lam: low[lam])
+    assert health.lam == 100.0 and [r["lam"] for r in raised] == [10.0, 100.0]
 
 
 def test_too_few_rows_for_a_validation_part_fall_back_with_a_warning():

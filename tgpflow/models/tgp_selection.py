@@ -37,7 +37,8 @@ from tgpflow.stats.split import SPLIT_SALT, HeldOut, StatsBundle, fold_index
 from tgpflow.stats.support import SupportBox
 from tgpflow.stats.tgp import TGPStats
 
-__all__ = ["TGPSelector", "lam_grid", "eta_values", "raised_lam", "FALLBACK_LAM", "base_outside"]
+__all__ = ["TGPSelector", "lam_grid", "eta_values", "raised_lam", "FitHealth", "raise_until_healthy", "FALLBACK_LAM",
+           "base_outside"]
 
 #: λ when ``lam="auto"`` has no validation rows to select on (a few rows): a smooth fit.
 FALLBACK_LAM = 1.0
@@ -86,6 +87,37 @@ def raised_lam(selection: dict[str, Any], grid: list[float], lam: float, ess_fra
     if not larger:
         return None
     return min(larger), "ess" if low_ess else "outside"
+
+
+@dataclasses.dataclass(frozen=True)
+class FitHealth:
+    """What the raise policy reads of an all-rows fit (:func:`raise_until_healthy`): its λ, its normaliser's ESS
+    fraction, its mass outside the support box and the diagnostics' limit on it (None: not measured)."""
+
+    lam: float
+    ess_fraction: float
+    mass_outside: float | None
+    limit: float | None
+
+
+def raise_until_healthy(selection: dict[str, Any], grid: list[float], health: FitHealth,
+                        solve_at: Callable[[float], FitHealth]) -> tuple[FitHealth, list[dict[str, Any]]]:
+    """The all-rows fit of a selected λ, raised along ``grid`` while it fails the check its candidate passed on
+    held-out rows (:func:`raised_lam`); ``solve_at(λ)`` solves and diagnoses the fit at λ and says its health.
+    Returns the final fit's health and the steps kept (``selection_["raised"]``; none when the fit passed).
+
+    A step taken for mass outside that does not lower it is undone (it is the base's own tails: measured on 600
+    rows, 5.4 % outside at λ = 1 and 6.5 % at 10), and the diagnostics warn instead."""
+    raised: list[dict[str, Any]] = []
+    while True:
+        step = raised_lam(selection, grid, health.lam, health.ess_fraction, health.mass_outside, health.limit)
+        if step is None:
+            return health, raised
+        after = solve_at(step[0])
+        if step[1] == "outside" and not (after.mass_outside or 0.0) < (health.mass_outside or 0.0):
+            return solve_at(health.lam), raised
+        raised.append({"lam": after.lam, "ess_fraction": after.ess_fraction, "mass_outside": after.mass_outside})
+        health = after
 
 
 @dataclasses.dataclass(frozen=True)

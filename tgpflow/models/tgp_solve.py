@@ -21,13 +21,8 @@ from tgpflow.models.estimator_base import entry
 from tgpflow.models.streaming import is_grid
 from tgpflow.models.tgp_fitted import TGPFitted
 from tgpflow.models.tgp_method import Hyper
-from tgpflow.models.tgp_selection import (
-    TGPSelector,
-    base_outside,
-    eta_values,
-    lam_grid,
-    raised_lam,
-)
+from tgpflow.models.tgp_selection import (FitHealth, TGPSelector, base_outside, eta_values, lam_grid,
+                                          raise_until_healthy)
 from tgpflow.models.tgp_space import from_data_rows
 from tgpflow.stats.ncfd import NCFDStats
 from tgpflow.stats.split import StatsBundle
@@ -63,22 +58,9 @@ class TGPSolve:
         """
         self._solve_stats(stats, features)
         self._diagnose(warn=False)
-        raised = []
-        while True:
-            lam_before, outside_before = self.lam_, self.fit_diagnostics_.get("mass_outside")
-            reason = self._raise_lam()
-            if not reason:
-                break
-            self._diagnose(warn=False)
-            if reason == "outside" and not self.fit_diagnostics_.get("mass_outside", 0.0) < outside_before:
-                # a smoother tilt did not pull mass back in (it is the base's own tails: measured on 600
-                # rows, 5.4 % outside at λ = 1 and 6.5 % at 10): keep the chosen λ, and let the
-                # diagnostics warn
-                self._resolve_at(lam_before)
-                self._diagnose(warn=False)
-                break
-            raised.append({"lam": self.lam_, "ess_fraction": self.normalizer_.ess_fraction,
-                           "mass_outside": self.fit_diagnostics_.get("mass_outside")})
+        raised: list[dict[str, Any]] = []
+        if self.lam == "auto" and self.criterion != "hyvarinen" and self.normalizer_ is not None:
+            _, raised = raise_until_healthy(self.selection_, self._lam_grid(), self._health(), self._solve_at)
         if raised:
             self.selection_["raised"] = raised
             logger.info("raised λ to %g: the all-rows fit failed the selection's check (ESS, mass outside): %s",
@@ -110,17 +92,16 @@ class TGPSolve:
                 f"the data hold); its samples and scores keep the fit's own frequencies: raise normalizer_draws, "
                 f"or fit the columns as continuous with discrete=None")
 
-    def _raise_lam(self) -> str | None:
-        """One step up the λ grid when a selected all-rows fit fails the candidates' check (see
-        fit_from_stats; :func:`~tgpflow.models.tgp_selection.raised_lam`); returns why, or None when λ stays."""
-        if self.lam != "auto" or self.criterion == "hyvarinen" or self.normalizer_ is None:
-            return None
-        step = raised_lam(self.selection_, self._lam_grid(), self.lam_, self.normalizer_.ess_fraction,
-                          self.fit_diagnostics_.get("mass_outside"), self.fit_diagnostics_.get("mass_outside_limit"))
-        if step is None:
-            return None
-        self._resolve_at(step[0])
-        return step[1]
+    def _health(self) -> FitHealth:
+        """The solved and diagnosed fit, as the raise policy reads it."""
+        return FitHealth(self.lam_, self.normalizer_.ess_fraction, self.fit_diagnostics_.get("mass_outside"),
+                         self.fit_diagnostics_.get("mass_outside_limit"))
+
+    def _solve_at(self, lam: float) -> FitHealth:
+        """The all-rows fit solved and diagnosed at another λ of the grid (:meth:`_resolve_at`)."""
+        self._resolve_at(lam)
+        self._diagnose(warn=False)
+        return self._health()
 
     def _resolve_at(self, lam: float) -> None:
         """Re-solve the all-rows fit at another λ of the grid (the selection's other choices kept)."""
