@@ -36,6 +36,7 @@ from tgpflow.models.diagnostics import fit_diagnostics, remedies
 from tgpflow.models.estimator_base import StatsEstimator, entry
 from tgpflow.models.evaluation import ScoreEvaluation
 from tgpflow.models.kernel_fitted import KernelFitted
+from tgpflow.models.kernel_forms import KernelForm, kernel_form
 from tgpflow.models.kernel_selection import KernelSelector
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
 from tgpflow.models.params import ScoreParams
@@ -43,7 +44,7 @@ from tgpflow.models.streaming import StreamingMixin, is_grid
 from tgpflow.models.tgp_fitted import base_arrays
 from tgpflow.solve.kef import DEFAULT_RANK_TOL, kernel_solve
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
-from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats, diag_chunk_stats, kef_chunk_stats, lite_chunk_stats
+from tgpflow.stats.kef import DiagStats, KEFStats
 from tgpflow.stats.split import StatsBundle
 from tgpflow.stats.support import SupportBox
 
@@ -197,8 +198,9 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         return NystromBasis(Y, bw, self.radial, shift)
 
     @property
-    def _kind(self) -> str:
-        return self.kernel
+    def _form(self) -> KernelForm:
+        """The kernel model this estimator fits (:mod:`tgpflow.models.kernel_forms`): its ``kernel``."""
+        return kernel_form(self.kernel)
 
     @property
     def _runs_on_gpu(self) -> bool:  # type: ignore[override]
@@ -209,12 +211,9 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
 
     def _chunk_fn(self) -> Any:
         """The statistics function of one chunk; on the device, each chunk goes there inside its task."""
-        fn = {"curl_free": kef_chunk_stats, "diagonal": diag_chunk_stats, "lite": lite_chunk_stats}[self._kind]
+        fn = self._form.chunk_stats
         target = self._device_target()
         return fn if target is None else functools.partial(on_device, target, fn)
-
-    def _stats_type(self) -> type:
-        return {"curl_free": KEFStats, "diagonal": DiagStats, "lite": LiteStats}[self._kind]
 
     @entry
     def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
@@ -278,7 +277,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
             grid = [float(b) for b in self.bandwidth] if is_grid(self.bandwidth) else [basis.bandwidth]
             variants = {b: basis.with_bandwidth(b) for b in grid}
         stats = self._stream_pass(source, self._chunk_fn(), basis, (int(self.block_bytes),), variants,
-                                  progress=progress, n_basis=basis.n_basis, kernel=self._kind)
+                                  progress=progress, n_basis=basis.n_basis, kernel=self._form.name)
         return stats, lazy
 
     @property
@@ -318,18 +317,18 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         basis = self._solve_draw(stats, basis)
         if isinstance(stats, StatsBundle):
             stats, basis = self._select(stats, basis)
-        expected = self._stats_type()
+        expected = self._form.stats_type
         if not isinstance(stats, expected):
-            raise TypeError(f"this model ({self._kind}) needs {expected.__name__}, got {type(stats).__name__}")
+            raise TypeError(f"this model ({self._form.name}) needs {expected.__name__}, got {type(stats).__name__}")
         stats.check_basis(basis)
         names = tuple(getattr(self, "feature_names_in_", ())) or None
         base = base_from_moments(stats.moments, names) if self.base == "gaussian" else None
-        with phase("solve", kernel=self._kind, regularizer=self.regularizer, n_basis=basis.n_basis):
+        with phase("solve", kernel=self._form.name, regularizer=self.regularizer, n_basis=basis.n_basis):
             self.lam_ = self._chosen_lam()
             self.coef_, self.solver_info_ = self._solve(stats, basis, base, self.lam_)
         self.stats_ = stats
         self.n_samples_seen_ = int(stats.n)
-        self._set_fitted(KernelFitted(basis, self._kind, self.coef_, base))
+        self._set_fitted(KernelFitted(basis, self._form.name, self.coef_, base))
 
     def _set_fitted(self, fitted: KernelFitted) -> None:
         """The estimator's attributes of a solved model, read off its Fitted value (a solve and a load share this)."""
@@ -342,7 +341,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
     @property
     def _normalisable(self) -> bool:
         """A proper density with a Gaussian base to draw from: a curl-free (or lite) field on q0 = N(μ0, Σ0)."""
-        return self._kind != "diagonal" and self.base == "gaussian"
+        return self._form.has_density and self.base == "gaussian"
 
     def log_normalizer(self, *, n_draws: int = DEFAULT_NORMALIZER_DRAWS, random_state: Any = None) -> NormalizerEstimate:
         """log Z of ``f + log q0`` by importance sampling from q0 (weights e^f; :mod:`tgpflow.solve.normalizer`).
@@ -352,8 +351,8 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         """
         check_is_fitted(self, "_fitted")
         if not self._normalisable:
-            raise ValueError(f"a {type(self).__name__} with kernel={self._kind!r} and base={self.base!r} has no finite "
-                             f"normaliser: fit with base='gaussian' (and a curl-free kernel)")
+            raise ValueError(f"a {type(self).__name__} with kernel={self._form.name!r} and base={self.base!r} has no "
+                             f"finite normaliser: fit with base='gaussian' (and a curl-free kernel)")
         box = getattr(self, "support_", None)
         scaling = getattr(self, "scaling_", None)
         seed = np.random.SeedSequence(self.random_state).spawn(3)[2] if random_state is None else random_state
@@ -389,12 +388,12 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         return list(DEFAULT_KERNEL_LAM_GRID)
 
     def _selector(self) -> KernelSelector:
-        return KernelSelector(self._kind, self._lam_values(), self.base == "gaussian", self._solve)
+        return KernelSelector(self._form.name, self._lam_values(), self.base == "gaussian", self._solve)
 
     def _solve(self, stats: Any, basis: NystromBasis, base: Base | None,
                lam: float) -> tuple[np.ndarray, dict[str, Any]]:
-        return kernel_solve(self._kind, stats, basis, base, lam, regularizer=self.regularizer, ridge=float(self.ridge),
-                            rank_tol=float(self.rank_tol), nu=float(self.nu))
+        return kernel_solve(self._form.name, stats, basis, base, lam, regularizer=self.regularizer,
+                            ridge=float(self.ridge), rank_tol=float(self.rank_tol), nu=float(self.nu))
 
     # -- persistence ------------------------------------------------------------------
     #: A model file keeps the Fitted value's arrays under these names (model_file); β as ``coef_``.
@@ -410,7 +409,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         """The model of a verified artifact, read from its stored solution (no solve; ``verify``: re-solve
         the stored statistics and compare)."""
         est = cls(**cls.params_table.current_names(meta["params"]))  # e.g. eps (before issue 18) as ridge
-        kind = est._stats_type()
+        kind = est._form.stats_type
         stats = stored_stats(arrays, meta, {kind.__name__: kind})
         solution = fitted_arrays(arrays, cls._FILE_NAMES)
         legacy = meta.get("layout") is None
@@ -418,7 +417,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
             # layout 1 derived q0 = N(μ0, Σ0) from the stored moments on load (a d × d factorisation, no solve)
             names = tuple(meta.get("feature_names_in") or ()) or None
             solution.update(base_arrays(base_from_moments(stats.moments, names)))
-        fitted = read_fitted(KernelFitted, solution, meta, path, {"model": est._kind, "radial": meta["radial"]})
+        fitted = read_fitted(KernelFitted, solution, meta, path, {"model": est._form.name, "radial": meta["radial"]})
         est._restore_common(meta)
         est._set_fitted(fitted)
         est.stats_ = stats if stats is None else stats.with_draw(fitted.draw)  # the file stores the basis once

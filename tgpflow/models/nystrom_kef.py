@@ -12,6 +12,7 @@ from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, LazyPilot
 from tgpflow.models.evaluation import DensityEvaluation
+from tgpflow.models.kernel_forms import KernelForm, kernel_form
 from tgpflow.models.kernel_score import ScoreEstimator
 from tgpflow.models.params import NystromKEFParams
 from tgpflow.solve.kef import DEFAULT_RANK_TOL
@@ -61,8 +62,9 @@ class NystromKEF(DensityEvaluation, ScoreEstimator):
         self.random_state = random_state
 
     @property
-    def _kind(self) -> str:
-        return "lite" if self.lite else "curl_free"
+    def _form(self) -> KernelForm:
+        """The curl-free form, or the lite one (``lite``; :mod:`tgpflow.models.kernel_forms`)."""
+        return kernel_form("lite" if self.lite else "curl_free")
 
     def _make_basis(self, source: Any, given: Any, lazy: LazyPilot) -> NystromBasis:
         basis = super()._make_basis(source, given, lazy)
