@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import numpy as np
-from tgpflow.models.evaluation import DensityEvaluation
 
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.summable import AdditiveStats
@@ -28,16 +27,10 @@ from tgpflow.features.scaling import Scaling
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.estimator_base import StatsEstimator, entry
+from tgpflow.models.evaluation import DensityEvaluation
 from tgpflow.models.fitted import Fitted, prefixed
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
-from tgpflow.models.param_types import (
-    Fraction,
-    NonNegativeNumber,
-    OnBadRows,
-    PositiveInt,
-    Seed,
-    param,
-)
+from tgpflow.models.param_types import Fraction, NonNegativeNumber, OnBadRows, PositiveInt, Seed, param
 from tgpflow.models.params import ParamTable
 from tgpflow.models.registry import ModelKind
 from tgpflow.models.streaming import StreamingMixin

@@ -54,19 +54,21 @@ class PilotSample:
 
 @dataclasses.dataclass
 class LazyPilot:
-    """The pilot sample of one call's source, read when a stage first asks for it (:meth:`get`) and then shared by
-    the call's stages; it lives for that call and nothing of it stays on the estimator. ``sample``: one already
-    read (e.g. moved into a new fitting space)."""
+    """The pilot sample of one call's source, ``n_rows`` rows at most, read when a stage first asks for it
+    (:meth:`get`) and then shared by the call's stages; it lives for that call and nothing of it stays on the
+    estimator. ``sample``: one already read (e.g. moved into a new fitting space). The GP-tilted and kernel
+    estimators pass one between their stages; the root-Sobolev density, whose draw needs the pilot once, reads it
+    with :func:`pilot_sample`."""
 
     source: Source
-    rows: int
+    n_rows: int
     random_state: np.random.SeedSequence | int | None
     progress: Progress | None = None
     sample: PilotSample | None = None
 
     def get(self) -> PilotSample:
         if self.sample is None:
-            self.sample = pilot_sample(self.source, rows=int(self.rows), random_state=self.random_state,
+            self.sample = pilot_sample(self.source, rows=int(self.n_rows), random_state=self.random_state,
                                        progress=self.progress)
         return self.sample
 

@@ -34,15 +34,16 @@ class ScoreEvaluation:
 class DensityEvaluation(ScoreEvaluation):
     """A fitted density: its log density, unnormalised or normalised by its estimated log normaliser."""
 
-    #: Why ``log_density(normalized=True)`` is refused when the model has no normaliser (``normalizer_`` None), and
-    #: what fixes it; formatted with the estimator's ``method`` and class ``name``.
+    #: Why ``log_density(normalized=True)`` is refused when the model has no normaliser estimate (``normalizer_``
+    #: None) and, where there is one, what fixes it; formatted with the estimator's ``method`` and class ``name``.
     NO_NORMALIZER: ClassVar[str] = "{name} has no normaliser: its log density is unnormalised"
 
     def log_density(self, X: Any, sigma: float | None = None, *, normalized: bool = False) -> Any:
         """Log density, shape (n,); lazy for dask, Parquet, CSV and Zarr input.
 
         Unnormalised by default (the models' closed forms). ``normalized=True`` subtracts the importance-sampling
-        estimate of log Z kept in ``normalizer_`` (its standard error is there too): a log-likelihood comparable
+        estimate of log Z kept in ``normalizer_`` (its standard error too; for another estimate, the family's
+        ``log_normalizer``): a log-likelihood comparable
         across models and with other libraries. ``sigma`` (NCFD only): the noise-conditional density at level
         σ ≥ 0, normalised by its own estimate; σ = 0 (the default) is the data-level density.
         """

@@ -382,7 +382,8 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         self.pilot_ = {"mode": "given"} if features is not None else {}
         stats = self._accumulate_source(source, lazy, features, progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
-        rows = self._to_data(lazy.get().rows)  # the pilot in the data's units (read now after pilot="exact")
+        rows = self._to_data(lazy.get().rows)  # the pilot in the data's units (read now after pilot="exact" or
+        # given features)
         self.support_ = SupportBox.from_rows(rows)
         discrete = () if self.discrete_ is None else self.discrete_.columns  # their cells bound them already
         self.pilot_["suggested_bounds"] = {c: b for c, b in suggest_bounds(rows, self._column_names(source),

@@ -24,13 +24,15 @@ from tgpflow.core.gaussian_base import Base
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.models.blocked_score import BlockedScore
 from tgpflow.models.fitted import Fitted, prefixed
+from tgpflow.models.kernel_forms import KERNEL_FORMS
 from tgpflow.models.kernel_on_device import kernel_log_density_on_device, kernel_score_on_device
 from tgpflow.models.tgp_fitted import base_arrays, base_from_arrays
 
 __all__ = ["KernelFitted", "KERNEL_MODELS"]
 
-#: The kernel models: curl-free (NKEF, curl-free estimators), diagonal (Stein, SSGE), lite.
-KERNEL_MODELS = ("curl_free", "diagonal", "lite")
+#: The kernel models: curl-free (NKEF, curl-free estimators), diagonal (Stein, SSGE), lite
+#: (:mod:`tgpflow.models.kernel_forms`).
+KERNEL_MODELS = tuple(KERNEL_FORMS)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -59,7 +61,7 @@ class KernelFitted(BlockedScore, Fitted):
 
     @property
     def has_log_density(self) -> bool:
-        return self.model != "diagonal"
+        return KERNEL_FORMS[self.model].has_density
 
     @property
     def draw(self) -> NystromBasis:

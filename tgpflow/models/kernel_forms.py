@@ -1,5 +1,5 @@
-"""The forms of a kernel model on a Nyström basis, one value each (docs: the kernel family's three models): what a
-pass sums for it, the statistics that holds, and whether it is a density.
+"""The forms of a kernel model on a Nyström basis, one value each: what a pass sums for it, the statistics that
+holds, and whether it is a density (the family's models: :mod:`tgpflow.models.kernel_fitted`).
 
 * ``curl_free``: the Nyström kernel exponential family and the curl-free score estimators (a gradient field
   ∇f, so p ∝ e^f q0 is a density);
@@ -8,7 +8,7 @@ pass sums for it, the statistics that holds, and whether it is a density.
 * ``lite``: the lite kernel exponential family (f = Σ α_a k(Y_a, ·), one coefficient per basis point).
 
 A form's ``name`` is what model files record (``KernelFitted.model``) and what the solve and the held-out selection
-are told (:func:`tgpflow.solve.kef.kernel_solve`).
+are told (:func:`tgpflow.solve.kef.kernel_solve`): their maths differ per form, and they branch on it.
 """
 
 from __future__ import annotations

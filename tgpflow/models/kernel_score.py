@@ -167,6 +167,11 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         return cls(kernel=kernel, regularizer=regularizer, **params)
 
     # -- the basis ----------------------------------------------------------------------
+    def _lazy_pilot(self, source: Source, progress: Progress | None) -> LazyPilot:
+        """The pilot sample of a fitting source, read when the basis needs it (seeded by ``random_state`` itself,
+        not a spawned sequence as GP-tilted's: the rows this family's pilot has always drawn)."""
+        return LazyPilot(source, int(self.pilot_rows), np.random.SeedSequence(self.random_state), progress)
+
     def _make_basis(self, source: Any, given: Any, lazy: LazyPilot) -> NystromBasis:
         """The basis: ``given`` (a basis, or its points), else points drawn from the pilot sample ``lazy`` of the
         fitting ``source``, which a median bandwidth also reads."""
@@ -250,9 +255,6 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         standardized units of the fitted ``scaling_`` (on a fresh estimator: ``scaling``, or from the pilot with
         ``scale=True``). ``progress``: see :meth:`fit`."""
         return self._accumulate(X, columns, basis, scaling, progress)[0]
-
-    def _lazy_pilot(self, source: Source, progress: Progress | None) -> LazyPilot:
-        return LazyPilot(source, int(self.pilot_rows), np.random.SeedSequence(self.random_state), progress)
 
     def _accumulate(self, X: Any, columns: list[str] | None, basis: Any, scaling: Scaling | None,
                     progress: Progress | None) -> tuple[KEFStats | DiagStats, LazyPilot]:

@@ -395,7 +395,8 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
 
     # -- evaluation -------------------------------------------------------------------------
     def hyvarinen_terms(self, X: Any, sigma: float | None = None) -> Any:
-        """½‖s‖² + div s = 2Δf/f per row (exact for p = f²)."""
+        """½‖s‖² + div s = 2Δf/f per row: exact for p = f² (the Laplacian of log f² needs no density's normaliser);
+        KDE-SDO's estimate is not a square and has no such form."""
         if self.method != "rsr":
             raise AttributeError("the exact 2Δf/f form holds for the root-Sobolev model (p = f²), not KDE-SDO")
         return super().hyvarinen_terms(X, sigma)

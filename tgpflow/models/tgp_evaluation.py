@@ -23,14 +23,12 @@ from tgpflow.solve.normalizer import NormalizerEstimate, estimate_log_normalizer
 __all__ = ["TGPEvaluation"]
 
 
-
 class TGPEvaluation(DensityEvaluation):
     """The evaluation side of :class:`~tgpflow.models.gp_tilted.GPTiltedDensity`: its Fitted value at any NCFD
     level, its normaliser and samples (the log density, score and Hyvärinen terms over rows are
     :class:`~tgpflow.models.evaluation.DensityEvaluation`'s)."""
 
     NO_NORMALIZER = "method {method!r} has no normaliser (its estimate, e.g. KDE-RFF's, is not integrable)"
-
 
     def log_normalizer(self, *, sigma: float | None = None, n_draws: int | None = None,
                        random_state: Any = None) -> NormalizerEstimate:

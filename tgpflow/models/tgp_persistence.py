@@ -23,7 +23,6 @@ from tgpflow.stats.tgp import TGPStats
 __all__ = ["TGPModelFile"]
 
 
-
 class TGPModelFile:
     """The model file of :class:`~tgpflow.models.gp_tilted.GPTiltedDensity`."""
 
@@ -46,6 +45,14 @@ class TGPModelFile:
             "discrete": None if getattr(self, "discrete_", None) is None else self.discrete_.to_dict(),
             "pilot": getattr(self, "pilot_", {}),
         }
+
+    def _verify_params(self) -> dict[str, Any]:
+        """The parameters a re-solve of the stored statistics is made with: ``bounds="auto"`` as the fit resolved
+        them (the discrete columns' come back from the statistics' cells)."""
+        params = self.get_params()
+        if self._bounds_auto:
+            params["bounds"] = None if self.bounds_ is None else self.bounds_.to_pairs()
+        return params
 
     def _solution_extra(self) -> dict[str, np.ndarray]:
         """The method's solution attributes beyond the Fitted value (``extra_arrays``: FVPD's posterior, NCFD's

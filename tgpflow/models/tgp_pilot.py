@@ -28,7 +28,6 @@ from tgpflow.stats.split import SPLIT_SALT, validation_mask
 __all__ = ["TGPPilot"]
 
 
-
 class TGPPilot:
     """The pilot stage of :class:`~tgpflow.models.gp_tilted.GPTiltedDensity` (before its pass)."""
 

@@ -31,7 +31,6 @@ from tgpflow.stats.tgp import TGPStats
 __all__ = ["TGPSolve"]
 
 
-
 class TGPSolve:
     """The solve of :class:`~tgpflow.models.gp_tilted.GPTiltedDensity` (statistics → model, no data access)."""
 
@@ -135,7 +134,6 @@ class TGPSolve:
         with phase("solve", method=self.method, n_features=features.n_features) as info:
             self._set_solution(stats, features, self._base_of(stats), lam, eta)
             info.update(solver=self.solver_info_.get("method"))
-
 
     # -- selection ----------------------------------------------------------------------
     def _lam_grid(self) -> list[float]:

@@ -32,6 +32,8 @@ __all__ = ["TGPFittingSpace", "carried_by", "data_units", "from_data_rows", "to_
 
 def to_data_rows(rows: np.ndarray, bounds: ColumnBounds | None, scaling: Scaling | None,
                   cells: LatticeCells | None = None) -> np.ndarray:
+    """Rows of the fitting space in the data's units: the standardization undone (of the transformed values, with
+    bounds), the bounded columns' transform inverted, the discrete columns rounded to their lattices (``cells``)."""
     if bounds is None:
         rows = rows if scaling is None else scaling.inverse(rows)
     else:
@@ -65,10 +67,11 @@ def carried_by(stats: Any, name: str) -> Any:
     return getattr(one, name, None)
 
 
-
 class TGPFittingSpace:
     """The fitting space of :class:`~tgpflow.models.gp_tilted.GPTiltedDensity`: resolved by a first fit, carried by
-    its statistics, restored by a load."""
+    its statistics, restored by a load. A stage of that estimator, not a class of its own: it reads the estimator's
+    parameters and seeds (``_seeds``), and its :meth:`fitting_source` extends
+    :meth:`~tgpflow.models.streaming.StreamingMixin.fitting_source`, which follows it in the estimator's bases."""
 
     def _column_names(self, source: Source) -> list[str]:
         """The data's column names: those of a DataFrame given in memory, else the source's."""
@@ -177,15 +180,6 @@ class TGPFittingSpace:
         """:func:`data_units` of this estimator's bounds, scaling and discrete columns."""
         return data_units(getattr(self, "bounds_", None), getattr(self, "scaling_", None),
                            getattr(self, "discrete_", None))
-
-
-    def _verify_params(self) -> dict[str, Any]:
-        """The parameters a re-solve of the stored statistics is made with: ``bounds="auto"`` as the fit resolved
-        them (the discrete columns' come back from the statistics' cells)."""
-        params = self.get_params()
-        if self._bounds_auto:
-            params["bounds"] = None if self.bounds_ is None else self.bounds_.to_pairs()
-        return params
 
     def _fresh_names(self, d: int) -> list[str]:
         """The data's column names for an estimator that solves statistics: those it has seen, else x0 … x{d−1}."""
