@@ -10,10 +10,9 @@ from typing import Any, Self
 
 import numpy as np
 
-from tgpflow.features.bounds import ColumnBounds
-from tgpflow.features.lattice import LatticeCells
 from tgpflow.features.mixture_base import GaussianMixtureBase
 from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.models.fitted import prefixed
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
 from tgpflow.models.tgp_fitted import TGPFitted
 from tgpflow.stats.ncfd import NCFDStats
@@ -100,9 +99,7 @@ class TGPModelFile:
         self._restore_common(meta)
         self.pilot_ = meta.get("pilot", {})
         self.n_rows_dropped_ = meta.get("n_rows_dropped", 0)
-        stored = meta.get("bounds")
-        self.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
-        self.bounds_ = None if not stored else self._with_cells(ColumnBounds.from_record(stored), stored["columns"])
+        self._restore_space(meta.get("discrete"), meta.get("bounds"))
 
     # -- the draw a pipeline's store freezes ------------------------------------------------
     def frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -127,15 +124,12 @@ class TGPModelFile:
         self.features_ = RandomFourierFeatures.from_arrays(arrays, seed=meta.get("seed"))
         if "noise_levels" in arrays:
             self.noise_levels_ = np.asarray(arrays["noise_levels"], dtype=np.float64)
-        # the spec's bounds (a store drawn before discrete columns has none), with the discrete columns' at their
-        # lattices' outer cell edges; as the draw resolved them where it recorded them
-        self.discrete_ = LatticeCells.from_dict(meta.get("discrete"))
-        self.bounds_ = self._with_cells(ColumnBounds.from_param(self._declared_bounds(), columns), columns)
-        if meta.get("bounds"):
-            self.bounds_ = self._with_cells(ColumnBounds.from_record(meta["bounds"]), list(meta["bounds"]["columns"]))
-        mixture = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("mixture.")}
+        # as the draw resolved them; a store drawn before it recorded them keeps the spec's bounds (and one drawn
+        # before discrete columns has none)
+        self._restore_space(meta.get("discrete"), meta.get("bounds"), declared_columns=columns)
+        mixture = prefixed(arrays, "mixture.")
         if mixture:
             self.base_mixture_ = GaussianMixtureBase.from_arrays(mixture)
-        grid = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("heldout.")}
+        grid = prefixed(arrays, "heldout.")
         if grid:  # projected after the bounded columns' inverse transform, as when it was drawn
             self.heldout_grid_ = ProjectionGrid.from_arrays(grid, units=self._fit_bounds())

@@ -80,7 +80,8 @@ class TGPPilot:
         mixture fitted on the pilot rows (in the fitting space), K by held-out log-likelihood
         (:func:`~tgpflow.features.mixture_base.fit_mixture_base`), before the pass sums its score
         (docs/gp_tilted.md, "A mixture base"). Kept in ``base_mixture_``, its curve in ``pilot_["mixture"]``."""
-        rows, keys = lazy.get().rows, lazy.get().keys
+        pilot = lazy.get()
+        rows, keys = pilot.rows, pilot.keys
         if self._selecting and keys is not None and len(keys) == len(rows):
             # not on the rows that the selection holds out: it compares the tilts with the mixture alone there
             rows = rows[~validation_mask(keys, float(self.validation_fraction), SPLIT_SALT)]

@@ -151,6 +151,20 @@ class TGPFittingSpace:
         cells = getattr(self, "discrete_", None)
         return bounds if cells is None else cells.bounds_with(bounds, names)
 
+    def _restore_space(self, discrete: dict[str, Any] | None, bounds: dict[str, Any] | None,
+                       declared_columns: list[str] | None = None) -> None:
+        """``discrete_`` and ``bounds_`` as a record stored them (a model file's meta, a store's frozen draw), the
+        discrete columns' bounds and cores added back (:meth:`_with_cells`). Without a bounds record: the declared
+        ``bounds=`` on ``declared_columns`` with the cells' (a store drawn before it recorded them), else none."""
+        self.discrete_ = LatticeCells.from_dict(discrete)
+        if bounds:
+            self.bounds_ = self._with_cells(ColumnBounds.from_record(bounds), list(bounds["columns"]))
+        elif declared_columns is not None:
+            self.bounds_ = self._with_cells(ColumnBounds.from_param(self._declared_bounds(), declared_columns),
+                                            declared_columns)
+        else:
+            self.bounds_ = None
+
     def fitting_source(self, source: Source) -> Source:
         """``source`` in the fitting space: standardized (``scaling_``), bounded columns transformed (rows on or
         beyond a bound, in the data's units, are bad rows), discrete columns dequantized first (``discrete_``, in the
