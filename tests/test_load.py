@@ -70,11 +70,13 @@ def _solver_functions() -> list[tuple[object, str]]:
     import numpy.linalg
     import scipy.linalg
 
+    from tgpflow.models import rsr_iteration
+
     targets += [(scipy.linalg, n) for n in ("cholesky", "cho_factor", "cho_solve", "solve", "solve_triangular", "eigh",
                                             "inv", "pinv", "lstsq", "svd")]
     targets += [(numpy.linalg, n) for n in ("cholesky", "solve", "eigh", "inv", "pinv", "lstsq", "svd", "eig")]
     targets += [(GPTiltedDensity, "_solve_stats"), (GPTiltedDensity, "_set_solution"), (ScoreEstimator, "_solve"),
-                (ScoreEstimator, "_solve_stats"), (RootSobolevDensity, "_iterate"), (RootSobolevDensity, "fit_from_stats")]
+                (ScoreEstimator, "_solve_stats"), (rsr_iteration, "batch_fit"), (RootSobolevDensity, "fit_from_stats")]
     return targets
 
 

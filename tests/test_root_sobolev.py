@@ -264,3 +264,20 @@ def test_robust_whitening_keeps_a_column_that_is_constant_on_the_bulk():
     u = wh.transform(probe)
     assert np.linalg.norm(u[1]) > np.linalg.norm(u[0]) + 3
     np.testing.assert_allclose(wh.matrix[:2, :2], np.eye(2), atol=0.06)  # the bulk's block: its N(0, I)
+
+
+def test_the_method_objects_are_the_registrys_methods_and_their_laws_are_f_to_a_power():
+    from tgpflow.models.registry import RSR_METHODS
+    from tgpflow.models.sobolev_methods import sobolev_method
+
+    assert tuple(sobolev_method(m).name for m in RSR_METHODS) == RSR_METHODS
+    with pytest.raises(ValueError, match="rsr"):
+        sobolev_method("kde")
+    f = np.array([-2.0, -0.5, 0.0, 0.3, 4.0])
+    with np.errstate(divide="ignore"):
+        np.testing.assert_allclose(sobolev_method("rsr").log_density(f), 2.0 * np.log(np.abs(f)))
+    kde = sobolev_method("kde_sdo").log_density(f)
+    assert np.all(np.isneginf(kde[:3]))
+    np.testing.assert_allclose(kde[3:], np.log(f[3:]))
+    with pytest.raises(ValueError, match="no additive sufficient statistics"):
+        RootSobolevDensity(method="rsr").accumulate(np.zeros((10, 2)))

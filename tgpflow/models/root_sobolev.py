@@ -1,55 +1,13 @@
-"""``RootSobolevDensity``: the root-Sobolev density of seed 004 on SDO random features (MATH.md §8).
+"""``RootSobolevDensity``: the root-Sobolev density on SDO random features, ``f = wᵀφ``, ``p ∝ f²``, and its
+KDE-SDO baseline ``p ∝ f`` (docs/root_sobolev.md).
 
-``f(x) = wᵀφ(x)``, ``p ∝ f²``. The fit minimises ``L(w) = −(1/N)Σ log f(x_i)² + ‖w‖²`` by the
-natural-gradient iteration ``w ← (1 − 2η)w + 2η g/N``, ``g = Σ φ(x_i)/f(x_i)`` (η = ¼), from the
-non-negative KDE initialisation ``w₀ ∝ Σφ(x_i)/N``. Every iteration is one map-reduce over the
-rows (:mod:`tgpflow.stats.rsr`); the rows are kept in memory between iterations when they fit
-``persist_bytes`` (persisted on the workers under a distributed client, computed once
-otherwise) and re-streamed from the source when they do not — the log says which. The
-iteration is monotone: a step that raises L, or adds rows with f ≤ 0, is rejected and retried
-with half the step (it grows back to η after two accepted steps); since −log f(x_i)² is a barrier,
-f keeps its sign on every training row, the cone on which L is convex. Iterations stop when an
-accepted step, scaled to a full step η, lowers L by less than ``tol`` (relative); each candidate
-step is one pass. The number of rows with
-f ≤ 0 (the RFF SDO kernel takes negative values, so the KDE start can have some) is reported.
-
-The smoothness a is given, or selected from a list by the held-out Hyvärinen loss in its exact
-streamed form ``J = mean 2Δf/f`` (MATH.md D6; no Hutchinson probes) on rows held out by the
-row-hash split: ``a_rule="min"`` (the smallest J) or ``"largest_local_min"`` (seed 004 App. L.2:
-the stable local minimum at the largest a). ``method="kde_sdo"`` is the KDE-SDO baseline
-``p ∝ φ(x)ᵀΣφ(x_i)/N`` from the same features. Anomaly scores: ``−log p`` with a threshold at
-the ``threshold_quantile`` of the training rows (:class:`~tgpflow.models.anomaly.AnomalyMixin`).
-
-Statistics, ``partial_fit`` and pipelines:
-
-* ``method="kde_sdo"`` is a sum over rows: its statistics ``Σφ(x_i), N``
-  (:class:`~tgpflow.stats.kde_sdo.KDESDOStats`) are additive, so ``accumulate``, ``fit_from_stats``
-  and ``partial_fit`` (add the new rows' statistics, solve ``w = g/N``) are exact, and a pipeline keeps
-  them in its statistics store like the other models' (incremental, window and forgetting refits).
-* ``method="rsr"`` has no additive sufficient statistics: every pass's sums ``Σφ/f`` depend on the
-  current w. ``accumulate`` and ``fit_from_stats`` refuse, saying so. A pipeline refit re-reads the
-  partitions it has accepted and runs ``fit`` over all of them with the draw it froze on its first
-  run (one pass per iteration), so each version is the batch fit of its rows, and the store keeps
-  no statistics for it. ``partial_fit`` is an online update that approximates the batch fit: from the
-  current w, the implicit stochastic-approximation step of :mod:`tgpflow.solve.rsr` on the new rows
-  with the decaying weight ρ = N_B/n (like ``MiniBatchKMeans``' 1/count), keeping the features,
-  whitening and smoothness of the first call; the anomaly threshold stays the one that call learned.
-
-Input scale (``whiten="robust"``, the default): the SDO kernel acts on the pilot-whitened input
-``u = W(x − μ)`` (:mod:`tgpflow.features.whiten`; W from the pivoted Cholesky factor of a
-correlation matrix, numerically collinear and constant columns dropped), i.e. it is a kernel of
-the Mahalanobis distance, and m_s and d in MATH.md §8 refer to rank(W). μ and the covariance are
-those of the bulk of the pilot rows (reweighted MCD, 75% of the rows; ``"classical"``: of all
-rows; ``"none"``: x as given, seed 004's setting after z-scoring). W is folded into the
-frequencies (``Z ← Z W``), so the iteration, score and Laplacian are unchanged. The fit is then
-invariant to per-column scale and shift, and a = 1 means a kernel scale of one standard deviation
-along every principal direction of the bulk of the data. Why (benchmarks/adbench.py, seed 004's
-anomaly setting): on z-scored but correlated columns the kernel sees a few high-variance
-directions and ignores the low-variance ones in which many anomalies break the columns' linear
-relations; and the unsupervised training rows contain the anomalies, whose share of the classical
-moments stretches the scale along them.
-The kernel width is ``a^{1/2m_s}``: a grid of a must be spread over many decades to move the
-width at all in high d (``a = b^{2m_s}`` for a width b).
+The estimator reads its ``method`` through a method object (:mod:`tgpflow.models.sobolev_methods`): whether
+the fit has additive statistics (KDE-SDO: ``accumulate``, ``fit_from_stats``, an exact ``partial_fit``, a
+pipeline's store) or iterates over the rows (RSR: :mod:`tgpflow.models.rsr_iteration`, one map-reduce per
+iteration, the smoothness chosen by the exact held-out Hyvärinen loss; ``partial_fit`` an online update). The
+input is whitened by the bulk of the pilot rows (``whiten``: docs/root_sobolev.md, "Input whitening").
+Anomaly scores: ``−log p`` with a threshold at the ``threshold_quantile`` of the training rows
+(:class:`~tgpflow.models.anomaly.AnomalyMixin`).
 """
 
 from __future__ import annotations
@@ -75,21 +33,15 @@ from tgpflow.models.evaluation import DensityEvaluation
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats, verify_solution
 from tgpflow.models.params import RootSobolevParams
 from tgpflow.models.rsr_fitted import RSRFitted
+from tgpflow.models.rsr_iteration import IterationSettings, batch_fit, online_update, select_smoothness
 from tgpflow.models.rsr_rows import IterationRows
+from tgpflow.models.sobolev_methods import SobolevMethod, sobolev_method
 from tgpflow.models.streaming import StreamingMixin, check_stats_kept, is_grid
-from tgpflow.solve.rsr import natural_gradient_iterate
 from tgpflow.stats.kde_sdo import KDESDOStats, kde_sdo_chunk_stats
-from tgpflow.stats.rsr import rsr_chunk_stats
 
 __all__ = ["RootSobolevDensity"]
 
 logger = logging.getLogger("tgpflow")
-
-#: Why method="rsr" has no accumulate/fit_from_stats, and what to do instead.
-NO_RSR_STATS = ("RootSobolevDensity(method='rsr') has no additive sufficient statistics: every natural-gradient "
-                "pass sums φ(x)/f(x) at the current w (MATH.md §8), so there is nothing to accumulate once and "
-                "solve later. Refit on the rows (fit; partial_fit for an online update), or use "
-                "method='kde_sdo', whose statistics Σφ(x_i), N add up")
 
 #: What ``fit_from_stats`` on a fresh estimator asks for when the statistics do not carry their features.
 NO_KDE_DRAW = ("fit_from_stats needs the features the statistics were computed with, and these statistics do not "
@@ -98,7 +50,7 @@ NO_KDE_DRAW = ("fit_from_stats needs the features the statistics were computed w
 
 
 class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estimator):
-    """Root-Sobolev density (seed 004) with SDO random features; see the module docstring.
+    """Root-Sobolev density with SDO random features (docs/root_sobolev.md); see the module docstring.
 
     Parameters
     ----------
@@ -154,6 +106,11 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         self.random_state = random_state
         self.device = device
         self.scale = scale
+
+    @property
+    def _method(self) -> SobolevMethod:
+        """The method object of ``method`` (:mod:`tgpflow.models.sobolev_methods`)."""
+        return sobolev_method(self.method)
 
     def _grid(self) -> list[float]:
         return [float(a) for a in (self.smoothness if is_grid(self.smoothness) else [self.smoothness])]
@@ -231,20 +188,23 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         self._adopt_draw(features if features is not None else self._draw(pilot.rows), source.n_columns,
                          source.description)
         grid = self._grid()
-        if self.method == "kde_sdo":
+        if self._method.additive:
             self.smoothness_ = grid[0]
             self.fit_from_stats(self._accumulate_source(source, self.draw_.at(grid[0]), progress))
         else:
+            settings = IterationSettings.of(self)
             if len(grid) > 1:
-                self.smoothness_, self.selection_ = self._select(source, self.draw_, grid, progress)
+                self.smoothness_, self.selection_ = select_smoothness(
+                    source, self.draw_, grid, settings, order=self.order_, rank=int(self.whitening_["rank"]),
+                    a_rule=self.a_rule, validation_fraction=float(self.validation_fraction), progress=progress)
             else:
                 self.smoothness_ = grid[0]
             features_a = self.draw_.at(self.smoothness_)
-            rows = IterationRows(source, int(self.persist_bytes), progress=progress)
+            rows = IterationRows(source, settings.persist_bytes, progress=progress)
             logger.info("RSR rows are %s", rows.where)
             self.rows_held_ = rows.where
-            coef, self.fit_info_ = self._iterate(rows, features_a)
-            self._set_fitted(RSRFitted(features_a, coef, self.method, int(self.block_bytes)))
+            coef, self.fit_info_ = batch_fit(rows, features_a, settings)
+            self._set_fitted(RSRFitted(features_a, coef, self.method, settings.block_bytes))
             self.stats_ = None
             self.n_samples_seen_ = int(self.fit_info_["n"])
         scaling = getattr(self, "scaling_", None)  # the threshold is learned on rows in the data's units
@@ -257,8 +217,7 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         """KDE-SDO only: the statistics ``Σφ(x_i), N`` of the rows of ``X`` (one pass) for, in order, the draw
         ``features``, the fitted features, the prepared ``draw_``, or a new draw from a pilot sample of ``X``
         (kept as ``draw_``, so that later parts and ``fit_from_stats`` use it). RSR has none (it refuses)."""
-        if self.method != "kde_sdo":
-            raise ValueError(NO_RSR_STATS)
+        self._method.require_statistics()
         known = hasattr(self, "features_") or hasattr(self, "draw_")
         source = self._source(X, columns, reset=not known)
         if known:
@@ -289,8 +248,7 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         the features the statistics were accumulated with; default: the fitted or prepared draw, else — on a fresh
         estimator — the features the statistics carry). RSR refuses: it has no additive statistics (module
         docstring)."""
-        if self.method != "kde_sdo":
-            raise ValueError(NO_RSR_STATS)
+        self._method.require_statistics()
         if not isinstance(stats, KDESDOStats):
             raise TypeError(f"method='kde_sdo' needs KDESDOStats, got {type(stats).__name__}")
         if not hasattr(self, "draw_"):
@@ -308,11 +266,11 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         if isinstance(features, SDODraw):
             self._adopt_draw(features, features.n_dims, "fit_from_stats")
         self.smoothness_ = getattr(self, "smoothness_", self._grid()[0])
-        with phase("solve", method="kde_sdo", n_features=feats.n_features):
-            self._set_fitted(RSRFitted(feats, stats.g / stats.n, "kde_sdo", int(self.block_bytes)))
+        with phase("solve", method=self.method, n_features=feats.n_features):
+            self._set_fitted(RSRFitted(feats, stats.g / stats.n, self.method, int(self.block_bytes)))
         self.stats_ = stats
         self.n_samples_seen_ = int(stats.n)
-        self.fit_info_ = {"n": stats.n, "iterations": 0, "method": "kde_sdo"}
+        self.fit_info_ = {"n": stats.n, "iterations": 0, "method": self.method}
         return self
 
     @entry
@@ -324,23 +282,17 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         threshold."""
         if not hasattr(self, "_fitted"):
             return self.fit(X, columns=columns, progress=progress)
-        if self.method == "kde_sdo":
+        if self._method.additive:
             check_stats_kept(self)
             return self.fit_from_stats(self.stats_ + self.accumulate(X, columns=columns, progress=progress))
         source = self._source(X, columns, reset=False)
         self._check_width(source)
-        rows = IterationRows(self.fitting_source(source), int(self.persist_bytes), progress=progress)
+        settings = IterationSettings.of(self)
+        rows = IterationRows(self.fitting_source(source), settings.persist_bytes, progress=progress)
         features, n_old = self.features_, self.n_samples_seen_
-        with phase("rsr-online", n_features=features.n_features, rows_before=n_old):
-            w, info = natural_gradient_iterate(
-                lambda v: rows.reduce(rsr_chunk_stats, features, v, int(self.block_bytes)), self.coef_,
-                step=float(self.step), max_iter=int(self.max_iter), tol=float(self.tol), anchor=self.coef_,
-                anchor_rows=n_old)
-        n_new = info["rows"]
-        if not info["converged"]:
-            logger.warning("RSR partial_fit did not converge in %d iterations", self.max_iter)
-        self._set_fitted(RSRFitted(features, w, self.method, int(self.block_bytes)))
-        self.n_samples_seen_ = int(n_old + n_new)
+        w, info = online_update(rows, features, self.coef_, n_old, settings)
+        self._set_fitted(RSRFitted(features, w, self.method, settings.block_bytes))
+        self.n_samples_seen_ = int(n_old + info["rows"])
         self.fit_info_ = {**info, "n": self.n_samples_seen_,
                           "partial_fits": int(self.fit_info_.get("partial_fits", 0)) + 1}
         return self
@@ -348,56 +300,14 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
     def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
         """(chunk statistics function, its arguments after the rows, whether it takes row keys): a pipeline's
         pass of KDE-SDO statistics (:meth:`chunk_tasks`). RSR has no statistics to accumulate."""
-        if self.method != "kde_sdo":
-            raise ValueError(NO_RSR_STATS)
+        self._method.require_statistics()
         return kde_sdo_chunk_stats, (self._kde_features(), int(self.block_bytes)), False
-
-    def _iterate(self, rows: IterationRows, features: Any) -> tuple[np.ndarray, dict[str, Any]]:
-        """The batch fit: the KDE start ``w₀ ∝ Σφ(x_i)/N`` (one pass), then the natural-gradient iteration."""
-        with phase("rsr-init", n_features=features.n_features):
-            init = rows.reduce(kde_sdo_chunk_stats, features, int(self.block_bytes))
-        w = init.g / init.n
-        w, info = natural_gradient_iterate(
-            lambda v: rows.reduce(rsr_chunk_stats, features, v, int(self.block_bytes)), w / np.linalg.norm(w),
-            step=float(self.step), max_iter=int(self.max_iter), tol=float(self.tol))
-        if not info["converged"]:
-            logger.warning("RSR did not converge in %d iterations (kernel width a^(1/2m_s) = %.3g)", self.max_iter,
-                           features.gamma)
-        return w, {"n": init.n, **info}
-
-    def _select(self, source: Source, draw: SDODraw, grid: list[float],
-                progress: Progress | None = None) -> tuple[float, dict[str, Any]]:
-        k = int(self.whitening_["rank"])
-        if 2 * self.order_ <= k + 4:
-            # the RFF Laplacian Σ w_t‖z_t‖²φ_t needs E‖z‖⁴ < ∞, i.e. 2m_s > d + 4; the default m_s = ⌊d/2⌋ + 1
-            # has E‖z‖² = ∞ (spectral tail ‖z‖^{d−1−2m_s}), so J is dominated by the few largest frequencies
-            logger.warning("held-out Hyvärinen loss with order m_s = %d <= d/2 + 2 (d = %d): its value has infinite "
-                           "variance over the feature draw; use order >= %d to select a", self.order_, k, k // 2 + 3)
-        fraction = float(self.validation_fraction)
-        train = IterationRows(source, int(self.persist_bytes), "train", fraction, progress)
-        val = IterationRows(source, int(self.persist_bytes), "val", fraction, progress)
-        curve = []
-        for a in sorted(grid):
-            feats = draw.at(a)
-            w, info = self._iterate(train, feats)
-            st = val.reduce(rsr_chunk_stats, feats, w, int(self.block_bytes))
-            curve.append({"a": a, "heldout_hyvarinen": st.sum_hyvarinen / st.n, "iterations": info["iterations"],
-                          "converged": info["converged"]})
-        # only converged fits compete; J is unbounded below for rough fits, hence seed 004's rule
-        J = [c["heldout_hyvarinen"] if c["converged"] else np.inf for c in curve]
-        if not np.isfinite(J).any():
-            raise FloatingPointError("no smoothness in the grid converged; raise max_iter or use larger a")
-        best = int(np.argmin(J))
-        if self.a_rule == "largest_local_min":  # interior local minima of J over the a-grid, the largest a
-            local = [i for i in range(1, len(J) - 1) if np.isfinite(J[i]) and J[i] <= J[i - 1] and J[i] <= J[i + 1]]
-            best = max(local) if local else best
-        return curve[best]["a"], {"curve": curve, "rule": self.a_rule, "chosen": curve[best]["a"]}
 
     # -- evaluation -------------------------------------------------------------------------
     def hyvarinen_terms(self, X: Any, sigma: float | None = None) -> Any:
         """½‖s‖² + div s = 2Δf/f per row: exact for p = f² (the Laplacian of log f² needs no density's normaliser);
         KDE-SDO's estimate is not a square and has no such form."""
-        if self.method != "rsr":
+        if not self._method.exact_hyvarinen:
             raise AttributeError("the exact 2Δf/f form holds for the root-Sobolev model (p = f²), not KDE-SDO")
         return super().hyvarinen_terms(X, sigma)
 
@@ -417,7 +327,7 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         from tgpflow.errors import ModelFileError
 
         est = cls(**meta["params"])
-        if verify and est.method == "rsr":
+        if verify and not est._method.additive:
             raise ModelFileError(f"{path}: a RootSobolevDensity is fitted by iterating over the rows, so its file holds "
                                  f"no statistics to re-solve: verify=True cannot check it (its arrays are checksummed)")
         est._set_fitted(read_fitted(RSRFitted, fitted_arrays(arrays, cls._FILE_NAMES), meta, path,

@@ -1,9 +1,11 @@
-"""The fitted root-Sobolev density as a value: ``f = wᵀφ``, ``p ∝ f²`` on SDO random features (MATH.md §8).
+"""The fitted root-Sobolev density as a value: ``f = wᵀφ``, ``p ∝ f²`` on SDO random features
+(docs/root_sobolev.md).
 
 :class:`RSRFitted` holds the feature draw (whitening folded into the frequencies) and the
 coefficients w, and evaluates ``log p = log f²``, the score ``2∇f/f`` and the exact Hyvärinen terms
-``2Δf/f`` (MATH.md §8, D6; no Hutchinson probes). ``method="kde_sdo"`` is the KDE-SDO baseline
-``p ∝ f = φᵀΣφ(x_i)/N``: log f (−inf where f ≤ 0) and the score ∇f/f. It has no Gaussian base, so
+``2Δf/f`` (no Hutchinson probes). ``method="kde_sdo"`` is the KDE-SDO baseline
+``p ∝ f = φᵀΣφ(x_i)/N``: log f (−inf where f ≤ 0) and the score ∇f/f. How f makes the density is the
+method object's (:mod:`tgpflow.models.sobolev_methods`). It has no Gaussian base, so
 it is sampled by MCMC, not by importance resampling. Rows in blocks sized from a byte budget; float64.
 """
 
@@ -17,10 +19,10 @@ import numpy as np
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.fitted import Fitted, prefixed
-from tgpflow.models.registry import RSR_METHODS
+from tgpflow.models.sobolev_methods import SobolevMethod, sobolev_method
 from tgpflow.stats.tgp import block_rows_for
 
-__all__ = ["RSRFitted", "RSR_METHODS"]
+__all__ = ["RSRFitted"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -35,10 +37,14 @@ class RSRFitted(Fitted):
     block_bytes: int = DEFAULT_BLOCK_BYTES
 
     def __post_init__(self) -> None:
-        if self.method not in RSR_METHODS:
-            raise ValueError(f"method must be one of {RSR_METHODS}; got {self.method!r}")
+        sobolev_method(self.method)  # a known method, or a ValueError naming them
         if np.shape(self.coef) != (self.features.n_features,):
             raise ValueError(f"w must have shape ({self.features.n_features},); got {np.shape(self.coef)}")
+
+    @property
+    def law(self) -> SobolevMethod:
+        """How f makes the density (:func:`~tgpflow.models.sobolev_methods.sobolev_method` of ``method``)."""
+        return sobolev_method(self.method)
 
     @property
     def draw(self) -> RandomFourierFeatures:
@@ -73,22 +79,17 @@ class RSRFitted(Fitted):
 
     def log_density(self, x: np.ndarray) -> np.ndarray:
         """log f(x)² (unnormalised; −inf where f = 0), or log of the KDE-SDO estimate."""
-        f, _ = self._f(x)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if self.method == "kde_sdo":
-                return np.where(f > 0, np.log(np.where(f > 0, f, 1.0)), -np.inf)
-            return np.log(f * f)
+        return self.law.log_density(self._f(x)[0])
 
     def grad_log_density(self, x: np.ndarray) -> np.ndarray:
-        """2∇f/f (MATH.md §8); ∇f/f for KDE-SDO."""
+        """2∇f/f; ∇f/f for KDE-SDO (p ∝ f^power: the power times ∇f/f)."""
         f, grad = self._f(x)
-        scale = 1.0 if self.method == "kde_sdo" else 2.0
         with np.errstate(divide="ignore", invalid="ignore"):
-            return scale * grad / f[:, None]
+            return float(self.law.power) * grad / f[:, None]
 
     def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
-        """½‖s‖² + div s = 2Δf/f per row, Δf = −(1/γ²) Σ_t w_t‖z_t‖²φ_t (exact for p = f², MATH.md D6)."""
-        if self.method != "rsr":
+        """½‖s‖² + div s = 2Δf/f per row, Δf = −(1/γ²) Σ_t w_t‖z_t‖²φ_t (exact for p = f²)."""
+        if not self.law.exact_hyvarinen:
             raise AttributeError("the exact 2Δf/f form holds for the root-Sobolev model (p = f²), not KDE-SDO")
         lap_w = -self.coef * np.einsum("td,td->t", self.features.Z, self.features.Z) / self.features.gamma**2
         rows = block_rows_for(self.features.n_features, self.features.n_dims, int(self.block_bytes))

@@ -30,6 +30,7 @@ from tgpflow.io.sources import as_source
 from tgpflow.metrics.hyvarinen import heldout_loglik, hyvarinen_loss
 from tgpflow.metrics.sample_check import sample_check
 from tgpflow.metrics.sliced import model_reference_sample, random_directions, sliced_distances
+from tgpflow.models.tgp_methods import get_method
 
 __all__ = ["write_report"]
 
@@ -104,7 +105,7 @@ def write_report(model: Any, X: Any, out: AnyPath, *, n_directions: int = 500, n
             _save_png(fig, tmp / "density.png", 110)
             plt.close(fig)
             metrics["figures"].append("density.png")
-            if model.method == "ncfd":
+            if get_method(model.method).noise_conditional:  # the density at a few levels of its ladder
                 levels = np.asarray(model.noise_levels_)[::-1]
                 show = levels[np.linspace(0, len(levels) - 1, min(4, len(levels))).astype(int)]
                 fig, axes = plt.subplots(1, len(show), figsize=(4 * len(show), 4), squeeze=False)
