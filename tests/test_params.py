@@ -179,6 +179,19 @@ def test_the_table_is_the_signature(cls):
     cls.params_table.check(cls().get_params())  # the defaults are valid
 
 
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_the_docstring_documents_every_parameter_from_the_table(cls):
+    import pydoc
+
+    text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+    table = cls.params_table
+    for name, default in table.defaults().items():
+        entry = f"{name} : {table.allowed(name)}; default {default!r}"
+        assert entry in text, entry
+        assert " ".join(table.help_of(name).split()[:4]) in text, name
+    assert text.count("\n |  Parameters\n |  ----------") == 1  # one section, not a hand-written one beside it
+
+
 def test_a_table_that_drifts_from_init_is_refused_when_the_class_is_made():
     with pytest.raises(TypeError, match=r"ExactKDE2.__init__ and its parameter table ExactKDEParams differ in "
                                         r"\['kernel_cov', 'max_rows'\]"):

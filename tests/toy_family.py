@@ -4,11 +4,11 @@ useful one — independent Gaussians, one per column, with their variances shrun
 
 Its statistics are sums over rows (N, Σ(x − c), Σ(x − c)², centred at the pilot mean c: the draw a pipeline's
 store freezes), so it streams, merges and refits like the library's families. What it implements is the whole
-protocol: the estimator's public pieces (``prepare``, ``accumulate``, ``fit``, ``fit_from_stats``; the
-evaluations over rows are :class:`~tgpflow.models.evaluation.DensityEvaluation`'s) and the abstract hooks of
-:class:`~tgpflow.models.streaming.StreamingMixin` (``_pass_spec``, ``frozen_draw``, ``_restore_draw``,
-``_from_artifact``) and :class:`~tgpflow.models.estimator_base.StatsEstimator` (``_solve_stats``, ``_lam_grid``,
-``_selector``); a statistics class; a Fitted value; a parameter table; a summary; and :data:`TOY_KIND`, the
+protocol: the estimator's public pieces (``accumulate``, ``fit``, ``fit_from_stats``; ``prepare`` and the
+evaluations over rows are the base's, :class:`~tgpflow.models.evaluation.DensityEvaluation`'s) and the abstract
+hooks of :class:`~tgpflow.models.streaming.StreamingMixin` (``_draw_from_pilot``, ``_pass_spec``,
+``frozen_draw``, ``_restore_draw``, ``_from_artifact``) and :class:`~tgpflow.models.estimator_base.StatsEstimator`
+(``_solve_stats``, ``_lam_grid``, ``_selector``); a statistics class; a Fitted value; a parameter table; a summary; and :data:`TOY_KIND`, the
 registry line (registered by the tests that use it, so that no other test sees it).
 """
 
@@ -23,7 +23,6 @@ import numpy as np
 
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.summable import AdditiveStats
-from tgpflow.features.scaling import Scaling
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.estimator_base import StatsEstimator, entry
@@ -151,17 +150,6 @@ class ColumnGaussianDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Sta
 
     # -- the public pieces --------------------------------------------------------------
     @entry
-    def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
-                progress: Any = None) -> Self:
-        source = self._source(X, columns, reset=True)
-        self._fix_scaling(source, scaling, progress)
-        rows = pilot_sample(self.fitting_source(source), rows=self.pilot_rows, random_state=self.random_state,
-                            progress=progress).rows
-        self.centre_ = ColumnCentre(rows.mean(axis=0))
-        self.support_ = SupportBox.from_rows(rows if self.scaling_ is None else self.scaling_.inverse(rows))
-        return self
-
-    @entry
     def accumulate(self, X: Any, *, columns: list[str] | None = None, progress: Any = None) -> ColumnStats:
         if not hasattr(self, "centre_"):
             self.prepare(X, columns=columns, progress=progress)
@@ -188,6 +176,11 @@ class ColumnGaussianDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Sta
         return self.fitted().sample(int(n_samples), self.random_state if random_state is None else random_state)
 
     # -- the hooks ----------------------------------------------------------------------
+    def _draw_from_pilot(self, fitting: Any, pilot: Any, progress: Any) -> None:
+        rows = pilot.get().rows
+        self.centre_ = ColumnCentre(rows.mean(axis=0))
+        self.support_ = SupportBox.from_rows(rows if self.scaling_ is None else self.scaling_.inverse(rows))
+
     def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
         return column_chunk_stats, (self.centre_,), False
 

@@ -34,6 +34,7 @@ TASK_ROWS = 4096
 FEATURE_SPLIT_VALUES = 2**20
 
 _POOL: ThreadPoolExecutor | None = None
+_POOL_SIZE = 0  # its threads (ThreadPoolExecutor keeps its own count private)
 _POOL_LOCK = threading.Lock()
 
 
@@ -62,10 +63,10 @@ def _over_rows(task: Any, n: int, step: int, threads: int | None) -> None:
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
-    global _POOL
+    global _POOL, _POOL_SIZE
     with _POOL_LOCK:
-        if _POOL is None or _POOL._max_workers < threads:
-            _POOL = ThreadPoolExecutor(threads, thread_name_prefix="tgpflow-eval")
+        if _POOL is None or _POOL_SIZE < threads:
+            _POOL, _POOL_SIZE = ThreadPoolExecutor(threads, thread_name_prefix="tgpflow-eval"), threads
         return _POOL
 
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 import inspect
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -24,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted
 from tgpflow.core.backend import DeviceTarget, device_target, resolve_device
 from tgpflow.core.engine import Progress, cluster_has_gpus
 from tgpflow.features.scaling import Scaling
+from tgpflow.models.checked_entry import entry
 from tgpflow.models.model_file import verify_solution, write_model
 from tgpflow.models.params import ParamTable, plain
 from tgpflow.models.scaled_fitted import in_data_units
@@ -34,25 +34,6 @@ from tgpflow.stats.split import StatsBundle
 from tgpflow.stats.support import SupportBox
 
 __all__ = ["Estimator", "StatsEstimator", "entry", "carried_draw"]
-
-F = TypeVar("F")
-
-
-def entry(fn: F) -> F:
-    """A public entry point (``fit``, ``accumulate``, ``fit_from_stats``, ``partial_fit``, ``prepare``): the
-    parameters are checked on the way in, once, not again by the entries it calls itself."""
-    @functools.wraps(fn)  # type: ignore[arg-type]
-    def checked(self: Estimator, *args: Any, **kwargs: Any) -> Any:
-        if self.__dict__.get("_params_checked"):
-            return fn(self, *args, **kwargs)  # type: ignore[operator]
-        self.check_params()
-        self._params_checked = True
-        try:
-            return fn(self, *args, **kwargs)  # type: ignore[operator]
-        finally:
-            self.__dict__.pop("_params_checked", None)
-
-    return checked  # type: ignore[return-value]
 
 
 class Estimator(BaseEstimator):
@@ -74,6 +55,8 @@ class Estimator(BaseEstimator):
                         or signature[n] != defaults[n])
         if differ:  # a parameter, or its default, in only one of them
             raise TypeError(f"{cls.__name__}.__init__ and its parameter table {table.__name__} differ in {differ}")
+        # its parameters' documentation is its table's (one place for the help of help(), the CLI and the checks)
+        cls.__doc__ = f"{inspect.cleandoc(cls.__doc__ or cls.__name__)}\n\n{table.numpydoc()}\n"
 
     def check_params(self) -> ParamTable:
         """The parameters checked against the estimator's table: a ValueError naming each invalid one, its value
@@ -136,6 +119,10 @@ class Estimator(BaseEstimator):
         return write_model(path, type(self).__name__, self._fitted, self._FILE_NAMES, extra=self._solution_extra(),
                            stats=kept, meta={**self._common_meta(), **self._model_meta()}, overwrite=overwrite,
                            storage_options=storage_options)
+
+    def _verify_params(self) -> dict[str, Any]:
+        """The parameters ``load(verify=True)`` re-solves the stored statistics with: by default the estimator's."""
+        return self.get_params()
 
     def _model_meta(self) -> dict[str, Any]:
         """What a family stores in a model file's metadata beyond :meth:`_common_meta`."""
@@ -238,7 +225,7 @@ class StatsEstimator(Estimator, abc.ABC):
             return ref._fitted
 
         verify_solution(self, path, arrays, self._FILE_NAMES, solve, extra=tuple(self._solution_extra()),
-                        legacy=legacy)
+                        legacy=legacy, params=self._verify_params())
 
     # -- held-out selection -------------------------------------------------------------------
     @abc.abstractmethod

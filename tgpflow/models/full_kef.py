@@ -68,7 +68,7 @@ class FullKEF(Estimator):
     16·(nd)² bytes fit in the available RAM, else CG, logged), "direct" or "cg" (module docstring);
     ``regularizer`` "tikhonov" (the KEF), or "landweber" / "nu" (the full-sample iterations, t = ⌊1/λ⌋ /
     ⌊λ^{−½}⌋ products with G). ``solver_info_`` says which ran (``solver``), and why for "auto" (``reason``).
-    Parameters: :class:`~tgpflow.models.params.FullKEFParams`."""
+    The parameters below are read off its table, :class:`~tgpflow.models.params.FullKEFParams`."""
 
     params_table = FullKEFParams
 

@@ -1,9 +1,8 @@
-"""``GPTiltedDensity``: FD and FVPD GP-tilted densities fitted in one streamed pass (seed 003).
+"""``GPTiltedDensity``: GP-tilted densities fitted in one streamed pass (docs/gp_tilted.md).
 
-``fit(X)`` = pilot sample (MATH.md §1) → feature draw → one pass of chunk statistics,
-tree-reduced (MATH.md §2) → closed-form solve (FD, MATH.md §2; FVPD, MATH.md §4). The
-pieces are public: ``accumulate`` (data → statistics), ``fit_from_stats`` (statistics →
-model), ``partial_fit`` (add statistics of new rows, re-solve).
+``fit(X)`` = pilot sample → feature draw → one pass of chunk statistics, tree-reduced → closed-form solve (FD,
+NCFD, FVPD; MAP's Newton steps on fixed draws). The pieces are public: ``accumulate`` (data → statistics),
+``fit_from_stats`` (statistics → model), ``partial_fit`` (add statistics of new rows, re-solve).
 
 The estimator's stages live beside it, one module each: the fitting space (:mod:`tgpflow.models.tgp_space`), the
 pilot stage (:mod:`tgpflow.models.tgp_pilot`), the solve (:mod:`tgpflow.models.tgp_solve`), the evaluation
@@ -63,120 +62,16 @@ declare_wrapper(_carrying, 0)
 
 class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPilot, TGPFittingSpace, StreamingMixin,
                       StatsEstimator):
-    """GP-tilted density estimator (seed 003): FD, NCFD, FVPD, MAP, and the KDE-RFF baseline.
+    """GP-tilted density estimator: FD, NCFD, FVPD, MAP, and the KDE-RFF baseline (docs/gp_tilted.md).
 
-    ``log q(x) = θᵀφ(x) − ½(x−μ)ᵀΣ⁻¹(x−μ)`` with random Fourier features φ and the base
-    N(μ, Σ) set to the exact moments of the data (MATH.md §2) or learnt (``base="learn"``), or
-    ``θᵀφ(x) + log m(x)`` on a Gaussian mixture base m (``base="mixture"``; what the default ``base="auto"``
-    takes when λ is selected).
-    NCFD fits one θ for a ladder of noise levels and evaluates at any σ ≥ 0 (MATH.md §3).
-    FVPD integrates θ over its Fisher variational posterior (MATH.md §4). MAP maximises the
-    posterior with Newton steps on fixed draws of the defensive proposal (MATH.md §5). ``kde_rff`` is the paper's
-    RFF kernel density baseline ``p(x) ∝ φ(x)ᵀψ/N`` from the same pass (MATH.md §5).
-
-    Parameters
-    ----------
-    method : {"fd", "ncfd", "fvpd", "map", "kde_rff"} or a registered method's name — each is a
-        :class:`~tgpflow.models.tgp_method.TGPMethod` in :mod:`tgpflow.models.tgp_methods`.
-    n_features : int, S — number of random Fourier features (paper default 1000).
-    lam : float or "auto" — ridge λ on θ, with the objective a SUM over rows. "auto" (the
-        default) selects λ from ``lam_grid`` on held-out rows (no extra pass, see below). A fixed
-        λ means less and less as N grows (the penalty stands beside a sum over rows): the paper's
-        0.1 put 12 % of the demo mixture's mass outside the data at 200k rows.
-    bandwidth : "auto", "scott", float, or a list of floats — γ. "auto" (the default) selects γ
-        from multiples of Scott's rule by the 3-fold cross-validated log-likelihood of FD fits on
-        the pilot sample (no extra read; see :data:`~tgpflow.solve.pilot_bandwidth.AUTO_BANDWIDTH_FACTORS`).
-        "scott" is the paper's rule, which shrinks γ as N grows while S stays fixed (2M rows of
-        the demo mixture: held-out log-likelihood 0.11 nats/row below the selected γ). A list is
-        a grid selected on held-out rows of the full pass, every γ accumulated in it (G× its cost).
-        For the paper's settings: ``lam=0.1, bandwidth="scott", sigma_max="paper"``.
-    noise_levels : int, H — NCFD noise levels σ_h = (h−1)σ_max/H (paper default 10).
-    sigma_max : "auto", "paper" or float — the largest NCFD noise level. "auto" is γ/4 (for a
-        γ grid, a quarter of its smallest value; :data:`~tgpflow.features.noise.AUTO_SIGMA_MAX_FACTOR`
-        gives the measurements): with λ selected on held-out rows, a wider ladder only blurs the
-        data-level density (σ_max = γ: 0.05 nats/row worse at 200k and 2M rows of the demo
-        mixture, and an over-spread 2M fit). With ``lam="auto"`` it is an upper limit: the selection also
-        scores the ladder's first H' levels (σ_max·H'/H, H' = 1 and ⌈H/4⌉, ⌈H/2⌉; H' = 1 is σ = 0 alone), health
-        first, and ``selection_["chosen"]`` says which (``noise_levels``, ``sigma_max``; docs/gp_tilted.md,
-        "NCFD's noise ladder in the selection"). "paper" is seed 003's √(tr Σ)/d (MATH.md §11 A5).
-    eta : "auto", float or a list of floats — FVPD temperature η; "auto" is 1/γ². A list is
-        selected on held-out rows.
-    base : {"auto", "empirical", "learn", "mixture"} — "auto" (the default) is "mixture" for FD, NCFD, FVPD and
-        MAP when ``lam="auto"`` (the selection's λ = ∞ candidate then guards it) and "empirical" otherwise.
-        The others: N(μ, Σ) of the exact data moments, that Gaussian learnt
-        by coordinate descent from the statistics (eqs 12–16; FD and FVPD only, no extra pass), or a Gaussian
-        mixture fitted on the pilot rows before the pass (K by held-out log-likelihood; FD, NCFD, FVPD and MAP;
-        ``base_mixture_``), whose score enters the pass's sums (docs/gp_tilted.md, "A mixture base"). Under a
-        mixture, ``lam="auto"`` also scores λ = ∞ — the mixture alone — so a selection never keeps a tilt that
-        does worse on the held-out rows. Measured on MAGIC (standardized, 80/20): FD's held-out −5.03 nats/row
-        against −9.76 on the Gaussian base and −4.97 for a tuned scikit-learn GaussianMixture (docs/gp_tilted.md).
-    lam_grid : sequence of floats, optional — the λ values of ``lam="auto"`` (default: 22 values,
-        10⁻³ … 10⁴, for the "sliced" and "loglik" criteria; 19 values, 10⁻⁴ … 10², for "hyvarinen").
-        The default grid is extended upwards, up to three decades, while its largest λ wins (FVPD's λ
-        acts as λ/γ², so on wide γ its optimum can sit above 10⁴); a grid given here is used as given.
-    criterion : {"sliced", "loglik", "hyvarinen"} — what a selection optimises on the held-out
-        rows: "sliced" (the default) the median sliced KS between the held-out rows and the
-        candidate's importance-weighted proposal draws, candidates within its noise of the best tied
-        and the tie going to the held-out log-likelihood (:func:`~tgpflow.solve.select.choose`); "loglik" the
-        normalised log-likelihood (log Z by importance sampling from the base, the same seeded draws for every
-        candidate); for
-        both, candidates whose normaliser rests on < 1 % of the draws, or that put more mass
-        outside the training rows' box than the diagnostics allow, are skipped. "hyvarinen" is
-        the score-matching loss, which cannot see mass where there are no data.
-    normalizer_draws : int — proposal draws of the normaliser estimated after every fit
-        (``normalizer_``, ``fit_diagnostics_``); a selection uses a quarter of them per γ.
-    validation_fraction : float — share of rows held out when selecting, by a fixed hash of
-        each row's position (the same rows on every refit). The final model is solved on all
-        rows with the chosen values.
-    map_draws : int, S₂ — proposal draws of the MAP expectation (paper: 100 000 base draws).
-    map_max_iter : int — Newton iterations of MAP at most.
-    map_points : {"proposal", "base"} — MAP's expectation E_base e^{θᵀφ} on draws of the defensive proposal
-        weighted by N/q (the default: the fit pays for mass put beyond the base's reach), or on plain base draws
-        (seed 003 Alg 1, for reproducing the paper; model files written before this option load as "base").
-    kernel_cov : {"paper", "identity"} — Σ_z = dΣ/tr Σ (seed 003 §IV) or I.
-    bounds : "auto", dict, list or None — hard bounds of columns, ``{"col": (lower, upper)}`` or one
-        pair per column, None for an open side (e.g. ``{"length": (0, None), "angle": (0, 90)}``).
-        Bounded columns are fitted after a log/logit transform and every output (densities,
-        scores, samples) is in the data's units with the Jacobian (:mod:`tgpflow.features.bounds`).
-        ``"auto"`` (the default) declares the bounds the pilot shows, one gap beyond its extreme values (the
-        distance to the 1 % quantile): for columns that never go below 0 (above 1) while a Gaussian of them
-        would, and where the rows pile up against an extreme value
-        (:func:`~tgpflow.features.edges.suggest_bounds`); None fits every column open and only
-        suggests them (``pilot_["suggested_bounds"]``). ``bounds_`` holds what a fit resolved, the statistics
-        carry it, and a refit reads every partition within it (docs/gp_tilted.md, "Hard edges").
-    discrete : "auto", None or a list of columns — columns modelled as discrete by uniform dequantization over
-        their lattice's cells (:mod:`tgpflow.features.lattice`): the fit sees each row's value moved by fixed
-        noise within its cell, a row's density is its cell's average of the fitted density (a density in the
-        data's units, constant across a cell), and samples are rounded to the lattice. "auto" (the default) takes
-        the binary columns and the lattices the pilot shows whose step is at least 5 % of their spread (integer
-        codes such as hour, weekday, month; not values recorded to a few decimals), bounded columns excluded,
-        and the atoms at continuous columns' edges (a value at the minimum or maximum carrying ≥ 1 % of the rows,
-        e.g. a meter's exact zeros); ``discrete_`` holds them (None: none). docs/gp_tilted.md, "Integer codes
-        and other lattices" and "Atoms at an edge".
-    pilot : {"sample", "exact"} — a bounded pilot sample, or a full moments pass first.
-    pilot_rows : int — rows in the pilot sample (default 100 000).
-    on_bad_rows : {"raise", "drop"} — rows with missing/non-finite values.
-    block_bytes : int — cap on the per-row part of a chunk task's memory (its feature blocks, 8·(3S + 2d)
-        bytes a row); the S² accumulators and temporaries come on top. Each pass is planned and logged by
-        :mod:`tgpflow.core.memory` within the workers' memory limit per thread (else this machine's available
-        RAM), and refused with both numbers when one row does not fit.
-    split_every : int — fan-in of the reduction tree.
-    random_state : int — seed of the pilot, the feature draw and the MAP draws.
-    device : {"auto", "cpu", "gpu"} — "gpu": each chunk's statistics and the log density on a CUDA GPU through
-        CuPy (results back on the host: the model file is the same); "auto": the GPU when CuPy sees one
-        (docs/gpu.md).
-    precision : {"float64", "mixed"} — "mixed": float32 S×S products accumulated in float64
-        (see ``benchmarks/precision_modes.py`` for the measured error and speed).
-    threshold_quantile : float — share of (pilot) training rows flagged by ``is_anomaly``.
-    scale : bool — standardize each column by the pilot's mean and standard deviation inside the model
-        (``scaling_``, stored in the model file; :mod:`tgpflow.features.scaling`): rows in and out, bounds,
-        samples and densities stay in the data's units. For columns of mixed scales (1000, 20 and 0.09: six of
-        the README's seven fits put 4–7 % of their mass outside the data unscaled; scaled, only the paper's
-        fixed λ = 0.1 did, 4.4 %). ``fit(…, scaling=…)``
-        gives a frozen one instead (a pipeline's ``preprocess``).
-
-    The parameters' types, ranges and the methods they apply to are its table,
-    :class:`~tgpflow.models.params.GPTiltedParams`.
+    ``log q(x) = θᵀφ(x) − ½(x−μ)ᵀΣ⁻¹(x−μ)`` with random Fourier features φ and the base N(μ, Σ) set to the exact
+    moments of the data or learnt (``base="learn"``), or ``θᵀφ(x) + log m(x)`` on a Gaussian mixture base m
+    (``base="mixture"``; what the default ``base="auto"`` takes when λ is selected). NCFD fits one θ for a ladder
+    of noise levels and evaluates at any σ ≥ 0; FVPD integrates θ over its Fisher variational posterior; MAP
+    maximises the posterior with Newton steps on fixed draws of the defensive proposal; ``kde_rff`` is the RFF
+    kernel density baseline ``p(x) ∝ φ(x)ᵀψ/N`` from the same pass. The parameters below are read off its table,
+    :class:`~tgpflow.models.params.GPTiltedParams`, which checks them; docs/gp_tilted.md, "Parameters" says
+    what their one-line help cannot (the defaults' measurements, the paper's settings).
     """
 
     params_table = GPTiltedParams
@@ -276,26 +171,18 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         spec = self._chunk_fn(validation=True)
         return None if spec is None else spec[1]
 
-    @entry
-    def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
-                progress: Progress | None = None) -> GPTiltedDensity:
-        """Draw the features (and a selection's held-out grid) from a pilot sample of ``X``, without a pass.
-
-        A pipeline then accumulates each partition's statistics for this draw (:meth:`chunk_tasks`) and
-        solves their sum (:meth:`fit_from_stats`). ``scaling``: a frozen standardization (a pipeline's
-        ``preprocess``), else ``scale=`` decides. ``progress``: see :meth:`fit`.
-        """
-        source, lazy = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
-        n_total, mean, cov, self.pilot_ = self._pilot_moments(source, lazy, progress)
-        self.features_ = self._draw_features(n_total, mean, cov, lazy, progress)
+    def _draw_from_pilot(self, fitting: Source, pilot: LazyPilot, progress: Progress | None) -> None:
+        """:meth:`prepare`'s draw: the pilot's moments, the features, a selection's held-out grid, the box of the
+        pilot rows (where a stage read them) and NCFD's noise levels."""
+        n_total, mean, cov, self.pilot_ = self._pilot_moments(fitting, pilot, progress)
+        self.features_ = self._draw_features(n_total, mean, cov, pilot, progress)
         if self._selecting:
-            self._make_heldout_grid(lazy)
-        if lazy.sample is not None:  # read by a stage (not by pilot="exact" alone): the box of the data's rows
-            self.support_ = SupportBox.from_rows(self._to_data(lazy.sample.rows))
-        self.n_features_in_ = source.n_columns
+            self._make_heldout_grid(pilot)
+        if pilot.sample is not None:  # read by a stage (not by pilot="exact" alone): the box of the data's rows
+            self.support_ = SupportBox.from_rows(self._to_data(pilot.sample.rows))
+        self.n_features_in_ = fitting.n_columns
         if self._method.noise_conditional:
             self.noise_levels_ = self._levels(cov, self.features_)
-        return self
 
     def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
         """(chunk statistics function, its arguments after the rows, whether it takes row keys) for
@@ -324,13 +211,8 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         they are a :class:`StatsBundle` with ``("train", γ)`` and ``("val", γ)`` parts for every γ.
         ``progress``: see :meth:`fit`.
         """
-        fitted = hasattr(self, "features_")
-        source = self._source(X, columns, reset=not fitted)
-        if fitted:
-            self._check_width(source)
-            fitting = self.fitting_source(source)
-            return self._accumulate_source(fitting, self._lazy_pilot(fitting, progress), features, progress)
-        return self._accumulate_source(*self._new_fitting_source(source, None, progress), features, progress)
+        fitting, pilot = self._fitting_source_of(X, columns, None, hasattr(self, "features_"), progress)
+        return self._accumulate_source(fitting, pilot, features, progress)
 
     def _accumulate_source(self, source: Source, lazy: LazyPilot, features: RandomFourierFeatures | None,
                            progress: Progress | None = None) -> Any:

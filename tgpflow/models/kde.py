@@ -27,8 +27,8 @@ __all__ = ["ExactKDE"]
 
 
 class ExactKDE(Estimator):
-    """Exact Gaussian KDE on a uniform subsample (≤ ``max_rows``) of any source. Parameters:
-    :class:`~tgpflow.models.params.ExactKDEParams`."""
+    """Exact Gaussian KDE on a uniform subsample (≤ ``max_rows``) of any source. The parameters below are read off
+    its table, :class:`~tgpflow.models.params.ExactKDEParams`."""
 
     params_table = ExactKDEParams
 

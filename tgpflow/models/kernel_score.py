@@ -63,33 +63,7 @@ PRESETS = {"stein": ("diagonal", "tikhonov"), "ssge": ("diagonal", "cutoff"), "n
 class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
     """Kernel score estimator on a Nyström basis (seed 000 in the streamed form of MATH.md §7).
 
-    Parameters
-    ----------
-    kernel : {"curl_free", "diagonal"} — the matrix-valued kernel K.
-    regularizer : {"tikhonov", "cutoff", "landweber", "nu"} — the spectral filter g_λ.
-    n_basis : int, m — basis points drawn from the pilot sample (ignored when a basis is given).
-    bandwidth : "median", float or a list of floats — σ_k of k = ψ(‖x−y‖²/σ_k); "median": the
-        median heuristic; a list: a grid selected on held-out rows, every σ_k accumulated in the
-        same pass (G× its cost).
-    lam : float or "auto" — λ of the filter (Tikhonov ridge; cut-off threshold; t = ⌊1/λ⌋ Landweber
-        steps; t = ⌊λ^{−1/2}⌋ ν-method steps, each with the step 1/(1.05‖T‖), ‖T‖ by Lanczos:
-        :mod:`tgpflow.solve.kef`). "auto": selected from ``lam_grid`` by the held-out Hyvärinen loss,
-        computed from validation statistics (no extra pass; one solve per value).
-    lam_grid : list of floats, optional — default 10⁻⁶ … 1 (13 values; Landweber: 10⁻⁴ … 1, 9 values,
-        at most 10⁴ steps).
-    validation_fraction : float — rows held out when selecting (a fixed hash of their position).
-    base : {"flat", "gaussian"} — q0: uniform, or N(μ0, Σ0) with the exact moments of the pass.
-    radial : {"gaussian", "imq"} — the scalar kernel.
-    nu : float — ν of the ν-method.
-    ridge : float — an extra ridge ε of the direct Tikhonov solve, (C/N + λG + εI); 0 (default): none — λG
-        regularises on range(G) and a rank-deficient G is solved in the pseudo-inverse limit (seed 001
-        used 1e-5: a second penalty ε‖β‖² that changes the estimator, most at small λ —
-        benchmarks/kernel_ridge.py). Files that stored ``eps`` load it as ``ridge``.
-    rank_tol : float — eigenvalues of G below rank_tol·max are cut (the numerical rank of the span) in the
-        spectral solves and the pseudo-inverse fallback of the direct one.
-    pilot_rows, on_bad_rows, block_bytes, split_every, random_state, device : as for GPTiltedDensity.
-
-    The parameters' types and ranges are its table, :class:`~tgpflow.models.params.ScoreParams`.
+    The parameters below are read off its table, :class:`~tgpflow.models.params.ScoreParams`, which checks them.
     """
 
     params_table = ScoreParams
@@ -167,11 +141,6 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         return cls(kernel=kernel, regularizer=regularizer, **params)
 
     # -- the basis ----------------------------------------------------------------------
-    def _lazy_pilot(self, source: Source, progress: Progress | None) -> LazyPilot:
-        """The pilot sample of a fitting source, read when the basis needs it (seeded by ``random_state`` itself,
-        not a spawned sequence as GP-tilted's: the rows this family's pilot has always drawn)."""
-        return LazyPilot(source, int(self.pilot_rows), np.random.SeedSequence(self.random_state), progress)
-
     def _make_basis(self, source: Any, given: Any, lazy: LazyPilot) -> NystromBasis:
         """The basis: ``given`` (a basis, or its points), else points drawn from the pilot sample ``lazy`` of the
         fitting ``source``, which a median bandwidth also reads."""
@@ -220,19 +189,10 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         target = self._device_target()
         return fn if target is None else functools.partial(on_device, target, fn)
 
-    @entry
-    def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
-                progress: Progress | None = None) -> ScoreEstimator:
-        """Draw the basis from a pilot sample of ``X`` without a pass (a pipeline then accumulates each
-        partition's statistics on it, :meth:`chunk_tasks`, and solves their sum, :meth:`fit_from_stats`).
-        ``scaling``: a frozen standardization (a pipeline's ``preprocess``), else ``scale=`` decides.
-        ``progress``: see :meth:`fit`."""
-        source = self._source(X, columns, reset=True)
-        self._fix_scaling(source, scaling, progress)
-        source = self.fitting_source(source)
-        self.basis_ = self._make_basis(source, None, self._lazy_pilot(source, progress))
-        self.n_features_in_ = source.n_columns
-        return self
+    def _draw_from_pilot(self, fitting: Source, pilot: LazyPilot, progress: Progress | None) -> None:
+        """:meth:`prepare`'s draw: the basis."""
+        self.basis_ = self._make_basis(fitting, None, pilot)
+        self.n_features_in_ = fitting.n_columns
 
     def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
         """(chunk statistics function, its arguments after the rows, whether it takes row keys) for the fitted basis."""
@@ -260,13 +220,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
                     progress: Progress | None) -> tuple[KEFStats | DiagStats, LazyPilot]:
         """:meth:`accumulate`, with the pilot sample it read (or not) to draw the basis."""
         fitted = hasattr(self, "basis_")
-        source = self._source(X, columns, reset=not fitted)
-        if fitted:
-            self._check_width(source)
-        else:
-            self._fix_scaling(source, scaling, progress)
-        source = self.fitting_source(source)
-        lazy = self._lazy_pilot(source, progress)
+        source, lazy = self._fitting_source_of(X, columns, scaling, fitted, progress)
         if basis is None and fitted:
             basis = self.basis_
         else:

@@ -112,15 +112,17 @@ def write_model(path: Any, kind: str, fitted: Fitted, names: Mapping[str, str], 
 
 
 def verify_solution(est: Any, path: Path, arrays: dict[str, np.ndarray], names: Mapping[str, str],
-                    solve: Callable[[Any], Fitted], *, extra: tuple[str, ...] = (), legacy: bool = False) -> None:
-    """``load(verify=True)``: ``solve`` a fresh estimator with ``est``'s parameters (its selection record,
+                    solve: Callable[[Any], Fitted], *, extra: tuple[str, ...] = (), legacy: bool = False,
+                    params: Mapping[str, Any] | None = None) -> None:
+    """``load(verify=True)``: ``solve`` a fresh estimator with ``est``'s parameters (``params`` where the fit
+    resolved some of them, e.g. GPTiltedDensity's ``bounds="auto"``; its selection record,
     column names and NCFD levels copied) from ``est.stats_``, and compare every stored ``fitted.*`` array
     with that solve's Fitted value and ``extra`` attributes (:func:`check_same_solution`). A ``legacy``
     (layout 1) file is compared on what it stored."""
     if est.stats_ is None:
         raise ModelFileError(f"{path}: saved without its statistics (save(..., stats=False)): there is nothing to "
                              f"re-solve, so verify=True cannot check it (verify=False trusts the checksummed solution)")
-    ref = type(est)(**(est._verify_params() if hasattr(est, "_verify_params") else est.get_params()))
+    ref = type(est)(**(est.get_params() if params is None else params))
     for name in ("feature_names_in_", "selection_", "noise_levels_"):  # what a solve reads besides the statistics
         if hasattr(est, name):
             setattr(ref, name, getattr(est, name))

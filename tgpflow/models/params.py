@@ -19,6 +19,7 @@ scalars, arrays and tuples are read as the Python numbers and lists they hold.
 
 from __future__ import annotations
 
+import textwrap
 import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Union
@@ -138,6 +139,17 @@ class ParamTable(BaseModel):
     @classmethod
     def help_of(cls, name: str) -> str:
         return cls.model_fields[name].description or ""
+
+    @classmethod
+    def numpydoc(cls) -> str:
+        """The ``Parameters`` section of the estimator's docstring, read off the table: each parameter, what it
+        accepts, its default and its help (the estimator appends it to its own docstring)."""
+        out = ["Parameters", "----------"]
+        shared = StreamingParams.model_fields if issubclass(cls, StreamingParams) else {}
+        for name, field in sorted(cls.model_fields.items(), key=lambda item: item[0] in shared):  # its own first
+            out.append(f"{name} : {cls.allowed(name)}; default {field.default!r}")
+            out += textwrap.wrap(cls.help_of(name), 100, initial_indent="    ", subsequent_indent="    ")
+        return "\n".join(out)
 
     @classmethod
     def applies_to(cls, name: str, method: Any) -> bool:

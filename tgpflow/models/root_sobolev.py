@@ -25,7 +25,7 @@ from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.scaling import Scaling
 from tgpflow.features.sdo import SDODraw
 from tgpflow.io.degenerate import check_pilot_rows
-from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, PilotSample, pilot_sample
+from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, LazyPilot, PilotSample
 from tgpflow.io.sources import Source
 from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.estimator_base import Estimator, entry
@@ -52,19 +52,6 @@ NO_KDE_DRAW = ("fit_from_stats needs the features the statistics were computed w
 class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estimator):
     """Root-Sobolev density with SDO random features (docs/root_sobolev.md); see the module docstring.
 
-    Parameters
-    ----------
-    method : {"rsr", "kde_sdo"}
-    n_features : int, T.
-    smoothness : float or list of floats — a; a list is selected by the held-out Hyvärinen loss.
-    order : "auto" or int — m_s > d/2 ("auto": ⌊d/2⌋ + 1; d = the whitened rank when ``whiten``).
-    whiten : {"robust", "classical", "none"} — the kernel of the input whitened by the moments of the
-        bulk of the pilot rows (Mahalanobis distance) or of all of them, or of x as given.
-    a_rule : {"min", "largest_local_min"} — how a is picked from a list.
-    max_iter, tol, step : the natural-gradient iteration (η = step < ½; at most max_iter passes).
-    persist_bytes : keep the rows in memory between iterations up to this size.
-    validation_fraction, threshold_quantile, pilot_rows, on_bad_rows, block_bytes, random_state, device.
-
     ``log_density`` is log f(x)² (unnormalised; −inf where f = 0), or the log of the KDE-SDO estimate;
     ``grad_log_density`` is 2∇f/f.
 
@@ -72,7 +59,8 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
     ``features_`` (the draw at ``smoothness_``), ``coef_`` (w), ``order_``, ``whitening_``, ``fit_info_``,
     ``n_samples_seen_``, ``anomaly_threshold_``, ``stats_`` (KDE-SDO: its statistics; RSR: None).
 
-    The parameters' types and ranges are its table, :class:`~tgpflow.models.params.RootSobolevParams`.
+    The parameters below are read off its table, :class:`~tgpflow.models.params.RootSobolevParams`, which checks
+    them.
     """
 
     NO_NORMALIZER = "a root-Sobolev density has no normaliser estimate: its log density is unnormalised"
@@ -116,25 +104,20 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         return [float(a) for a in (self.smoothness if is_grid(self.smoothness) else [self.smoothness])]
 
     # -- the draw -------------------------------------------------------------------------
-    @entry
-    def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
-                progress: Progress | None = None) -> RootSobolevDensity:
-        """Whiten by a pilot sample of ``X`` and draw the features (``draw_``) without a pass: a pipeline
-        freezes this draw, then accumulates each partition's KDE-SDO statistics on it (:meth:`chunk_tasks`,
-        :meth:`fit_from_stats`) or, for RSR, refits on all its partitions with it (``fit(…, features=draw_)``).
-        ``scaling``: a frozen standardization (a pipeline's ``preprocess``), else ``scale=`` decides."""
-        source = self._source(X, columns, reset=True)
-        self._fix_scaling(source, scaling, progress)
-        source = self.fitting_source(source)
-        self._adopt_draw(self._draw(self._pilot(source, progress).rows), source.n_columns, source.description)
-        return self
+    def _draw_from_pilot(self, fitting: Source, pilot: LazyPilot, progress: Progress | None) -> None:
+        """:meth:`prepare`'s draw: whitened by the pilot sample, the features for every smoothness (``draw_``). A
+        pipeline accumulates KDE-SDO's statistics on it or, for RSR, refits on all its partitions with it
+        (``fit(…, features=draw_)``)."""
+        self._adopt_draw(self._draw(self._pilot(pilot).rows), fitting.n_columns, fitting.description)
 
-    def _pilot(self, source: Source, progress: Progress | None = None) -> PilotSample:
-        with phase("pilot", chunks=source.n_chunks) as info:
-            pilot = pilot_sample(source, rows=self.pilot_rows, random_state=self.random_state, progress=progress)
-            info.update(rows=pilot.rows.shape[0])
-        check_pilot_rows(pilot, source.description, 2, "the root-Sobolev density")
-        return pilot
+    @staticmethod
+    def _pilot(pilot: LazyPilot) -> PilotSample:
+        """The pilot rows, read now, refused when too few to whiten by."""
+        with phase("pilot", chunks=pilot.source.n_chunks) as info:
+            sample = pilot.get()
+            info.update(rows=sample.rows.shape[0])
+        check_pilot_rows(sample, pilot.source.description, 2, "the root-Sobolev density")
+        return sample
 
     def _draw(self, rows: np.ndarray) -> SDODraw:
         return SDODraw.from_pilot(rows, int(self.n_features), whiten=self.whiten, order=self.order,
@@ -181,10 +164,8 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         with the futures of each distributed compute of the fit (the pilot, every pass), e.g.
         ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
         self._forget("draw_", "features_", "stats_", "selection_", "smoothness_", "_fitted")
-        source = self._source(X, columns, reset=True)
-        self._fix_scaling(source, scaling, progress)
-        source = self.fitting_source(source)
-        pilot = self._pilot(source, progress)  # also the rows the anomaly threshold is learned on
+        source, lazy = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
+        pilot = self._pilot(lazy)  # also the rows the anomaly threshold is learned on
         self._adopt_draw(features if features is not None else self._draw(pilot.rows), source.n_columns,
                          source.description)
         grid = self._grid()
@@ -219,14 +200,9 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         (kept as ``draw_``, so that later parts and ``fit_from_stats`` use it). RSR has none (it refuses)."""
         self._method.require_statistics()
         known = hasattr(self, "features_") or hasattr(self, "draw_")
-        source = self._source(X, columns, reset=not known)
-        if known:
-            self._check_width(source)
-        else:
-            self._fix_scaling(source, None, progress)
-        source = self.fitting_source(source)
+        source, pilot = self._fitting_source_of(X, columns, None, known, progress)
         if features is not None or not known:
-            draw = features if features is not None else self._draw(self._pilot(source, progress).rows)
+            draw = features if features is not None else self._draw(self._pilot(pilot).rows)
             self._adopt_draw(draw, source.n_columns, source.description)
         return self._accumulate_source(source, self._kde_features(features), progress)
 

@@ -26,9 +26,10 @@ from tgpflow.core.engine import Progress, annotated, task_resources
 from tgpflow.core.engine import accumulate as run_pass
 from tgpflow.core.logs import phase
 from tgpflow.features.scaling import Scaling
-from tgpflow.io.pilot import pilot_sample
+from tgpflow.io.pilot import LazyPilot, pilot_sample
 from tgpflow.io.sources import Source, as_source, select_frame
 from tgpflow.io.validate import check_exact_ints
+from tgpflow.models.checked_entry import entry
 from tgpflow.stats.split import SPLIT_SALT, split_chunk_stats
 
 __all__ = ["StreamingMixin", "is_lazy", "is_grid", "check_stats_kept"]
@@ -58,17 +59,58 @@ def is_lazy(X: Any) -> bool:
 
 class StreamingMixin(abc.ABC):
     """Source handling and lazy evaluation for estimators with ``on_bad_rows``, and the protocol of a model family
-    read in one pass: the abstract methods below (the public pieces :meth:`prepare`, :meth:`accumulate` and
-    :meth:`fit_from_stats`; the hooks :meth:`_pass_spec`, :meth:`frozen_draw`, :meth:`_restore_draw` and
-    :meth:`_from_artifact`) with, for a family solved from statistics, those of
+    read in one pass: the abstract methods below (the public pieces :meth:`accumulate` and
+    :meth:`fit_from_stats`; the hooks :meth:`_draw_from_pilot`, :meth:`_pass_spec`, :meth:`frozen_draw`,
+    :meth:`_restore_draw` and :meth:`_from_artifact`) with, for a family solved from statistics, those of
     :class:`~tgpflow.models.estimator_base.StatsEstimator`."""
 
     on_bad_rows: str
+    pilot_rows: int
+    random_state: Any
 
-    @abc.abstractmethod
+    @entry
     def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
                 progress: Progress | None = None) -> Self:
-        """The draw from a pilot sample of ``X`` without a pass (a pipeline's first run; :meth:`frozen_draw`)."""
+        """Make the draw from a pilot sample of ``X`` without a pass (GPTiltedDensity's features and held-out grid, a
+        kernel model's Nyström basis, a root-Sobolev density's SDO draw).
+
+        A pipeline freezes it at its first run (:meth:`frozen_draw`), then accumulates each partition's statistics
+        for it (:meth:`chunk_tasks`) and solves their sum (:meth:`fit_from_stats`), or refits a model without
+        additive statistics with it. ``scaling``: a frozen standardization (a pipeline's ``preprocess``), else
+        ``scale=`` decides. ``progress`` is called with the futures of each distributed compute.
+        """
+        fitting, pilot = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
+        self._draw_from_pilot(fitting, pilot, progress)
+        return self
+
+    @abc.abstractmethod
+    def _draw_from_pilot(self, fitting: Source, pilot: LazyPilot, progress: Progress | None) -> None:
+        """The family's draw (and what it keeps with it) for the ``fitting`` source, from its pilot sample
+        ``pilot`` (read when first asked for): what :meth:`prepare` makes."""
+
+    def _new_fitting_source(self, source: Source, scaling: Scaling | None,
+                            progress: Progress | None) -> tuple[Source, LazyPilot]:
+        """A first fit's fitting space of ``source``, its standardization fixed (``scaling``, or ``scale=``:
+        :meth:`_fix_scaling`), with its pilot sample, which the fit's stages share (GPTiltedDensity also fixes its
+        bounds and discrete columns)."""
+        self._fix_scaling(source, scaling, progress)
+        fitting = self.fitting_source(source)
+        return fitting, self._lazy_pilot(fitting, progress)
+
+    def _fitting_source_of(self, X: Any, columns: list[str] | None, scaling: Scaling | None, known: bool,
+                           progress: Progress | None) -> tuple[Source, LazyPilot]:
+        """``X`` as a fitting source, with its pilot sample: in the fitting space of the draw the estimator has
+        (``known``; the width checked against it), else in a new one (:meth:`_new_fitting_source`)."""
+        source = self._source(X, columns, reset=not known)
+        if not known:
+            return self._new_fitting_source(source, scaling, progress)
+        self._check_width(source)
+        fitting = self.fitting_source(source)
+        return fitting, self._lazy_pilot(fitting, progress)
+
+    def _lazy_pilot(self, fitting: Source, progress: Progress | None) -> LazyPilot:
+        """The pilot sample of a fitting source, read when a stage first needs it (seeded by ``random_state``)."""
+        return LazyPilot(fitting, int(self.pilot_rows), np.random.SeedSequence(self.random_state), progress)
 
     @abc.abstractmethod
     def accumulate(self, X: Any, **kwargs: Any) -> Any:

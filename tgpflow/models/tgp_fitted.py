@@ -218,7 +218,7 @@ class TGPFitted(BlockedScore, Fitted):
         while the other works: the callers keep a block's products in one of them (1.5× per block, mixed).
         """
         if way == "panels":
-            inv, (S, n) = self._chol_inv, phi_t.shape
+            inv, (S, n) = self.chol_inv, phi_t.shape
             q = np.zeros(n)
             step = -(-S // INV_PANELS)
             for r0 in range(0, S, step):
@@ -228,12 +228,13 @@ class TGPFitted(BlockedScore, Fitted):
             return q
         # rows (L⁻¹φ)ᵀ = φᵀL⁻ᵀ in place of φᵀ (an (n, S) Fortran view of the buffer: no copy); L⁻ᵀ is the
         # C-ordered L⁻¹ read as a Fortran upper triangle
-        half = dtrmm(1.0, self._chol_inv.T, phi_t.T, side=1, lower=0, overwrite_b=1)
+        half = dtrmm(1.0, self.chol_inv.T, phi_t.T, side=1, lower=0, overwrite_b=1)
         return np.einsum("ns,ns->n", half, half)
 
     @cached_property
-    def _chol_inv(self) -> np.ndarray:
-        """L⁻¹ (lower, C-ordered, zeros above the diagonal): LAPACK ``dtrtri``, S³/3 flops once per model."""
+    def chol_inv(self) -> np.ndarray:
+        """FVPD's L⁻¹ (lower, C-ordered, zeros above the diagonal) of the predictive factor ``M_chol``: LAPACK
+        ``dtrtri``, S³/3 flops once per model (what the variance term reads, here and on the device)."""
         inv, info = dtrtri(np.asarray(self.M_chol, dtype=np.float64), lower=1)
         if info != 0:
             raise np.linalg.LinAlgError(f"the FVPD predictive Cholesky factor is singular (dtrtri info {info})")

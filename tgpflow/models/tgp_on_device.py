@@ -43,7 +43,7 @@ def _constants(fitted: Any, xp: Any, dev: Any) -> dict[str, Any]:
     if fitted.M_chol is None:
         arrays["weights"] = fitted.theta if fitted.theta is not None else fitted.kde_weights
     else:
-        arrays.update(chol_inv=fitted._chol_inv, v=fitted.v)
+        arrays.update(chol_inv=fitted.chol_inv, v=fitted.v)
     base = fitted.base
     if base.mixture is None:
         arrays.update(mean=base.mean, precision=base.precision)
