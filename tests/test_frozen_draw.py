@@ -1,21 +1,26 @@
-"""The draw a pipeline's store freezes (``StreamingMixin.frozen_draw``) and restores on a fresh estimator
-(``restore_frozen_draw``): the restored estimator sums every chunk exactly as the prepared one does, for every
-family, with what the GP-tilted pass also needs (bounds read off the pilot, discrete columns, a mixture base, a
-held-out grid, NCFD's noise levels, a standardization)."""
+"""A prepared estimator's plan (``StreamingMixin.plan``, :class:`~tgpflow.models.fit_plan.FitPlan`), saved, loaded
+and put on a fresh estimator (``with_plan``), as a pipeline's store freezes it: the fresh estimator sums every chunk
+exactly as the prepared one does, for every family, with what the GP-tilted pass also needs (bounds read off the
+pilot, discrete columns, a mixture base, a held-out grid, NCFD's noise levels, a standardization)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import dask
 import dask.array as da
 import numpy as np
+import pandas as pd
 import pytest
 
 from tgpflow.features.scaling import Scaling
 from tgpflow.io.sources import as_source
+from tgpflow.models.fit_plan import FitPlan
 from tgpflow.models.gp_tilted import GPTiltedDensity
 from tgpflow.models.kernel_score import ScoreEstimator
 from tgpflow.models.nystrom_kef import NystromKEF
 from tgpflow.models.root_sobolev import RootSobolevDensity
+from tgpflow.stats.split import StatsBundle
 
 
 def _table(n: int = 3000) -> np.ndarray:
@@ -40,14 +45,17 @@ def _sums(est, X: np.ndarray) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
-def test_a_restored_draw_sums_every_chunk_as_the_prepared_estimator(name):
+def test_a_restored_plan_sums_every_chunk_as_the_prepared_estimator(name, tmp_path):
     X = _table()
     prepared = ESTIMATORS[name]().prepare(X)
-    arrays, meta = prepared.frozen_draw()
-    stored = {k: np.array(v, copy=True) for k, v in arrays.items()}  # as a store reads them back
-    columns = [f"x{j}" for j in range(X.shape[1])]
-    restored = ESTIMATORS[name]().restore_frozen_draw(stored, meta, columns, getattr(prepared, "scaling_", None))
-    assert list(restored.feature_names_in_) == columns and restored.n_features_in_ == X.shape[1]
+    plan = prepared.plan()
+    assert plan.estimator == type(prepared).__name__ and plan.columns is None and plan.n_columns == X.shape[1]
+    back = FitPlan.load(plan.save(tmp_path / "plan.npz"))  # as a store, or another job, reads it back
+    assert back.fingerprint == plan.fingerprint != ""
+    restored = ESTIMATORS[name]().with_plan(back)
+    assert restored.n_features_in_ == X.shape[1] and not hasattr(restored, "feature_names_in_")
+    if hasattr(prepared, "support_"):  # the box a solve's diagnostics measure mass outside of came with it
+        assert restored.support_.to_dict() == prepared.support_.to_dict()
     expected, got = _sums(prepared, X), _sums(restored, X)
     assert sorted(got) == sorted(expected) and len(got) > 0
     for key, value in expected.items():
@@ -58,12 +66,55 @@ def test_a_restored_draw_sums_every_chunk_as_the_prepared_estimator(name):
         assert restored.base_mixture_ is not None and restored.heldout_grid_ is not None
 
 
-def test_a_restored_draw_without_its_standardization_sums_other_rows():
+def test_a_plan_keeps_the_columns_names_and_its_statistics_add_to_the_prepared_ones(tmp_path):
+    # continuous columns: a discrete column's dequantization noise is keyed by each row's place in its source
+    frame = pd.DataFrame(_table()[:, 1:], columns=["meter", "load"])
+    prepared = ESTIMATORS["ncfd, scaled"]().prepare(frame)
+    plan = FitPlan.load(prepared.plan().save(tmp_path / "plan.zarr"))
+    assert plan.columns == ("meter", "load") and isinstance(plan.scaling, Scaling)
+    elsewhere = ESTIMATORS["ncfd, scaled"]().with_plan(plan)
+    assert list(elsewhere.feature_names_in_) == ["meter", "load"]
+    # two jobs, each its half of the rows: their sum is the statistics of all rows with the prepared draw
+    total = prepared.accumulate(frame.iloc[:1500]) + elsewhere.accumulate(frame.iloc[1500:])
+    whole = ESTIMATORS["ncfd, scaled"]().with_plan(plan).accumulate(frame)
+    for key, value in whole.to_arrays().items():
+        np.testing.assert_allclose(total.to_arrays()[key], value, rtol=1e-12, atol=1e-12, err_msg=key)
+
+
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
+@pytest.mark.parametrize("make", [
+    lambda: GPTiltedDensity(n_features=32, pilot_rows=1500, normalizer_draws=2000),
+    lambda: ScoreEstimator(n_basis=30, lam="auto", bandwidth=[0.5, 1.0]),
+], ids=["fd selecting", "score selecting"])
+def test_prepare_then_accumulate_with_the_plan_then_solve_is_the_fit(make):
+    """A selection pending (λ = "auto", a bandwidth grid): statistics summed for a plan are split into training and
+    held-out rows as a first fit's are, so that solving them selects as the fit did."""
+    X = _table()
+    fitted = make().fit(X)
+    stats = make().with_plan(make().prepare(X).plan()).accumulate(X)
+    assert isinstance(stats, StatsBundle)
+    solved = make().with_plan(make().prepare(X).plan()).fit_from_stats(stats)
+    assert solved.selection_["chosen"] == fitted.selection_["chosen"]
+    rows = _table(200)
+    np.testing.assert_allclose(solved.grad_log_density(rows), fitted.grad_log_density(rows), rtol=1e-10, atol=1e-12)
+
+
+def test_a_plan_is_refused_by_another_estimator_and_before_a_draw(tmp_path):
+    plan = ESTIMATORS["score"]().prepare(_table()).plan()
+    with pytest.raises(ValueError, match="made by a ScoreEstimator, not a NystromKEF"):
+        NystromKEF().with_plan(plan)
+    with pytest.raises(ValueError, match="call prepare"):
+        GPTiltedDensity().plan()
+    with pytest.raises(TypeError, match="FitPlan"):
+        GPTiltedDensity().with_plan(({}, {}))
+
+
+def test_a_restored_plan_without_its_standardization_sums_other_rows():
     """The check above can fail: restoring the scaled NCFD draw without its scaling changes the sums."""
     X = _table()
     prepared = ESTIMATORS["ncfd, scaled"]().prepare(X)
     assert isinstance(prepared.scaling_, Scaling)
-    restored = ESTIMATORS["ncfd, scaled"]().restore_frozen_draw(*prepared.frozen_draw(), ["a", "b", "c"], None)
+    restored = ESTIMATORS["ncfd, scaled"]().with_plan(dataclasses.replace(prepared.plan(), scaling=None))
     expected, got = _sums(prepared, X), _sums(restored, X)
     assert any(not np.array_equal(got[k], expected[k]) for k in expected)
 

@@ -7,7 +7,7 @@ store freezes), so it streams, merges and refits like the library's families. Wh
 protocol: the estimator's public pieces (``accumulate``, ``fit``, ``fit_from_stats``; ``prepare`` and the
 evaluations over rows are the base's, :class:`~tgpflow.models.evaluation.DensityEvaluation`'s) and the abstract
 hooks of :class:`~tgpflow.models.streaming.StreamingMixin` (``_draw_from_pilot``, ``_pass_spec``,
-``frozen_draw``, ``_restore_draw``, ``_from_artifact``) and :class:`~tgpflow.models.estimator_base.StatsEstimator`
+``_frozen_draw``, ``_restore_draw``, ``_from_artifact``) and :class:`~tgpflow.models.estimator_base.StatsEstimator`
 (``_solve_stats``, ``_lam_grid``, ``_selector``); a statistics class; a Fitted value; a parameter table; a summary; and :data:`TOY_KIND`, the
 registry line (registered by the tests that use it, so that no other test sees it).
 """
@@ -184,10 +184,10 @@ class ColumnGaussianDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Sta
     def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
         return column_chunk_stats, (self.centre_,), False
 
-    def frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def _frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         return {"centre": self.centre_.centre}, {"type": "column_centre", "fingerprint": self.centre_.fingerprint}
 
-    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str]) -> None:
+    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str] | None) -> None:
         self.centre_ = ColumnCentre(np.asarray(arrays["centre"], dtype=np.float64))
 
     def _solve_stats(self, stats: ColumnStats, draw: Any) -> None:

@@ -1,7 +1,6 @@
 """tgpflow: nonparametric densities and score functions fitted in one streamed pass on Dask.
 
-See README.md for a quickstart, DESIGN.md/MATH.md (shared with the project) for the design
-and the formulas each module implements.
+See README.md for a quickstart, and docs/ for what each model fits and how.
 
 The public names are imported on first use (PEP 562 module ``__getattr__``): ``import tgpflow``
 and ``tgpflow --help`` load neither scikit-learn, Numba nor distributed (tests/test_import_cost.py).
@@ -28,16 +27,18 @@ _LAZY = {
     "KEFStats": "tgpflow.stats.kef",
     "DiagStats": "tgpflow.stats.kef",
     "StatsBundle": "tgpflow.stats.split",
+    "FitPlan": "tgpflow.models.fit_plan",
 }
 _SUBMODULES = frozenset({"cli", "cluster", "cluster_files", "core", "demo", "errors", "features", "io", "metrics", "models",
                          "pipeline", "sample", "solve", "stats"})
 __all__ = ["GPTiltedDensity", "NystromKEF", "ScoreEstimator", "RootSobolevDensity", "ExactKDE", "RandomFourierFeatures", "NystromBasis",
-           "Moments", "TGPStats", "NCFDStats", "KEFStats", "DiagStats", "StatsBundle", "load", "__version__"]
+           "Moments", "TGPStats", "NCFDStats", "KEFStats", "DiagStats", "StatsBundle", "FitPlan", "load", "__version__"]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
     from tgpflow.core.moments import Moments
     from tgpflow.features.nystrom import NystromBasis
     from tgpflow.features.rff import RandomFourierFeatures
+    from tgpflow.models.fit_plan import FitPlan
     from tgpflow.models.gp_tilted import GPTiltedDensity
     from tgpflow.models.kde import ExactKDE
     from tgpflow.models.kernel_score import ScoreEstimator

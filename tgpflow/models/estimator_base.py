@@ -187,7 +187,7 @@ class StatsEstimator(Estimator, abc.ABC):
     abstract hooks :meth:`_solve_stats`, :meth:`_lam_grid` and :meth:`_selector`."""
 
     #: The attribute holding the draw the statistics are computed with (``features_``, ``basis_``).
-    _DRAW: ClassVar[str]
+    _DRAW: ClassVar[str]  # (also StreamingMixin's)
     #: The error of ``fit_from_stats`` when neither the estimator nor the statistics have a draw (naming what to pass).
     _NO_DRAW: ClassVar[str]
 

@@ -238,11 +238,13 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         self.features_ = features
         fn, args = self._chunk_fn()
         variants = None
-        if self._selecting and not fitted:
+        if self._selecting and not hasattr(self, "_fitted"):  # a first fit, or statistics for a prepared draw (as
+            # its chunk_tasks make them): the held-out split a selection is made on
             grid = [float(g) for g in self.bandwidth] if is_grid(self.bandwidth) else [features.gamma]
             variants = {g: features.with_bandwidth(g) for g in grid}
             self.split_key_ = "global row position" if source.n_rows is not None else "chunk and row in chunk"
-            self._make_heldout_grid(lazy)
+            if getattr(self, "heldout_grid_", None) is None:  # a prepared draw has its grid
+                self._make_heldout_grid(lazy)
         return self._stream_pass(source, fn, features, args, variants, self._val_args() if variants else None,
                                  getattr(self, "heldout_grid_", None) if variants else None, progress=progress,
                                  n_features=features.n_features)

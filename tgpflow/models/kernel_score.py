@@ -190,21 +190,22 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         return fn if target is None else functools.partial(on_device, target, fn)
 
     def _draw_from_pilot(self, fitting: Source, pilot: LazyPilot, progress: Progress | None) -> None:
-        """:meth:`prepare`'s draw: the basis."""
+        """:meth:`prepare`'s draw: the basis (and the box of the pilot rows it was drawn from)."""
         self.basis_ = self._make_basis(fitting, None, pilot)
         self.n_features_in_ = fitting.n_columns
+        self._set_support(pilot)
 
     def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
         """(chunk statistics function, its arguments after the rows, whether it takes row keys) for the fitted basis."""
         return self._chunk_fn(), (self.basis_, int(self.block_bytes)), False
 
-    def frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """The Nyström basis (:meth:`~tgpflow.models.streaming.StreamingMixin.frozen_draw`)."""
+    def _frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The Nyström basis (:meth:`~tgpflow.models.streaming.StreamingMixin.plan`)."""
         basis = self.basis_
         meta = {"type": "nystrom", "kernel": basis.kernel_name, "fingerprint": basis.fingerprint}
         return dict(basis.to_arrays()), meta
 
-    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str]) -> None:
+    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str] | None) -> None:
         self.basis_ = NystromBasis.from_arrays(arrays, meta["kernel"])
 
     # -- the public pieces --------------------------------------------------------------
@@ -229,7 +230,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
             raise ValueError(f"the basis is in d={basis.n_dims} but the data have {source.n_columns} columns")
         self.basis_ = basis
         variants = None
-        if self._selecting and not fitted:
+        if self._selecting and not hasattr(self, "_fitted"):  # a first fit, or a prepared basis's first statistics
             grid = [float(b) for b in self.bandwidth] if is_grid(self.bandwidth) else [basis.bandwidth]
             variants = {b: basis.with_bandwidth(b) for b in grid}
         stats = self._stream_pass(source, self._chunk_fn(), basis, (int(self.block_bytes),), variants,
@@ -251,11 +252,15 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         self._forget("basis_", "stats_", "selection_", "support_", "_fitted")
         stats, lazy = self._accumulate(X, columns, basis, scaling, progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
-        rows = None if lazy.sample is None else lazy.sample.rows  # read to draw the basis, or not
-        if rows is not None and rows.shape[0] > 1:  # the box in the data's units
+        self._set_support(lazy)
+        return self.fit_from_stats(stats)
+
+    def _set_support(self, pilot: LazyPilot) -> None:
+        """``support_``: the box of the pilot rows in the data's units, where they were read (to draw the basis)."""
+        rows = None if pilot.sample is None else pilot.sample.rows
+        if rows is not None and rows.shape[0] > 1:
             scaling = getattr(self, "scaling_", None)
             self.support_ = SupportBox.from_rows(rows if scaling is None else scaling.inverse(rows))
-        return self.fit_from_stats(stats)
 
     @entry
     def fit_from_stats(self, stats: KEFStats | DiagStats, basis: NystromBasis | None = None) -> ScoreEstimator:

@@ -64,6 +64,7 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
     """
 
     NO_NORMALIZER = "a root-Sobolev density has no normaliser estimate: its log density is unnormalised"
+    _DRAW = "draw_"
 
     params_table = RootSobolevParams
     #: A model file keeps w under the estimator's attribute name (model_file).
@@ -132,12 +133,12 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         self.draw_, self.order_ = draw, draw.order
         self.whitening_ = {"whiten": self.whiten, "rank": draw.rank, "columns": [int(c) for c in draw.columns]}
 
-    def frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """The draw for every smoothness (:meth:`~tgpflow.models.streaming.StreamingMixin.frozen_draw`)."""
+    def _frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The draw for every smoothness (:meth:`~tgpflow.models.streaming.StreamingMixin.plan`)."""
         draw = self.draw_
         return dict(draw.to_arrays()), {"type": "sdo", "seed": draw.seed, "fingerprint": draw.fingerprint}
 
-    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str]) -> None:
+    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str] | None) -> None:
         self.draw_ = SDODraw.from_arrays(arrays, seed=meta.get("seed"))
 
     def _kde_features(self, draw: SDODraw | RandomFourierFeatures | None = None) -> RandomFourierFeatures:

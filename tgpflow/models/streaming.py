@@ -5,7 +5,8 @@
 ``n_features_in_``/``feature_names_in_`` set on a first fit), ``_map_rows`` (a per-row
 function applied chunk by chunk: eager for in-memory input, a lazy dask array otherwise) and
 ``chunk_tasks`` (the delayed statistics of a source's chunks for the fitted draw: a pipeline's pass), and the
-draw a pipeline's store freezes (``frozen_draw``) and restores on a fresh estimator (``restore_frozen_draw``).
+plan of a prepared estimator as a value (``plan``, :class:`~tgpflow.models.fit_plan.FitPlan`), which a fresh one
+takes without reading data (``with_plan``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import dask
 import dask.array as da
@@ -30,6 +31,7 @@ from tgpflow.io.pilot import LazyPilot, pilot_sample
 from tgpflow.io.sources import Source, as_source, select_frame
 from tgpflow.io.validate import check_exact_ints
 from tgpflow.models.checked_entry import entry
+from tgpflow.models.fit_plan import FitPlan
 from tgpflow.stats.split import SPLIT_SALT, split_chunk_stats
 
 __all__ = ["StreamingMixin", "is_lazy", "is_grid", "check_stats_kept"]
@@ -60,13 +62,15 @@ def is_lazy(X: Any) -> bool:
 class StreamingMixin(abc.ABC):
     """Source handling and lazy evaluation for estimators with ``on_bad_rows``, and the protocol of a model family
     read in one pass: the abstract methods below (the public pieces :meth:`accumulate` and
-    :meth:`fit_from_stats`; the hooks :meth:`_draw_from_pilot`, :meth:`_pass_spec`, :meth:`frozen_draw`,
+    :meth:`fit_from_stats`; the hooks :meth:`_draw_from_pilot`, :meth:`_pass_spec`, :meth:`_frozen_draw`,
     :meth:`_restore_draw` and :meth:`_from_artifact`) with, for a family solved from statistics, those of
     :class:`~tgpflow.models.estimator_base.StatsEstimator`."""
 
     on_bad_rows: str
     pilot_rows: int
     random_state: Any
+    #: The attribute holding the draw (``features_``, ``basis_``, ``draw_``): set by :meth:`prepare` or a fit.
+    _DRAW: ClassVar[str]
 
     @entry
     def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
@@ -74,7 +78,7 @@ class StreamingMixin(abc.ABC):
         """Make the draw from a pilot sample of ``X`` without a pass (GPTiltedDensity's features and held-out grid, a
         kernel model's Nyström basis, a root-Sobolev density's SDO draw).
 
-        A pipeline freezes it at its first run (:meth:`frozen_draw`), then accumulates each partition's statistics
+        A pipeline freezes it at its first run (:meth:`plan`), then accumulates each partition's statistics
         for it (:meth:`chunk_tasks`) and solves their sum (:meth:`fit_from_stats`), or refits a model without
         additive statistics with it. ``scaling``: a frozen standardization (a pipeline's ``preprocess``), else
         ``scale=`` decides. ``progress`` is called with the futures of each distributed compute.
@@ -197,25 +201,50 @@ class StreamingMixin(abc.ABC):
         scaling = getattr(self, "scaling_", None)
         return source if scaling is None else source.map_rows(scaling.forward)
 
-    @abc.abstractmethod
-    def frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """The draw of a prepared (or fitted) estimator as arrays and JSON metadata: what a pipeline's store freezes on
-        its first run and restores at every later one (:meth:`restore_frozen_draw`), so that every partition's
-        statistics are summed with the same draw and stay mergeable."""
+    def plan(self) -> FitPlan:
+        """What :meth:`prepare` (or a fit) fixed before the pass, as a value: the columns, the standardization and the
+        draw (:class:`~tgpflow.models.fit_plan.FitPlan`). Statistics accumulated with one plan add up, wherever they
+        were summed: ``plan.save(path)``, and ``Estimator(**params).with_plan(FitPlan.load(path))`` elsewhere."""
+        if not hasattr(self, self._DRAW):
+            raise ValueError(f"this {type(self).__name__} has no draw to plan with: call prepare(X) or fit first (a "
+                             f"model loaded from a file keeps its solution, not always its draw)")
+        arrays, meta = self._frozen_draw()
+        names = getattr(self, "feature_names_in_", None)
+        return FitPlan(type(self).__name__, None if names is None else tuple(str(c) for c in names),
+                       int(self.n_features_in_), getattr(self, "scaling_", None), arrays, meta,
+                       getattr(self, "support_", None))
 
-    def restore_frozen_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str],
-                            scaling: Scaling | None) -> Self:
-        """This fresh estimator as :meth:`prepare` left the one whose :meth:`frozen_draw` gave ``arrays`` and
-        ``meta`` (its standardization ``scaling``, its draw, the data's ``columns``), without reading data."""
-        self.scaling_ = scaling
-        self._restore_draw(arrays, meta, columns)
-        self.n_features_in_ = len(columns)
-        self.feature_names_in_ = np.asarray(columns, dtype=object)
+    def with_plan(self, plan: FitPlan) -> Self:
+        """This fresh estimator as :meth:`prepare` left the one whose :meth:`plan` gave ``plan`` (its columns,
+        standardization, draw and the pilot's box), without reading data: its :meth:`accumulate` and :meth:`chunk_tasks` then sum
+        rows for that draw. Refuses a plan made for another estimator class."""
+        if not isinstance(plan, FitPlan):
+            raise TypeError(f"with_plan takes a tgpflow.models.fit_plan.FitPlan (est.plan(), or FitPlan.load(path)); "
+                            f"got {type(plan).__name__}")
+        if plan.estimator != type(self).__name__:
+            raise ValueError(f"this plan was made by a {plan.estimator}, not a {type(self).__name__}: its draw means "
+                             f"nothing to this model")
+        self.scaling_ = plan.scaling
+        columns = None if plan.columns is None else list(plan.columns)
+        self._restore_draw(dict(plan.draw_arrays), dict(plan.draw_meta), columns)
+        self.n_features_in_ = plan.n_columns
+        if plan.support is not None:  # the box a solve's diagnostics measure mass outside of
+            self.support_ = plan.support
+        if columns is not None:
+            self.feature_names_in_ = np.asarray(columns, dtype=object)
+        else:
+            self.__dict__.pop("feature_names_in_", None)
         return self
 
     @abc.abstractmethod
-    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str]) -> None:
-        """The draw of :meth:`frozen_draw` on this fresh estimator (``scaling_`` already set)."""
+    def _frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The draw of a prepared (or fitted) estimator as arrays and JSON metadata (with its ``fingerprint``): the
+        draw of its :meth:`plan`, which :meth:`_restore_draw` puts back on a fresh estimator."""
+
+    @abc.abstractmethod
+    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str] | None) -> None:
+        """The draw of :meth:`_frozen_draw` on this fresh estimator (``scaling_`` already set; ``columns``: the
+        data's names, None when unnamed)."""
 
     def chunk_tasks(self, source: Source) -> list[Any]:
         """One delayed statistics object per chunk of ``source`` for the fitted draw, to tree-reduce and add

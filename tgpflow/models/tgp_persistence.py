@@ -102,10 +102,10 @@ class TGPModelFile:
         self._restore_space(meta.get("discrete"), meta.get("bounds"))
 
     # -- the draw a pipeline's store freezes ------------------------------------------------
-    def frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def _frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The random features with what the pass also needs: NCFD's noise levels, a held-out selection's
         projection grid, a mixture base, the discrete columns and the bounds as resolved
-        (:meth:`~tgpflow.models.streaming.StreamingMixin.frozen_draw`)."""
+        (:meth:`~tgpflow.models.streaming.StreamingMixin.plan`)."""
         arrays = dict(self.features_.to_arrays())
         if hasattr(self, "noise_levels_"):
             arrays["noise_levels"] = np.asarray(self.noise_levels_)
@@ -120,7 +120,7 @@ class TGPModelFile:
             meta["bounds"] = self.bounds_.to_record()
         return arrays, meta
 
-    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str]) -> None:
+    def _restore_draw(self, arrays: dict[str, np.ndarray], meta: dict[str, Any], columns: list[str] | None) -> None:
         self.features_ = RandomFourierFeatures.from_arrays(arrays, seed=meta.get("seed"))
         if "noise_levels" in arrays:
             self.noise_levels_ = np.asarray(arrays["noise_levels"], dtype=np.float64)

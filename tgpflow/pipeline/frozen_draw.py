@@ -1,7 +1,7 @@
-"""What a store freezes on its first run (or ``refit: full``): the preprocessing, and each model's draw (its features,
-basis or root-Sobolev draw: the estimator's ``frozen_draw``), saved as arrays and restored on a fresh estimator at
-every later run (``restore_frozen_draw``), so that every partition's statistics are summed with the same ones and
-stay mergeable (:mod:`tgpflow.pipeline.runner`, step 2).
+"""What a store freezes on its first run (or ``refit: full``): the preprocessing, and each model's plan (its features,
+basis or root-Sobolev draw: the estimator's ``plan()``, :class:`~tgpflow.models.fit_plan.FitPlan`), whose draw is
+saved as arrays and put back on a fresh estimator at every later run (``with_plan``), so that every partition's
+statistics are summed with the same draw and stay mergeable (:mod:`tgpflow.pipeline.runner`, step 2).
 """
 
 from __future__ import annotations

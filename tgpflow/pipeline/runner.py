@@ -60,6 +60,7 @@ from tgpflow.features.scaling import Scaling
 from tgpflow.io.atomic import as_path
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.models.anomaly import anomaly_threshold, model_log_normalizer
+from tgpflow.models.fit_plan import FitPlan
 from tgpflow.pipeline.arrivals import Arrivals, arrivals
 from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
 from tgpflow.pipeline.frozen_draw import freeze_preprocess, new_estimator
@@ -177,10 +178,10 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
         models: dict[str, Any] = {}
         for m in spec.models:
             est = new_estimator(m)
-            est.prepare(union, scaling=Scaling.from_dict(pre), progress=progress)
-            arrays, meta = est.frozen_draw()
+            plan = est.prepare(union, scaling=Scaling.from_dict(pre), progress=progress).plan()
             models[m.name] = {"estimator": m.estimator, "params": m.params, "columns": columns,
-                              "draw": store.save_draw(f"{m.name}-{run:06d}", arrays, meta)}
+                              "draw": store.save_draw(f"{m.name}-{run:06d}", dict(plan.draw_arrays),
+                                                      dict(plan.draw_meta))}
     else:
         columns, pre = manifest["columns"], manifest["preprocess"]
         models = {k: dict(v) for k, v in manifest["models"].items()}
@@ -188,8 +189,9 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
             models[m.name]["params"] = m.params
     ests = {}
     for m in spec.models:
-        ests[m.name] = new_estimator(m).restore_frozen_draw(*store.load_draw(models[m.name]["draw"]), columns,
-                                                            Scaling.from_dict(pre))
+        frozen = FitPlan(m.estimator, tuple(columns), len(columns), Scaling.from_dict(pre),
+                         *store.load_draw(models[m.name]["draw"]))
+        ests[m.name] = new_estimator(m).with_plan(frozen)
     summed = {m.name: ests[m.name] for m in spec.models if not m.refits_from_rows()}  # the others: from rows
 
     # -- one graph: the statistics of every new partition, for every model ---------------
