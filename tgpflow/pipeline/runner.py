@@ -60,13 +60,12 @@ from tgpflow.features.scaling import Scaling
 from tgpflow.io.atomic import as_path
 from tgpflow.io.pilot import pilot_sample
 from tgpflow.models.anomaly import anomaly_threshold, model_log_normalizer
-from tgpflow.models.fit_plan import FitPlan
 from tgpflow.pipeline.arrivals import Arrivals, arrivals
 from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
-from tgpflow.pipeline.frozen_draw import freeze_preprocess, new_estimator
+from tgpflow.pipeline.frozen_draw import Frozen, freeze
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import partition_source, union_source
-from tgpflow.pipeline.run_plan import plan_run
+from tgpflow.pipeline.run_plan import RunPlan, plan_run
 from tgpflow.pipeline.source_check import check_source
 from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore
@@ -76,6 +75,11 @@ from tgpflow.stats.support import SupportBox
 __all__ = ["run_pipeline", "RunResult"]
 
 logger = logging.getLogger("tgpflow")
+
+#: Rows of a run's pilot sample: the rows its anomaly thresholds are learned on, and the box of its diagnostics.
+RUN_PILOT_ROWS = 20_000
+#: The fan-in of a partition's reduction tree, for a model without ``split_every`` (KDE-SDO).
+DEFAULT_SPLIT_EVERY = 8
 
 
 class RunResult(dict):
@@ -143,18 +147,17 @@ def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:
 
 def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None, parts: Partitions, date: str,
          owed: dict[str, list[str]], progress: Progress | None = None, arrived: Arrivals | None = None) -> RunResult:
+    """Steps 2–6 of the module docstring, one function each: freeze, accumulate the new partitions, solve each
+    model's version, commit (and what follows the commit)."""
     arrived = arrived or Arrivals(frozenset(), {})
     plan = plan_run(spec, store, manifest, parts, arrived.held)
-    files, fps, rebuild, run, old_parts = plan.files, plan.fps, plan.rebuild, plan.run, plan.old_parts
-    previous = {k: v.get("version") for k, v in (manifest or {}).get("models", {}).items()}  # before this run
-    added, removed, policy, fmt = plan.added, plan.removed, spec.refit.policy, parts.format
     # a partition with no rows is committed with 0 rows and nothing else: no statistics, no scores
     committed = (manifest or {}).get("partitions", {})
-    empty = frozenset(f for f in files if f in arrived.empty or (f in committed and committed[f].get("empty")
-                                                                 and committed[f]["fingerprint"] == fps[f]))
+    empty = frozenset(f for f in plan.files if f in arrived.empty or (f in committed and committed[f].get("empty")
+                                                                      and committed[f]["fingerprint"] == plan.fps[f]))
     # rows are read from the partitions with rows that are ready (a committed one being rewritten is not)
-    read = [f for f in added if f not in empty]
-    with_rows = [f for f in files if f not in empty and f not in arrived.held]
+    read = [f for f in plan.added if f not in empty]
+    with_rows = [f for f in plan.files if f not in empty and f not in arrived.held]
     if (manifest is not None and plan.nothing_new) or not plan.files:
         message = ("no new or changed partitions; " + _owed_message(owed) if plan.files
                    else "no partition is ready to read yet (held_back says why)")
@@ -163,119 +166,129 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
                          repaired=owed["published"], scored=owed["scored"], reports=owed["reports"],
                          warnings=owed["warnings"], message=message)
     if not with_rows:
-        raise TgpflowError(f"{spec.source.path}: every partition ({len(files)}) has zero rows; nothing to fit yet")
+        raise TgpflowError(f"{spec.source.path}: every partition ({len(plan.files)}) has zero rows; nothing to fit yet")
     seed = int(next((m.params.get("random_state", 0) for m in spec.models), 0) or 0)
     _check_scoring_model(spec)
+    frozen = freeze(spec, store, manifest, plan.rebuild, with_rows, parts.format, plan.run, seed, progress)
+    new_parts, dropped = _accumulate_partitions(spec, store, frozen, parts, plan, read, empty, progress)
+    partitions = {f: plan.old_parts[f] for f in plan.old_parts if f not in plan.removed}
+    partitions.update(new_parts)
+    # one bounded pilot read per run, for every model: the rows the anomaly thresholds are learned
+    # on, and the support box the fit diagnostics compare the model's mass with
+    pilot_rows = pilot_sample(union_source(spec, with_rows, frozen.columns, parts.format), rows=RUN_PILOT_ROWS,
+                              random_state=seed, progress=progress).rows
+    versions = {m.name: _solve_version(spec, store, frozen, m, plan, partitions, new_parts, read, empty, with_rows,
+                                       parts.format, date, pilot_rows) for m in spec.models}
+    return _commit(spec, store, frozen, plan, parts, partitions, versions, dropped, empty, owed, read, date,
+                   {k: v.get("version") for k, v in (manifest or {}).get("models", {}).items()}, progress)
 
-    # -- frozen preprocessing and draws --------------------------------------------------
-    # the estimators read raw rows: each applies the store's standardization (and its bounds, in the data's
-    # units) itself, and carries them into its model versions
-    columns = spec.source.columns
-    if rebuild:
-        columns = list(partition_source(spec, with_rows[0], columns, fmt).columns)
-        union = union_source(spec, with_rows, columns, fmt)
-        pre = freeze_preprocess(spec, union, seed, progress)
-        models: dict[str, Any] = {}
-        for m in spec.models:
-            est = new_estimator(m)
-            plan = est.prepare(union, scaling=Scaling.from_dict(pre), progress=progress).plan()
-            models[m.name] = {"estimator": m.estimator, "params": m.params, "columns": columns,
-                              "draw": store.save_draw(f"{m.name}-{run:06d}", dict(plan.draw_arrays),
-                                                      dict(plan.draw_meta))}
-    else:
-        columns, pre = manifest["columns"], manifest["preprocess"]
-        models = {k: dict(v) for k, v in manifest["models"].items()}
-        for m in spec.models:  # the spec's (solve-only ones may differ from the stored ones)
-            models[m.name]["params"] = m.params
-    ests = {}
-    for m in spec.models:
-        frozen = FitPlan(m.estimator, tuple(columns), len(columns), Scaling.from_dict(pre),
-                         *store.load_draw(models[m.name]["draw"]))
-        ests[m.name] = new_estimator(m).with_plan(frozen)
-    summed = {m.name: ests[m.name] for m in spec.models if not m.refits_from_rows()}  # the others: from rows
 
-    # -- one graph: the statistics of every new partition, for every model ---------------
-    with phase("partitions", added=len(added), removed=len(removed), empty=len(set(added) & empty),
+def _accumulate_partitions(spec: PipelineSpec, store: StatsStore, frozen: Frozen, parts: Partitions, plan: RunPlan,
+                           read: list[str], empty: frozenset[str], progress: Progress | None
+                           ) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
+    """Step 3: the statistics of every new partition for every summed model, in one Dask graph (one pass over
+    each partition), written to the store; with the rows each model kept and dropped of each (a partition that
+    loses too many fails the run here, before anything is committed). Returns the manifest records of the added
+    partitions and the rows dropped ({partition: {model: n}})."""
+    summed, ests, columns, fmt = frozen.summed(spec), frozen.estimators, frozen.columns, parts.format
+    with phase("partitions", added=len(plan.added), removed=len(plan.removed), empty=len(set(plan.added) & empty),
                models=len(summed)) as facts:
         roots, counts = [], []
         for f in read:
             src = partition_source(spec, f, columns, fmt, parts.ranges.get(f))
             for est in summed.values():
-                roots.append(tree_reduce(est.chunk_tasks(src), 8))
+                roots.append(tree_reduce(est.chunk_tasks(src), int(getattr(est, "split_every", DEFAULT_SPLIT_EVERY))))
             for est in ests.values():  # (kept, dropped) of each model: bad rows, and rows beyond its bounds
                 counts.append(dask.delayed(_total_counts, pure=True)(est.fitting_source(src).row_counts()))
         results = compute(*roots, *counts, progress=progress) if read else ()
         dropped, kept = _check_dropped(spec, read, list(ests), results[len(roots):], columns, fmt, parts, ests)
-        dropped.update({f: {name: 0 for name in ests} for f in added if f in empty})
+        dropped.update({f: {name: 0 for name in ests} for f in plan.added if f in empty})
         facts.update(rows_dropped=sum(n for per_model in dropped.values() for n in per_model.values()))
-    new_parts = {f: {"fingerprint": fps[f], "stats": {}, "run": run, "rows_dropped": dropped[f],
-                     "rows": kept.get(f, 0), **({"empty": True} if f in empty else {})} for f in added}
-    k = 0
+    new_parts = {f: {"fingerprint": plan.fps[f], "stats": {}, "run": plan.run, "rows_dropped": dropped[f],
+                     "rows": kept.get(f, 0), **({"empty": True} if f in empty else {})} for f in plan.added}
+    stats = iter(results[:len(roots)])
     for f in read:
         for name in summed:
-            stats = results[k]
-            k += 1
-            new_parts[f]["stats"][name] = store.save(stats, f"parts/{fps[f]}/{name}.zarr")
-            new_parts[f]["rows"] = int(stats.n)
+            part = next(stats)
+            new_parts[f]["stats"][name] = store.save(part, f"parts/{plan.fps[f]}/{name}.zarr")
+            new_parts[f]["rows"] = int(part.n)
+    return new_parts, dropped
 
-    # -- totals: old + new − removed ----------------------------------------------------
-    partitions = {f: old_parts[f] for f in old_parts if f not in removed}
-    partitions.update(new_parts)
-    versions = {}
-    # one bounded pilot read per run, for every model: the rows the anomaly thresholds are learned
-    # on, and (preprocessed) the support box the fit diagnostics compare the model's mass with
-    pilot_rows = pilot_sample(union_source(spec, with_rows, columns, fmt), rows=20_000, random_state=seed,
-                              progress=progress).rows
-    threshold_rows = pilot_rows if spec.outputs.scores else None
-    box = SupportBox.from_rows(pilot_rows) if len(pilot_rows) > 1 else None  # in the data's units
-    for m in spec.models:
-        name, est = m.name, ests[m.name]
-        if name not in summed:  # no statistics: the rows of every partition kept, with the frozen draw
-            with phase("refit-rows", model=name, partitions=len(partitions)):
-                est.fit(union_source(spec, sorted(f for f in partitions if f in with_rows), columns, fmt),
-                        features=est.draw_, scaling=Scaling.from_dict(pre))
-            rows = est.n_samples_seen_
-        else:
-            if rebuild:
-                total = sum(store.load(partitions[f]["stats"][name]) for f in sorted(partitions) if f not in empty)
-            else:
-                total = store.load(models[name]["total"])
-                decay = spec.refit.factor if policy == "forgetting" else 1.0
-                if decay != 1.0:  # every earlier partition's weight falls by the factor each run
-                    total = total.scaled(decay)
-                for f in read:
-                    total = total + store.load(new_parts[f]["stats"][name])
-                for f in removed:  # at the weight it has now (an empty partition has none)
-                    if name in old_parts[f]["stats"]:
-                        weight = decay ** (run - old_parts[f]["run"])
-                        total = total - store.load(old_parts[f]["stats"][name]).scaled(weight)
-            models[name]["total"] = store.save(total, f"totals/{name}-{run:06d}.zarr")
-            if box is not None and hasattr(est, "features_"):
-                est.support_ = box
-            est.fit_from_stats(total)
-            rows = total.n
-        threshold = _threshold(spec, est, threshold_rows, columns)
-        if threshold is not None:  # the version flags what the pipeline flags (tgpflow score MODELDIR)
-            est.anomaly_threshold_ = threshold
-        run_info = {"run": run, "date": date, "rows": float(rows), "partitions": sorted(partitions),
-                    "preprocess": pre, "columns": columns, "anomaly_threshold": threshold,
-                    # the rows the model describes: `tgpflow score MODELDIR` applies the same filters
-                    "filters": [list(f) for f in spec.source.filters] if spec.source.filters else None,
-                    "threshold_of": "anomaly_score", "policy": policy,
-                    "threshold_quantile": spec.outputs.scores.threshold_quantile if spec.outputs.scores else None,
-                    # score files hold log p − log Z (model_log_normalizer): comparable across versions
-                    "log_normalizer": model_log_normalizer(est),
-                    "log_normalizer_se": None if getattr(est, "normalizer_", None) is None
-                    else float(est.normalizer_.std_error)}
-        models[name]["version"] = versions[name] = ModelVersions(as_path(spec.outputs.models) / name).write(est)
-        models[name]["info"] = run_info  # published after the commit (the journal)
-    new_manifest = {"schema": MANIFEST_SCHEMA, "name": spec.name, "run": run, "date": date, "columns": columns,
+
+def _running_total(spec: PipelineSpec, store: StatsStore, name: str, frozen: Frozen, plan: RunPlan,
+                   partitions: dict[str, Any], new_parts: dict[str, Any], read: list[str],
+                   empty: frozenset[str]) -> Any:
+    """Step 4: a summed model's total: every kept partition's statistics on a rebuild, else the stored total
+    (decayed under ``refit: forgetting``) + the new partitions − those removed, at the weight they have now."""
+    if plan.rebuild:
+        return sum(store.load(partitions[f]["stats"][name]) for f in sorted(partitions) if f not in empty)
+    total = store.load(frozen.models[name]["total"])
+    decay = spec.refit.factor if spec.refit.policy == "forgetting" else 1.0
+    if decay != 1.0:  # every earlier partition's weight falls by the factor each run
+        total = total.scaled(decay)
+    for f in read:
+        total = total + store.load(new_parts[f]["stats"][name])
+    for f in plan.removed:  # at the weight it has now (an empty partition has none)
+        if name in plan.old_parts[f]["stats"]:
+            weight = decay ** (plan.run - plan.old_parts[f]["run"])
+            total = total - store.load(plan.old_parts[f]["stats"][name]).scaled(weight)
+    return total
+
+
+def _solve_version(spec: PipelineSpec, store: StatsStore, frozen: Frozen, m: Any, plan: RunPlan,
+                   partitions: dict[str, Any], new_parts: dict[str, Any], read: list[str], empty: frozenset[str],
+                   with_rows: list[str], fmt: str | None, date: str, pilot_rows: np.ndarray) -> str:
+    """Step 5 for model ``m``: solved from its running total (stored), or refitted on the rows of every kept
+    partition with the frozen draw (a model without additive statistics); its anomaly threshold learned on the
+    run's ``pilot_rows``; written as a new, unpublished version, its run info in the manifest's record. Returns
+    the version."""
+    name, est, columns, pre = m.name, frozen.estimators[m.name], frozen.columns, frozen.preprocess
+    record = frozen.models[name]
+    if m.refits_from_rows():  # no statistics: the rows of every partition kept, with the frozen draw
+        with phase("refit-rows", model=name, partitions=len(partitions)):
+            est.fit(union_source(spec, sorted(f for f in partitions if f in with_rows), columns, fmt),
+                    features=est.draw_, scaling=Scaling.from_dict(pre))
+        rows = est.n_samples_seen_
+    else:
+        total = _running_total(spec, store, name, frozen, plan, partitions, new_parts, read, empty)
+        record["total"] = store.save(total, f"totals/{name}-{plan.run:06d}.zarr")
+        if len(pilot_rows) > 1 and hasattr(est, "features_"):  # the box the fit diagnostics measure mass outside of
+            est.support_ = SupportBox.from_rows(pilot_rows)  # (in the data's units)
+        est.fit_from_stats(total)
+        rows = total.n
+    threshold = _threshold(spec, est, pilot_rows if spec.outputs.scores else None, columns)
+    if threshold is not None:  # the version flags what the pipeline flags (tgpflow score MODELDIR)
+        est.anomaly_threshold_ = threshold
+    record["info"] = {"run": plan.run, "date": date, "rows": float(rows), "partitions": sorted(partitions),
+                      "preprocess": pre, "columns": columns, "anomaly_threshold": threshold,
+                      # the rows the model describes: `tgpflow score MODELDIR` applies the same filters
+                      "filters": [list(f) for f in spec.source.filters] if spec.source.filters else None,
+                      "threshold_of": "anomaly_score", "policy": spec.refit.policy,
+                      "threshold_quantile": spec.outputs.scores.threshold_quantile if spec.outputs.scores else None,
+                      # score files hold log p − log Z (model_log_normalizer): comparable across versions
+                      "log_normalizer": model_log_normalizer(est),
+                      "log_normalizer_se": None if getattr(est, "normalizer_", None) is None
+                      else float(est.normalizer_.std_error)}  # published after the commit (the journal)
+    record["version"] = ModelVersions(as_path(spec.outputs.models) / name).write(est)
+    return record["version"]
+
+
+def _commit(spec: PipelineSpec, store: StatsStore, frozen: Frozen, plan: RunPlan, parts: Partitions,
+            partitions: dict[str, Any], versions: dict[str, str], dropped: dict[str, dict[str, int]],
+            empty: frozenset[str], owed: dict[str, list[str]], read: list[str], date: str,
+            previous: dict[str, Any], progress: Progress | None) -> RunResult:
+    """Step 6: swap the store's manifest (the commit point, with the journal of the steps that follow), collect
+    what it replaced, finish those steps (publish, score, report), and say what the run did."""
+    added = plan.added
+    new_manifest = {"schema": MANIFEST_SCHEMA, "name": spec.name, "run": plan.run, "date": date,
+                    "columns": frozen.columns,
                     "root": parts.root,  # what the keys were relative to at this run (for people: keys never use it)
-                    "format": fmt,  # the partitions' (the steps after the commit read them as discovery found them)
-                    "preprocess": pre, "preprocess_spec": spec.preprocess.model_dump(), "policy": policy,
+                    "format": parts.format,  # the partitions' (the steps after the commit read them as found)
+                    "preprocess": frozen.preprocess, "preprocess_spec": spec.preprocess.model_dump(),
+                    "policy": spec.refit.policy,
                     "bounds_in": "data",  # the models' bounds are in the data's units (before: standardized)
-                    "models": models, "partitions": partitions,
-                    "steps": steps_after_commit(spec, ests, versions, read, previous),
+                    "models": frozen.models, "partitions": partitions,
+                    "steps": steps_after_commit(spec, frozen.estimators, versions, read, previous),
                     "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
     store.write_manifest(new_manifest)  # the commit point
     collect(spec, store, new_manifest)  # the totals and draws it replaced
@@ -285,10 +298,10 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     if set(added) & empty:
         logger.info("%s: partition(s) with zero rows, committed without statistics or scores: %s", spec.name,
                     sorted(set(added) & empty))
-    logger.info("%s: run %d added %d and removed %d partition(s); rows dropped %s; models %s", spec.name, run,
-                len(added), len(removed), rows_dropped, versions)
+    logger.info("%s: run %d added %d and removed %d partition(s); rows dropped %s; models %s", spec.name, plan.run,
+                len(added), len(plan.removed), rows_dropped, versions)
     step = new_manifest["steps"]["scores"]
-    return RunResult(changed=True, added=added, removed=removed, run=run, versions=versions, rows=rows,
+    return RunResult(changed=True, added=added, removed=plan.removed, run=plan.run, versions=versions, rows=rows,
                      rows_dropped=rows_dropped, empty=sorted(set(added) & empty),
                      scored_with=None if step is None else {k: step[k] for k in ("model", "version", "scored_with")},
                      scored=owed["scored"] + done["scored"],
