@@ -1,6 +1,7 @@
 """One anomaly threshold (issue 16): the estimators, ``tgpflow score`` and a pipeline's scores learn it and
 flag rows by the same definition (tgpflow.models.anomaly)."""
 
+import dask.array as da
 import numpy as np
 import pandas as pd
 import pytest
@@ -40,6 +41,25 @@ def test_an_estimator_learns_it_on_its_training_rows(rng):
                                   pilot_rows=5000).fit(X)  # the pilot holds every row
     assert est.anomaly_threshold_ == anomaly_threshold(est.log_density(X), 0.05)
     np.testing.assert_array_equal(est.is_anomaly(X), is_anomalous(est.log_density(X), est.anomaly_threshold_))
+
+
+def test_a_threshold_calibrated_on_normal_rows_flags_their_share_of_new_ones(rng):
+    X = rng.normal(size=(4000, 2))
+    kef = tgpflow.NystromKEF(n_basis=40, base="gaussian").fit(X)  # its fit learns no threshold
+    with pytest.raises(AttributeError, match="no anomaly threshold"):
+        kef.is_anomaly(X[:5])
+    with pytest.raises(ValueError, match="give quantile"):
+        kef.calibrate_threshold(X)
+    clean, new = X[:2000], rng.normal(size=(20000, 2))
+    kef.calibrate_threshold(clean, 0.02)
+    scores = -kef.log_density(clean)
+    assert kef.anomaly_threshold_ == np.quantile(scores, 0.98, method="higher")  # independent of the library's rule
+    assert 0.01 < kef.is_anomaly(new).mean() < 0.03  # rows of the same law: about 2 % flagged
+    gp = tgpflow.GPTiltedDensity(method="fd", n_features=32, lam=0.5, bandwidth=1.0).fit(X)
+    lazy = gp.calibrate_threshold(da.from_array(clean, chunks=(500, 2)), 0.1).anomaly_threshold_  # a lazy source
+    assert lazy == gp.calibrate_threshold(clean, 0.1).anomaly_threshold_
+    with pytest.raises(ValueError, match=r"in \(0, 1\)"):
+        gp.calibrate_threshold(clean, 1.5)
 
 
 def test_a_pipeline_learns_and_applies_the_same_threshold(tmp_path, rng):

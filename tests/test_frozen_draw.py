@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import tgpflow
 from tgpflow.features.scaling import Scaling
 from tgpflow.io.sources import as_source
 from tgpflow.models.fit_plan import FitPlan
@@ -97,12 +98,30 @@ def test_prepare_then_accumulate_with_the_plan_then_solve_is_the_fit(make):
     assert solved.selection_["chosen"] == fitted.selection_["chosen"]
     rows = _table(200)
     np.testing.assert_allclose(solved.grad_log_density(rows), fitted.grad_log_density(rows), rtol=1e-10, atol=1e-12)
+    # chunk_tasks split by the same rule: over the same rows (keyed by their place in the source) the same sums
+    source = as_source(da.from_array(X, chunks=(1000, X.shape[1])))
+    planned = make().with_plan(make().prepare(X).plan())
+    by_tasks = sum(dask.compute(*planned.chunk_tasks(source), scheduler="sync"))
+    by_accumulate = make().with_plan(make().prepare(X).plan()).accumulate(source)
+    assert sorted(by_tasks) == sorted(by_accumulate)
+    for key in by_tasks:
+        for name, value in by_accumulate[key].to_arrays().items():
+            np.testing.assert_allclose(by_tasks[key].to_arrays()[name], value, rtol=1e-12, atol=1e-12)
+    # a re-prepared fitted estimator starts afresh: its statistics are split again
+    assert isinstance(fitted.prepare(X).accumulate(X), StatsBundle) and not hasattr(fitted, "selection_")
 
 
+@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")
 def test_a_plan_is_refused_by_another_estimator_and_before_a_draw(tmp_path):
     plan = ESTIMATORS["score"]().prepare(_table()).plan()
     with pytest.raises(ValueError, match="made by a ScoreEstimator, not a NystromKEF"):
         NystromKEF().with_plan(plan)
+    with pytest.raises(ValueError, match=r"other values of \['n_basis'\]"):  # its statistics would not add up
+        ScoreEstimator(n_basis=41, bandwidth=1.0, lam=1e-3).with_plan(plan)
+    ScoreEstimator(**plan.params).with_plan(plan)  # the plan's own parameters are accepted
+    loaded = tgpflow.load(GPTiltedDensity(n_features=16, normalizer_draws=2000).fit(_table()).save(tmp_path / "m"))
+    with pytest.raises(ValueError, match="no held-out grid"):  # a file keeps no grid: its plan could not select
+        loaded.plan()
     with pytest.raises(ValueError, match="call prepare"):
         GPTiltedDensity().plan()
     with pytest.raises(TypeError, match="FitPlan"):

@@ -8,8 +8,9 @@ protocol: the estimator's public pieces (``accumulate``, ``fit``, ``fit_from_sta
 evaluations over rows are the base's, :class:`~tgpflow.models.evaluation.DensityEvaluation`'s) and the abstract
 hooks of :class:`~tgpflow.models.streaming.StreamingMixin` (``_draw_from_pilot``, ``_pass_spec``,
 ``_frozen_draw``, ``_restore_draw``, ``_from_artifact``) and :class:`~tgpflow.models.estimator_base.StatsEstimator`
-(``_solve_stats``, ``_lam_grid``, ``_selector``); a statistics class; a Fitted value; a parameter table; a summary; and :data:`TOY_KIND`, the
-registry line (registered by the tests that use it, so that no other test sees it).
+(``_solve_stats``, ``_lam_grid``, ``_selector``); the state a fit starts without (``_FIT_STATE``); a statistics
+class; a Fitted value; a parameter table; a summary; and :data:`TOY_KIND`, the registry line (registered by the
+tests that use it, so that no other test sees it).
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ class ColumnGaussianDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Sta
 
     params_table = ColumnGaussianParams
     _DRAW = "centre_"
+    _FIT_STATE = ("centre_", "stats_", "_fitted", "support_")
     _NO_DRAW = "fit_from_stats needs the centre the statistics were summed at: pass it"
 
     def __init__(self, *, lam: float = 1.0, pilot_rows: int = 2000, on_bad_rows: str = "raise", split_every: int = 8,
@@ -160,7 +162,7 @@ class ColumnGaussianDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Sta
 
     @entry
     def fit(self, X: Any, y: Any = None, *, columns: list[str] | None = None, progress: Any = None) -> Self:
-        self._forget("centre_", "stats_", "_fitted", "support_")
+        self._forget(*self._FIT_STATE)
         self.fit_from_stats(self.accumulate(X, columns=columns, progress=progress))
         self.n_rows_dropped_ = self.last_rows_dropped_
         source = self._source(X, columns, reset=False)

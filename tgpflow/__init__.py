@@ -31,8 +31,9 @@ _LAZY = {
 }
 _SUBMODULES = frozenset({"cli", "cluster", "cluster_files", "core", "demo", "errors", "features", "io", "metrics", "models",
                          "pipeline", "sample", "solve", "stats"})
-__all__ = ["GPTiltedDensity", "NystromKEF", "ScoreEstimator", "RootSobolevDensity", "ExactKDE", "RandomFourierFeatures", "NystromBasis",
-           "Moments", "TGPStats", "NCFDStats", "KEFStats", "DiagStats", "StatsBundle", "FitPlan", "load", "__version__"]
+__all__ = ["GPTiltedDensity", "NystromKEF", "ScoreEstimator", "RootSobolevDensity", "ExactKDE", "RandomFourierFeatures",
+           "NystromBasis", "Moments", "TGPStats", "NCFDStats", "KEFStats", "DiagStats", "StatsBundle", "FitPlan", "load",
+           "__version__"]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these come from __getattr__
     from tgpflow.core.moments import Moments

@@ -56,9 +56,9 @@ class PilotSample:
 class LazyPilot:
     """The pilot sample of one call's source, ``n_rows`` rows at most, read when a stage first asks for it
     (:meth:`get`) and then shared by the call's stages; it lives for that call and nothing of it stays on the
-    estimator. ``sample``: one already read (e.g. moved into a new fitting space). The GP-tilted and kernel
-    estimators pass one between their stages; the root-Sobolev density, whose draw needs the pilot once, reads it
-    with :func:`pilot_sample`."""
+    estimator. ``sample``: one already read (e.g. moved into a new fitting space). Every streaming estimator's
+    ``prepare`` makes one (:meth:`~tgpflow.models.streaming.StreamingMixin.prepare`) and passes it between its
+    stages."""
 
     source: Source
     n_rows: int

@@ -91,9 +91,25 @@ def score_table(validated: tuple[np.ndarray, int, np.ndarray | None], context: A
 
 
 class AnomalyMixin:
-    """Needs ``threshold_quantile``, ``log_density`` and ``fitted()`` (the model as a Fitted value)."""
+    """Needs ``log_density`` and ``fitted()`` (the model as a Fitted value); a fit that learns the threshold itself
+    also ``threshold_quantile``."""
 
     threshold_quantile: float
+
+    def calibrate_threshold(self, X: Any, quantile: float | None = None) -> Any:
+        """Learn ``anomaly_threshold_`` on the rows of ``X`` (any source, in the data's units): ``is_anomaly`` then
+        flags about ``quantile`` of rows like them (default: the estimator's ``threshold_quantile``). A fit learns it
+        on its pilot rows; calibrate it on rows known to be normal to flag against those, or at another rate."""
+        if quantile is None:
+            quantile = getattr(self, "threshold_quantile", None)
+            if quantile is None:
+                raise ValueError(f"{type(self).__name__} has no threshold_quantile: give quantile (e.g. 0.01)")
+        if not 0.0 < float(quantile) < 1.0:
+            raise ValueError(f"quantile must be in (0, 1); got {quantile!r}")
+        values = self.log_density(X)
+        values = values.compute() if hasattr(values, "compute") else values  # lazy for dask/Parquet/Zarr input
+        self.anomaly_threshold_ = anomaly_threshold(values, float(quantile))
+        return self
 
     def _set_threshold(self, rows: np.ndarray) -> None:
         """The anomaly threshold from the log densities of training ``rows`` (NumPy, in the data's units; no checks)."""
@@ -107,5 +123,6 @@ class AnomalyMixin:
     def is_anomaly(self, X: Any) -> Any:
         """``anomaly_score(X) > anomaly_threshold_`` (the training ``threshold_quantile`` is flagged)."""
         if not hasattr(self, "anomaly_threshold_"):
-            raise AttributeError("no anomaly threshold: fit the model (the threshold is learned at fit time)")
+            raise AttributeError("no anomaly threshold: fit the model (a fit learns it on its pilot rows), or "
+                                 "calibrate_threshold(X, quantile) on rows known to be normal")
         return is_anomalous(self.log_density(X), self.anomaly_threshold_)

@@ -204,6 +204,18 @@ class StatsEstimator(Estimator, abc.ABC):
         self.n_rows_dropped_ = getattr(self, "n_rows_dropped_", 0) + self.last_rows_dropped_
         return self.fit_from_stats(self.stats_ + stats)  # type: ignore[attr-defined]
 
+    @property
+    def _selecting(self) -> bool:
+        """Whether a held-out selection is asked for (a family with one says when)."""
+        return False
+
+    @property
+    def _split_pending(self) -> bool:
+        """Whether this estimator's statistics are split into training and held-out rows: a selection is asked for
+        and none was made yet (a first fit, a prepared draw, a plan: not a fitted model, whose ``partial_fit``
+        keeps its selection). ``accumulate`` and ``chunk_tasks`` split by this one rule, so their statistics add."""
+        return self._selecting and not hasattr(self, "_fitted")
+
     @abc.abstractmethod
     def _solve_stats(self, stats: Any, draw: Any) -> None:
         """Solve from statistics and the draw they were computed with (``fit_from_stats`` without diagnostics)."""

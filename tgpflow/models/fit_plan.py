@@ -1,10 +1,11 @@
 """What ``prepare`` fixes before a pass, as one value: :class:`FitPlan`.
 
-A plan names the estimator it is for, the data's columns, the standardization the model is fitted in, the box of the
-pilot rows (what a solve's diagnostics measure the mass outside of), and the draw (as arrays and JSON metadata: GPTiltedDensity's features with its held-out grid, mixture base, noise levels and
-resolved bounds; a kernel model's Nyström basis; a root-Sobolev density's SDO draw). Statistics accumulated with
-one plan add up, wherever and whenever they were summed. ``est.prepare(X).plan()`` makes one;
-``Estimator(**params).with_plan(plan)`` puts it on a fresh estimator without reading data, so that its
+A plan names the estimator it is for, the parameters its statistics depend on, the data's columns, the
+standardization the model is fitted in, the box of the pilot rows (what a solve's diagnostics measure the mass
+outside of), and the draw (as arrays and JSON metadata: GPTiltedDensity's features with its held-out grid, mixture
+base, noise levels and resolved bounds; a kernel model's Nyström basis; a root-Sobolev density's SDO draw).
+Statistics accumulated with one plan add up, wherever and whenever they were summed. ``est.prepare(X).plan()`` makes one;
+``Estimator(**plan.params).with_plan(plan)`` puts it on a fresh estimator without reading data, so that its
 ``accumulate`` and ``chunk_tasks`` sum rows for that draw; ``save``/``load`` write it as a checksummed artifact
 (never pickled), so that separate jobs can share one. A pipeline's store freezes each model's plan at its first
 run and restores it at every later one.
@@ -32,8 +33,9 @@ PLAN_KIND = "FitPlan"
 @dataclasses.dataclass(frozen=True, eq=False)
 class FitPlan:
     """The estimator's class name, its columns (None: unnamed), their number, the standardization (None: none),
-    the draw's arrays and metadata, and the pilot rows' box in the data's units (None: not read; see the module
-    docstring)."""
+    the draw's arrays and metadata, the pilot rows' box in the data's units (None: not read), and the estimator's
+    parameters that its statistics depend on (``statistics_params`` of its table: not the solve-only ones; None: not
+    recorded, as in a pipeline store's draws, whose run checks them itself). See the module docstring."""
 
     estimator: str
     columns: tuple[str, ...] | None
@@ -42,6 +44,7 @@ class FitPlan:
     draw_arrays: Mapping[str, np.ndarray]
     draw_meta: Mapping[str, Any]
     support: SupportBox | None = None
+    params: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.columns is not None and len(self.columns) != self.n_columns:
@@ -57,7 +60,8 @@ class FitPlan:
     def to_meta(self) -> dict[str, Any]:
         return {"estimator": self.estimator, "columns": None if self.columns is None else list(self.columns),
                 "n_columns": self.n_columns, "scaling": None if self.scaling is None else self.scaling.to_dict(),
-                "draw": dict(self.draw_meta), "support": None if self.support is None else self.support.to_dict()}
+                "draw": dict(self.draw_meta), "support": None if self.support is None else self.support.to_dict(),
+                "params": None if self.params is None else dict(self.params)}
 
     @classmethod
     def from_meta(cls, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> FitPlan:
@@ -65,7 +69,7 @@ class FitPlan:
         support = meta.get("support")
         return cls(str(meta["estimator"]), None if columns is None else tuple(str(c) for c in columns),
                    int(meta["n_columns"]), Scaling.from_dict(meta.get("scaling")), dict(arrays), dict(meta["draw"]),
-                   None if support is None else SupportBox.from_dict(support))
+                   None if support is None else SupportBox.from_dict(support), meta.get("params"))
 
     def save(self, path: AnyPath, *, overwrite: bool = True, storage_options: dict[str, Any] | None = None) -> Any:
         """Write the plan atomically (a Zarr group, ``.npz`` by suffix; any fsspec URL), every array checksummed;

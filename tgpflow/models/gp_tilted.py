@@ -77,6 +77,8 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
     params_table = GPTiltedParams
     _runs_on_gpu = True
     _DRAW = "features_"
+    _FIT_STATE = ("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_", "heldout_grid_",
+                  "bandwidth_selection_", "_fitted", "base_mixture_", "discrete_", "split_key_")
     _NO_DRAW = ("fit_from_stats needs the feature draw the statistics were computed with, and these statistics do not "
                 "carry it (read from a file written before statistics carried their draw): pass features=… (the "
                 "RandomFourierFeatures they were accumulated with, e.g. est.features_ of that model)")
@@ -189,7 +191,7 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         the fitted draw; with a selection pending (``lam="auto"``, a γ or η grid), the hashed
         train/validation split of :func:`~tgpflow.stats.split.split_chunk_stats`."""
         fn, args = self._chunk_fn()
-        if not self._selecting:
+        if not self._split_pending:
             return fn, (self.features_, *args), False
         grid = [float(g) for g in self.bandwidth] if is_grid(self.bandwidth) else [self.features_.gamma]
         parts = {g: (self.features_.with_bandwidth(g), *args) for g in grid}
@@ -238,8 +240,8 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         self.features_ = features
         fn, args = self._chunk_fn()
         variants = None
-        if self._selecting and not hasattr(self, "_fitted"):  # a first fit, or statistics for a prepared draw (as
-            # its chunk_tasks make them): the held-out split a selection is made on
+        if self._split_pending:  # a first fit, or statistics for a prepared draw (as its chunk_tasks make them): the
+            # held-out split a selection is made on
             grid = [float(g) for g in self.bandwidth] if is_grid(self.bandwidth) else [features.gamma]
             variants = {g: features.with_bandwidth(g) for g in grid}
             self.split_key_ = "global row position" if source.n_rows is not None else "chunk and row in chunk"
@@ -260,8 +262,7 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         :mod:`tgpflow.features.scaling`). ``progress`` is called with the futures of each distributed compute of
         the fit (the pilot, the pass), e.g. ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`).
         """
-        self._forget("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_", "heldout_grid_",
-                     "bandwidth_selection_", "_fitted", "base_mixture_", "discrete_")
+        self._forget(*self._FIT_STATE)
         source, lazy = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
         self.pilot_ = {"mode": "given"} if features is not None else {}
         stats = self._accumulate_source(source, lazy, features, progress)

@@ -45,7 +45,7 @@ from tgpflow.models.tgp_fitted import base_arrays
 from tgpflow.solve.kef import DEFAULT_RANK_TOL, kernel_solve
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS, NormalizerEstimate, estimate_log_normalizer
 from tgpflow.stats.kef import DiagStats, KEFStats
-from tgpflow.stats.split import StatsBundle
+from tgpflow.stats.split import SPLIT_SALT, StatsBundle, split_chunk_stats
 from tgpflow.stats.support import SupportBox
 
 __all__ = ["ScoreEstimator", "PRESETS"]
@@ -68,6 +68,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
 
     params_table = ScoreParams
     _DRAW = "basis_"
+    _FIT_STATE = ("basis_", "stats_", "selection_", "support_", "_fitted")
     _NO_DRAW = ("fit_from_stats needs the basis the statistics were computed with, and these statistics do not carry "
                 "it (read from a file written before statistics carried their draw): pass basis=… (the NystromBasis "
                 "they were accumulated on, e.g. est.basis_ of that model)")
@@ -196,8 +197,18 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         self._set_support(pilot)
 
     def _pass_spec(self) -> tuple[Any, tuple[Any, ...], bool]:
-        """(chunk statistics function, its arguments after the rows, whether it takes row keys) for the fitted basis."""
-        return self._chunk_fn(), (self.basis_, int(self.block_bytes)), False
+        """(chunk statistics function, its arguments after the rows, whether it takes row keys) for the fitted
+        basis; with a selection pending (``lam="auto"``, a bandwidth grid), the hashed train/validation split of
+        :func:`~tgpflow.stats.split.split_chunk_stats`, every bandwidth of the grid in it."""
+        fn, args = self._chunk_fn(), (int(self.block_bytes),)
+        if not self._split_pending:
+            return fn, (self.basis_, *args), False
+        parts = {b: (self.basis_.with_bandwidth(b), *args) for b in self._bandwidths(self.basis_)}
+        return split_chunk_stats, (float(self.validation_fraction), SPLIT_SALT, fn, parts, None, None), True
+
+    def _bandwidths(self, basis: NystromBasis) -> list[float]:
+        """The bandwidths a selection scores: the grid given, else the basis's own."""
+        return [float(b) for b in self.bandwidth] if is_grid(self.bandwidth) else [basis.bandwidth]
 
     def _frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The Nyström basis (:meth:`~tgpflow.models.streaming.StreamingMixin.plan`)."""
@@ -230,15 +241,15 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
             raise ValueError(f"the basis is in d={basis.n_dims} but the data have {source.n_columns} columns")
         self.basis_ = basis
         variants = None
-        if self._selecting and not hasattr(self, "_fitted"):  # a first fit, or a prepared basis's first statistics
-            grid = [float(b) for b in self.bandwidth] if is_grid(self.bandwidth) else [basis.bandwidth]
-            variants = {b: basis.with_bandwidth(b) for b in grid}
+        if self._split_pending:  # a first fit, or statistics for a prepared basis (as its chunk_tasks make them)
+            variants = {b: basis.with_bandwidth(b) for b in self._bandwidths(basis)}
         stats = self._stream_pass(source, self._chunk_fn(), basis, (int(self.block_bytes),), variants,
                                   progress=progress, n_basis=basis.n_basis, kernel=self._form.name)
         return stats, lazy
 
     @property
     def _selecting(self) -> bool:
+        """Whether a held-out selection is asked for (λ = "auto", or a bandwidth grid)."""
         return self.lam == "auto" or is_grid(self.bandwidth)
 
     @entry
@@ -249,7 +260,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         rows in and out stay in the data's units either way, :mod:`tgpflow.features.scaling`). ``progress`` is
         called with the futures of each distributed compute of the fit (the pilot, the pass), e.g.
         ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
-        self._forget("basis_", "stats_", "selection_", "support_", "_fitted")
+        self._forget(*self._FIT_STATE)
         stats, lazy = self._accumulate(X, columns, basis, scaling, progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
         self._set_support(lazy)

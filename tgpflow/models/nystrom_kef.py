@@ -11,6 +11,7 @@ import numpy as np
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.io.pilot import DEFAULT_PILOT_ROWS, LazyPilot
+from tgpflow.models.anomaly import AnomalyMixin
 from tgpflow.models.evaluation import DensityEvaluation
 from tgpflow.models.kernel_forms import KernelForm, kernel_form
 from tgpflow.models.kernel_score import ScoreEstimator
@@ -20,13 +21,14 @@ from tgpflow.solve.kef import DEFAULT_RANK_TOL
 __all__ = ["NystromKEF"]
 
 
-class NystromKEF(DensityEvaluation, ScoreEstimator):
+class NystromKEF(AnomalyMixin, DensityEvaluation, ScoreEstimator):
     """Nyström kernel exponential family (seed 001 Theorem 1; MATH.md §6).
 
     ``log p(x) = f(x) + log q0(x)`` with ``f = Σ_a ∂_y k(Y_a, ·)ᵀβ_a`` and
     ``β = −(C/N + λG)⁺ h/N`` (seed 001 adds εI, ε = 1e-5: ``ridge``; none by default). The score-matching
-    loss includes the cross term ∂f·∂log q0 (MATH.md §11 B1). Parameters as :class:`ScoreEstimator` (the kernel is
-    curl-free; ``regularizer`` may be changed for the spectral variants).
+    loss includes the cross term ∂f·∂log q0 (MATH.md §11 B1). The kernel is curl-free; ``regularizer`` may be
+    changed for the spectral variants. ``anomaly_score`` is −log p; ``is_anomaly`` needs a threshold, which its fit
+    does not learn: ``calibrate_threshold(X, quantile)`` (a pipeline's version has one).
     """
 
     kernel = "curl_free"  # fixed: a class attribute, not a parameter

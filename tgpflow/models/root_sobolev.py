@@ -65,6 +65,7 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
 
     NO_NORMALIZER = "a root-Sobolev density has no normaliser estimate: its log density is unnormalised"
     _DRAW = "draw_"
+    _FIT_STATE = ("draw_", "features_", "stats_", "selection_", "smoothness_", "_fitted", "support_")
 
     params_table = RootSobolevParams
     #: A model file keeps w under the estimator's attribute name (model_file).
@@ -164,7 +165,7 @@ class RootSobolevDensity(AnomalyMixin, DensityEvaluation, StreamingMixin, Estima
         and out stay in the data's units either way, :mod:`tgpflow.features.scaling`). ``progress`` is called
         with the futures of each distributed compute of the fit (the pilot, every pass), e.g.
         ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
-        self._forget("draw_", "features_", "stats_", "selection_", "smoothness_", "_fitted")
+        self._forget(*self._FIT_STATE)
         source, lazy = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
         pilot = self._pilot(lazy)  # also the rows the anomaly threshold is learned on
         self._adopt_draw(features if features is not None else self._draw(pilot.rows), source.n_columns,

@@ -32,6 +32,7 @@ from tgpflow.io.sources import Source, as_source, select_frame
 from tgpflow.io.validate import check_exact_ints
 from tgpflow.models.checked_entry import entry
 from tgpflow.models.fit_plan import FitPlan
+from tgpflow.models.param_types import plain
 from tgpflow.stats.split import SPLIT_SALT, split_chunk_stats
 
 __all__ = ["StreamingMixin", "is_lazy", "is_grid", "check_stats_kept"]
@@ -71,6 +72,8 @@ class StreamingMixin(abc.ABC):
     random_state: Any
     #: The attribute holding the draw (``features_``, ``basis_``, ``draw_``): set by :meth:`prepare` or a fit.
     _DRAW: ClassVar[str]
+    #: What a fit, :meth:`prepare` and :meth:`with_plan` start without: the state an earlier call left.
+    _FIT_STATE: ClassVar[tuple[str, ...]]
 
     @entry
     def prepare(self, X: Any, *, columns: list[str] | None = None, scaling: Scaling | None = None,
@@ -83,6 +86,7 @@ class StreamingMixin(abc.ABC):
         additive statistics with it. ``scaling``: a frozen standardization (a pipeline's ``preprocess``), else
         ``scale=`` decides. ``progress`` is called with the futures of each distributed compute.
         """
+        self._forget(*self._FIT_STATE)
         fitting, pilot = self._new_fitting_source(self._source(X, columns, reset=True), scaling, progress)
         self._draw_from_pilot(fitting, pilot, progress)
         return self
@@ -212,18 +216,29 @@ class StreamingMixin(abc.ABC):
         names = getattr(self, "feature_names_in_", None)
         return FitPlan(type(self).__name__, None if names is None else tuple(str(c) for c in names),
                        int(self.n_features_in_), getattr(self, "scaling_", None), arrays, meta,
-                       getattr(self, "support_", None))
+                       getattr(self, "support_", None),
+                       self.params_table.statistics_params(plain(self.get_params())))
 
     def with_plan(self, plan: FitPlan) -> Self:
-        """This fresh estimator as :meth:`prepare` left the one whose :meth:`plan` gave ``plan`` (its columns,
-        standardization, draw and the pilot's box), without reading data: its :meth:`accumulate` and :meth:`chunk_tasks` then sum
-        rows for that draw. Refuses a plan made for another estimator class."""
+        """This estimator as :meth:`prepare` left the one whose :meth:`plan` gave ``plan`` (its columns,
+        standardization, draw and the pilot's box), without reading data: its :meth:`accumulate` and
+        :meth:`chunk_tasks` then sum rows for that draw. Refuses a plan made for another estimator class, or with
+        other values of the parameters the statistics depend on (``plan.params``)."""
         if not isinstance(plan, FitPlan):
             raise TypeError(f"with_plan takes a tgpflow.models.fit_plan.FitPlan (est.plan(), or FitPlan.load(path)); "
                             f"got {type(plan).__name__}")
         if plan.estimator != type(self).__name__:
             raise ValueError(f"this plan was made by a {plan.estimator}, not a {type(self).__name__}: its draw means "
                              f"nothing to this model")
+        if plan.params is not None:
+            own = self.params_table.statistics_params(plain(self.get_params()))
+            differ = sorted(k for k in {*own, *plan.params} if own.get(k) != plan.params.get(k))
+            if differ:
+                raise ValueError(f"this plan was made with other values of {differ} ("
+                                 f"{ {k: plan.params.get(k) for k in differ} }): its statistics would not add up "
+                                 f"with this estimator's; make it with the plan's parameters, "
+                                 f"{type(self).__name__}(**plan.params)")
+        self._forget(*self._FIT_STATE)
         self.scaling_ = plan.scaling
         columns = None if plan.columns is None else list(plan.columns)
         self._restore_draw(dict(plan.draw_arrays), dict(plan.draw_meta), columns)

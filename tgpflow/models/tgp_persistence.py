@@ -106,6 +106,10 @@ class TGPModelFile:
         """The random features with what the pass also needs: NCFD's noise levels, a held-out selection's
         projection grid, a mixture base, the discrete columns and the bounds as resolved
         (:meth:`~tgpflow.models.streaming.StreamingMixin.plan`)."""
+        if self._selecting and getattr(self, "heldout_grid_", None) is None:
+            raise ValueError("this GPTiltedDensity has no held-out grid (a model loaded from a file keeps none), so a "
+                             "plan of it cannot select λ, η or γ as its fit did: make a new plan "
+                             "(est.prepare(X).plan()), or fix them in the parameters (lam=est.lam_, …)")
         arrays = dict(self.features_.to_arrays())
         if hasattr(self, "noise_levels_"):
             arrays["noise_levels"] = np.asarray(self.noise_levels_)

@@ -51,15 +51,13 @@ import logging
 from typing import Any
 
 import dask
-import numpy as np
 
 from tgpflow.core.engine import Progress, compute, tree_reduce
 from tgpflow.core.logs import phase
 from tgpflow.errors import TgpflowError
 from tgpflow.features.scaling import Scaling
 from tgpflow.io.atomic import as_path
-from tgpflow.io.pilot import pilot_sample
-from tgpflow.models.anomaly import anomaly_threshold, model_log_normalizer
+from tgpflow.models.anomaly import model_log_normalizer
 from tgpflow.pipeline.arrivals import Arrivals, arrivals
 from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
 from tgpflow.pipeline.frozen_draw import Frozen, freeze
@@ -70,14 +68,11 @@ from tgpflow.pipeline.source_check import check_source
 from tgpflow.pipeline.spec import PipelineSpec
 from tgpflow.pipeline.store import MANIFEST_SCHEMA, StatsStore
 from tgpflow.pipeline.versions import ModelVersions
-from tgpflow.stats.support import SupportBox
 
 __all__ = ["run_pipeline", "RunResult"]
 
 logger = logging.getLogger("tgpflow")
 
-#: Rows of a run's pilot sample: the rows its anomaly thresholds are learned on, and the box of its diagnostics.
-RUN_PILOT_ROWS = 20_000
 #: The fan-in of a partition's reduction tree, for a model without ``split_every`` (KDE-SDO).
 DEFAULT_SPLIT_EVERY = 8
 
@@ -173,12 +168,8 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
     new_parts, dropped = _accumulate_partitions(spec, store, frozen, parts, plan, read, empty, progress)
     partitions = {f: plan.old_parts[f] for f in plan.old_parts if f not in plan.removed}
     partitions.update(new_parts)
-    # one bounded pilot read per run, for every model: the rows the anomaly thresholds are learned
-    # on, and the support box the fit diagnostics compare the model's mass with
-    pilot_rows = pilot_sample(union_source(spec, with_rows, frozen.columns, parts.format), rows=RUN_PILOT_ROWS,
-                              random_state=seed, progress=progress).rows
     versions = {m.name: _solve_version(spec, store, frozen, m, plan, partitions, new_parts, read, empty, with_rows,
-                                       parts.format, date, pilot_rows) for m in spec.models}
+                                       parts.format, date) for m in spec.models}
     return _commit(spec, store, frozen, plan, parts, partitions, versions, dropped, empty, owed, read, date,
                    {k: v.get("version") for k, v in (manifest or {}).get("models", {}).items()}, progress)
 
@@ -237,10 +228,10 @@ def _running_total(spec: PipelineSpec, store: StatsStore, name: str, frozen: Fro
 
 def _solve_version(spec: PipelineSpec, store: StatsStore, frozen: Frozen, m: Any, plan: RunPlan,
                    partitions: dict[str, Any], new_parts: dict[str, Any], read: list[str], empty: frozenset[str],
-                   with_rows: list[str], fmt: str | None, date: str, pilot_rows: np.ndarray) -> str:
+                   with_rows: list[str], fmt: str | None, date: str) -> str:
     """Step 5 for model ``m``: solved from its running total (stored), or refitted on the rows of every kept
     partition with the frozen draw (a model without additive statistics); its anomaly threshold learned on the
-    run's ``pilot_rows``; written as a new, unpublished version, its run info in the manifest's record. Returns
+    run's pilot rows; written as a new, unpublished version, its run info in the manifest's record. Returns
     the version."""
     name, est, columns, pre = m.name, frozen.estimators[m.name], frozen.columns, frozen.preprocess
     record = frozen.models[name]
@@ -252,13 +243,17 @@ def _solve_version(spec: PipelineSpec, store: StatsStore, frozen: Frozen, m: Any
     else:
         total = _running_total(spec, store, name, frozen, plan, partitions, new_parts, read, empty)
         record["total"] = store.save(total, f"totals/{name}-{plan.run:06d}.zarr")
-        if len(pilot_rows) > 1 and hasattr(est, "features_"):  # the box the fit diagnostics measure mass outside of
-            est.support_ = SupportBox.from_rows(pilot_rows)  # (in the data's units)
-        est.fit_from_stats(total)
+        est.fit_from_stats(total)  # its diagnostics measure the mass outside the plan's box: the run's pilot rows
         rows = total.n
-    threshold = _threshold(spec, est, pilot_rows if spec.outputs.scores else None, columns)
-    if threshold is not None:  # the version flags what the pipeline flags (tgpflow score MODELDIR)
-        est.anomaly_threshold_ = threshold
+    threshold = None
+    if spec.outputs.scores is not None and hasattr(est, "calibrate_threshold"):  # the version flags what the
+        # pipeline flags (tgpflow score MODELDIR): on −log p of the run's pilot rows, raw (the model carries its
+        # standardization)
+        import pandas as pd
+
+        est.calibrate_threshold(pd.DataFrame(frozen.pilot_rows, columns=columns),
+                                spec.outputs.scores.threshold_quantile)
+        threshold = est.anomaly_threshold_
     record["info"] = {"run": plan.run, "date": date, "rows": float(rows), "partitions": sorted(partitions),
                       "preprocess": pre, "columns": columns, "anomaly_threshold": threshold,
                       # the rows the model describes: `tgpflow score MODELDIR` applies the same filters
@@ -326,17 +321,6 @@ def _check_scoring_model(spec: PipelineSpec) -> None:
     if not hasattr(model.estimator_class(), "log_density"):
         raise TgpflowError(f"model {name!r} is a {model.estimator}: it has no log density to score with; name a density "
                            f"in outputs.scores.model")
-
-
-def _threshold(spec: PipelineSpec, est: Any, rows: np.ndarray | None, columns: list[str]) -> float | None:
-    """The anomaly threshold (on −log p of raw rows: the model carries its standardization) learned on the run's
-    pilot rows, as an estimator learns it."""
-    if rows is None or not hasattr(est, "log_density"):
-        return None
-    import pandas as pd
-
-    values = est.log_density(pd.DataFrame(rows, columns=columns))
-    return anomaly_threshold(values, spec.outputs.scores.threshold_quantile)
 
 
 def _total_counts(counts: list[tuple[int, int]]) -> tuple[int, int]:
