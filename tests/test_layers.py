@@ -115,11 +115,8 @@ def test_the_underscore_check_can_fail(module, source, expected):
 
 #: ``obj._name`` uses where the module defines no ``_name`` (a class's private attribute reached from outside its
 #: module and its class hierarchy; ``self``/``cls``/``super()``, an instance the module's own classmethod makes with
-#: ``cls(…)`` and an argument annotated with a class of the module excluded): issue 41 removed them but for one,
-#: the loader's call of the model file hook every family implements (``tgpflow.load`` → ``cls._from_artifact``).
-KNOWN_PRIVATE_ATTRIBUTE_USES = {
-    "tgpflow": {"_from_artifact"},
-}
+#: ``cls(…)`` and an argument annotated with a class of the module excluded): issue 41 removed the last of them.
+KNOWN_PRIVATE_ATTRIBUTE_USES: dict[str, set[str]] = {}
 
 
 def private_attribute_uses(source: str) -> set[str]:

@@ -154,6 +154,17 @@ def test_load_reads_the_solution_bitwise_and_solves_nothing(name, fitted_models,
             assert back.normalizer_.log_z == est.normalizer_.log_z
 
 
+def test_a_family_loads_its_own_files_and_refuses_another_kind(fitted_models, data, tmp_path):
+    for name, est in fitted_models.items():
+        path = est.save(tmp_path / f"{name}.npz")
+        back = type(est).load(path)
+        assert type(back) is type(est)
+        _assert_same(_outputs(back, data[:9]), _outputs(est, data[:9]))
+    gp = next(p for p in tmp_path.glob("*.npz") if type(tgpflow.load(p)) is GPTiltedDensity)
+    with pytest.raises(ModelFileError, match=r"holds a 'GPTiltedDensity', expected one of \['NystromKEF'\]"):
+        NystromKEF.load(gp)
+
+
 def test_every_kind_of_model_file_reads_as_a_model_and_its_statistics_do_not(fitted_models, tmp_path):
     """The output kind (what ``--overwrite`` may replace) comes from the file's metadata, not from the models'
     registry: every registered kind's file is a "model", and its statistics are "statistics"."""

@@ -78,14 +78,11 @@ def load(path: str | Path, *, verify: bool = False, storage_options: dict[str, A
     the stored solution differs from that solve (see :mod:`tgpflow.models.model_file`); it costs a fit's
     solve, and needs a model saved with its statistics.
     """
-    from tgpflow.io.artifact import read_artifact
     from tgpflow.io.atomic import as_path
-    from tgpflow.models.registry import model_kinds
+    from tgpflow.models.estimator_base import Estimator
     from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
 
     path = as_path(path, storage_options)
     if is_versions_dir(path):  # a pipeline's model directory: its current version
         return ModelVersions(path).load(verify=verify)
-    kinds = model_kinds()  # the kinds of tgpflow.models.registry; only the file's estimator is imported
-    kind, arrays, meta = read_artifact(path, expected_kinds=tuple(kinds))
-    return kinds[kind].estimator_class()._from_artifact(arrays, meta, path, verify=verify)
+    return Estimator.load(path, verify=verify)  # any kind of tgpflow.models.registry

@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from tgpflow.core.backend import DeviceTarget, device_target, resolve_device
 from tgpflow.core.engine import Progress, cluster_has_gpus
+from tgpflow.errors import ModelFileError
 from tgpflow.features.scaling import Scaling
 from tgpflow.models.checked_entry import entry
 from tgpflow.models.model_file import verify_solution, write_model
@@ -106,6 +107,28 @@ class Estimator(BaseEstimator):
         return cached[2]
 
     # -- model files --------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path, *, verify: bool = False, storage_options: dict[str, Any] | None = None) -> Any:
+        """The model a model file holds, read from its stored solution (no solve) after its schema version and the
+        checksums of every array and of the metadata are verified; never unpickled. On a family's class a file of
+        another kind is refused; ``Estimator.load`` reads any registered kind (:func:`tgpflow.load`, which also
+        reads a pipeline's model directory). ``verify``: solve the stored statistics again and compare."""
+        from tgpflow.io.artifact import read_artifact
+        from tgpflow.io.atomic import as_path
+        from tgpflow.models.registry import model_kinds
+
+        kinds = model_kinds()  # only the file's estimator is imported
+        path = as_path(path, storage_options)
+        kind, arrays, meta = read_artifact(path, expected_kinds=tuple(kinds) if cls is Estimator else (cls.__name__,))
+        return kinds[kind].estimator_class()._from_artifact(arrays, meta, path, verify=verify)
+
+    @classmethod
+    def _from_artifact(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], path: Path,
+                       verify: bool = False) -> Any:
+        """The model of a verified model file (a family that writes one implements it:
+        :meth:`~tgpflow.models.streaming.StreamingMixin._from_artifact`)."""
+        raise ModelFileError(f"{path}: a {cls.__name__} is not read from a model file")
+
     def save(self, path: str | Path, *, overwrite: bool = True, stats: bool = True,
              storage_options: dict[str, Any] | None = None) -> Any:
         """Write the fitted model atomically as a Zarr group (``.npz`` by suffix), every array and the metadata

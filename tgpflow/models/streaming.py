@@ -206,9 +206,10 @@ class StreamingMixin(abc.ABC):
         return source if scaling is None else source.map_rows(scaling.forward)
 
     def plan(self) -> FitPlan:
-        """What :meth:`prepare` (or a fit) fixed before the pass, as a value: the columns, the standardization and the
-        draw (:class:`~tgpflow.models.fit_plan.FitPlan`). Statistics accumulated with one plan add up, wherever they
-        were summed: ``plan.save(path)``, and ``Estimator(**params).with_plan(FitPlan.load(path))`` elsewhere."""
+        """What :meth:`prepare` (or a fit) fixed before the pass, as a value: the parameters the statistics depend
+        on, the columns, the standardization, the pilot rows' box and the draw
+        (:class:`~tgpflow.models.fit_plan.FitPlan`). Statistics accumulated with one plan add up, wherever they were
+        summed: ``plan.save(path)``, and ``Estimator(**plan.params).with_plan(FitPlan.load(path))`` elsewhere."""
         if not hasattr(self, self._DRAW):
             raise ValueError(f"this {type(self).__name__} has no draw to plan with: call prepare(X) or fit first (a "
                              f"model loaded from a file keeps its solution, not always its draw)")
