@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zarr
 
+import dask
 import dask.array as da
 import dask.dataframe as dd
 
@@ -212,3 +213,28 @@ def test_sources_put_together_keep_their_chunks_and_the_keys_of_their_rows(parts
     np.testing.assert_array_equal(keys, np.arange(1200))  # a row's key is its position in the whole
     with pytest.raises(SourceError, match="columns .* differ"):
         concat_sources([pieces[0], as_source(X[:, :2])])
+
+
+def test_the_parquet_and_csv_listings_skip_the_same_hidden_files(tmp_path):
+    """One rule (tgpflow.io.hidden): a writer's _SUCCESS, _metadata and .crc files beside the data are not data."""
+    from tgpflow.io.backends.csv import header_names
+    from tgpflow.io.hidden import is_hidden
+    from tgpflow.io.sources import as_source
+
+    assert [is_hidden(p) for p in ("d/_SUCCESS", "s3://b/d/.a.crc", "d/_delta_log/", "d/a.parquet", "d/x_1.csv")] \
+        == [True, True, True, False, False]
+    pq_dir, csv_dir = tmp_path / "pq", tmp_path / "csv"
+    pq_dir.mkdir()
+    csv_dir.mkdir()
+    pq.write_table(pa.table({"a": [1.0, 2.0]}), pq_dir / "part-0.parquet")
+    pd.DataFrame({"a": [1.0, 2.0, 3.0]}).to_csv(csv_dir / "part-0.csv", index=False)
+    for d in (pq_dir, csv_dir):
+        (d / "_SUCCESS").write_text("")
+        (d / ".part-0.crc").write_bytes(b"\x00\x01")
+        (d / "_metadata.csv").write_text("not,data\n")
+    _, files = parquet_mod.list_parquet_files(str(pq_dir))
+    assert [f.rsplit("/", 1)[-1] for f in files] == ["part-0.parquet"]
+    assert as_source(str(pq_dir)).n_rows == 2
+    src = as_source(str(csv_dir))
+    assert header_names(str(csv_dir)) == ["a"] and src.n_chunks == 1
+    assert np.vstack(dask.compute(*src.blocks(), scheduler="sync")).shape == (3, 1)

@@ -15,6 +15,7 @@ from typing import Any
 import fsspec
 
 from tgpflow.errors import SourceError, cause
+from tgpflow.io.hidden import is_hidden
 
 __all__ = ["list_parquet_files", "ParquetLayout", "read_row_group"]
 
@@ -25,7 +26,7 @@ def list_parquet_files(urlpath: str, storage_options: dict[str, Any] | None = No
     files: list[str] = []
     for p in paths:
         if fs.isdir(p):
-            found = [f for f in sorted(fs.find(p)) if not f.rsplit("/", 1)[-1].startswith(("_", "."))]
+            found = [f for f in sorted(fs.find(p)) if not is_hidden(f)]
             # a dataset directory: its *.parquet / *.parq files when it names them so, else every file
             named = [f for f in found if f.endswith((".parquet", ".parq"))]
             files.extend(named or found)

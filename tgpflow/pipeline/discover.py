@@ -59,6 +59,7 @@ import numpy as np
 
 from tgpflow.errors import SourceError
 from tgpflow.io.cf_packing import cf_encoding
+from tgpflow.io.hidden import is_hidden
 from tgpflow.io.parquet import list_parquet_files
 from tgpflow.io.backends.zarr import is_zarr_store, zarr_data_arrays, zarr_row_runs
 
@@ -187,7 +188,7 @@ def discover(path: str, partition_by: str | None = None, array: str | None = Non
         elif fs.isdir(match):  # its children, as a glob's matches (hidden ones, as list_parquet_files skips them)
             for info in sorted(fs.ls(match, detail=True), key=lambda i: i["name"]):
                 child = info["name"].rstrip("/")
-                if child.rsplit("/", 1)[-1].startswith(("_", ".")):
+                if is_hidden(child):
                     continue
                 (stores if info["type"] == "directory" and _is_zarr(fs, child) else other).append(child)
         else:

@@ -23,6 +23,7 @@ from typing import Any
 import dask
 
 from tgpflow.errors import SourceError
+from tgpflow.io.hidden import is_hidden
 from tgpflow.io.sources import Source, make_source, select_indices
 from tgpflow.io.validate import OnBadRows
 
@@ -76,7 +77,7 @@ def _csv_directory(path: str, storage_options: dict[str, Any] | None) -> bool:
         names = [f.rstrip("/").rsplit("/", 1)[-1].lower() for f in fs.ls(root, detail=False)]
     except (OSError, ValueError):  # unreachable or not a path of a known filesystem: the other backends say why
         return False
-    names = [n for n in names if not n.startswith(("_", "."))]
+    names = [n for n in names if not is_hidden(n)]
     return any(is_csv_name(n) for n in names) and not any(n.endswith(".parquet") for n in names)
 
 
@@ -150,7 +151,7 @@ def _files(fs: Any, root: str, where: str) -> list[str]:
         files = sorted(f for f in fs.glob(root) if not fs.isdir(f))
     elif fs.isdir(root):
         files = sorted(f for f in fs.ls(root, detail=False)
-                       if is_csv_name(f) and not f.rstrip("/").rsplit("/", 1)[-1].startswith(("_", ".")))
+                       if is_csv_name(f) and not is_hidden(f))
     elif fs.exists(root):
         files = [root]
     else:
