@@ -29,7 +29,7 @@ from tgpflow.models.model_file import verify_solution, write_model
 from tgpflow.models.params import ParamTable, plain
 from tgpflow.models.scaled_fitted import in_data_units
 from tgpflow.models.selection import Selector, select
-from tgpflow.models.streaming import check_stats_kept
+from tgpflow.models.streaming import check_stats_kept, is_grid
 from tgpflow.solve.normalizer import NormalizerEstimate
 from tgpflow.stats.split import StatsBundle
 from tgpflow.stats.support import SupportBox
@@ -231,6 +231,12 @@ class StatsEstimator(Estimator, abc.ABC):
     def _selecting(self) -> bool:
         """Whether a held-out selection is asked for (a family with one says when)."""
         return False
+
+    def _bandwidths(self, own: float) -> list[float]:
+        """The bandwidths a split pass sums and a selection scores: the grid given as ``bandwidth``, else the
+        draw's ``own``."""
+        bandwidth = self.bandwidth  # type: ignore[attr-defined]
+        return [float(b) for b in bandwidth] if is_grid(bandwidth) else [own]
 
     @property
     def _split_pending(self) -> bool:

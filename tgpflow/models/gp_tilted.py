@@ -193,7 +193,7 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         fn, args = self._chunk_fn()
         if not self._split_pending:
             return fn, (self.features_, *args), False
-        grid = [float(g) for g in self.bandwidth] if is_grid(self.bandwidth) else [self.features_.gamma]
+        grid = self._bandwidths(self.features_.gamma)
         parts = {g: (self.features_.with_bandwidth(g), *args) for g in grid}
         val_args = self._val_args()
         val_parts = None if val_args is None else {g: (v[0], *val_args) for g, v in parts.items()}
@@ -242,7 +242,7 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         variants = None
         if self._split_pending:  # a first fit, or statistics for a prepared draw (as its chunk_tasks make them): the
             # held-out split a selection is made on
-            grid = [float(g) for g in self.bandwidth] if is_grid(self.bandwidth) else [features.gamma]
+            grid = self._bandwidths(features.gamma)
             variants = {g: features.with_bandwidth(g) for g in grid}
             self.split_key_ = "global row position" if source.n_rows is not None else "chunk and row in chunk"
             if getattr(self, "heldout_grid_", None) is None:  # a prepared draw has its grid

@@ -203,12 +203,8 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         fn, args = self._chunk_fn(), (int(self.block_bytes),)
         if not self._split_pending:
             return fn, (self.basis_, *args), False
-        parts = {b: (self.basis_.with_bandwidth(b), *args) for b in self._bandwidths(self.basis_)}
+        parts = {b: (self.basis_.with_bandwidth(b), *args) for b in self._bandwidths(self.basis_.bandwidth)}
         return split_chunk_stats, (float(self.validation_fraction), SPLIT_SALT, fn, parts, None, None), True
-
-    def _bandwidths(self, basis: NystromBasis) -> list[float]:
-        """The bandwidths a selection scores: the grid given, else the basis's own."""
-        return [float(b) for b in self.bandwidth] if is_grid(self.bandwidth) else [basis.bandwidth]
 
     def _frozen_draw(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """The Nyström basis (:meth:`~tgpflow.models.streaming.StreamingMixin.plan`)."""
@@ -242,7 +238,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         self.basis_ = basis
         variants = None
         if self._split_pending:  # a first fit, or statistics for a prepared basis (as its chunk_tasks make them)
-            variants = {b: basis.with_bandwidth(b) for b in self._bandwidths(basis)}
+            variants = {b: basis.with_bandwidth(b) for b in self._bandwidths(basis.bandwidth)}
         stats = self._stream_pass(source, self._chunk_fn(), basis, (int(self.block_bytes),), variants,
                                   progress=progress, n_basis=basis.n_basis, kernel=self._form.name)
         return stats, lazy
