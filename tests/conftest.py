@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+#: Real datasets copied into the repository with their licences and provenance (tests/data/README.md).
+TEST_DATA = Path(__file__).resolve().parent / "data"
 #: pytest filter for the anomaly threshold's warning that some of the rows it is learned from have zero density
 #: (tgpflow.models.anomaly.anomaly_threshold), for tests of small noisy fits that check something else.
 ZERO_DENSITY_ROWS = "ignore:.*zero or undefined density under the model:tgpflow.errors.DiagnosticWarning"
@@ -93,9 +94,7 @@ def write_parquet(path: Path, X: np.ndarray, names=None, row_group_size: int | N
 @pytest.fixture
 def magic_frame():
     """MAGIC's 10 float columns as a pandas DataFrame, as shipped."""
-    path = SHARED_DATA / "magic_gamma.parquet"
-    if not path.exists():
-        pytest.fail(f"the shared dataset {path} is missing (it ships beside the checkout)")
+    path = TEST_DATA / "magic_gamma.parquet"
     import pandas as pd
 
     return pd.read_parquet(path).drop(columns="class")

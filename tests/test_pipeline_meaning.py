@@ -156,7 +156,10 @@ def test_a_partition_flagged_far_beyond_its_quantile_is_warned_about(tmp_path):
     result = run_pipeline(spec)
     # scored by the version fitted before the day (scores.version: previous, the default), which has not seen it
     assert result["scored_with"] == {"model": "density", "version": "v000001", "scored_with": "previous"}
-    assert len(result["warnings"]) == 1 and result["warnings"][0].startswith("d3.parquet: ")
+    assert len(result["warnings"]) == 2 and result["warnings"][0].startswith("d3.parquet: ")
+    # and the drift verdict names the column that moved (the other columns of _day did not)
+    assert result["warnings"][1].startswith("partition d3.parquet drifted") and "latency_ms" in result["warnings"][1]
+    assert result["drift"]["d3.parquet"]["drifted"] and result["drift"]["d3.parquet"]["moved_most"] == "latency_ms"
     flagged = _read(tmp_path / "scores" / "d3.parquet")["anomaly"].mean()
     assert f"{flagged:.2%} of its" in result["warnings"][0] and flagged > 0.05
     # scored by the version fitted on it, the day looks less anomalous

@@ -14,9 +14,11 @@ from tgpflow.models.fit_summaries import diagnostics_summary, discrete_columns
 @main.command()
 @click.argument("model")
 def info(model: str) -> None:
-    """Describe a saved model (verifies its checksums); for a pipeline's model directory, its versions."""
+    """Describe a saved model (verifies its checksums); for a pipeline's model directory, its versions: a line of
+    figures per version (``history``: rows, health, drift) and each version's run info."""
     from tgpflow.io.artifact import read_artifact
     from tgpflow.models.registry import cli_model_of
+    from tgpflow.pipeline.history import history
     from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
 
     if is_versions_dir(model):
@@ -25,6 +27,7 @@ def info(model: str) -> None:
             current = vers.load() if vers.current() else None
             click.echo(json.dumps({"model": model, "current": vers.current(),
                                    "preprocessing": None if current is None else _preprocessing(current, {}),
+                                   "history": history(vers),
                                    "versions": {v: vers.info(v) for v in vers.list()}}, indent=2, default=float))
         return
     with runtime_errors():

@@ -12,7 +12,7 @@ from tgpflow.cli.app import (bad_rows_option, check_out, columns_option, load_mo
 
 @main.command()
 @click.argument("model")
-@click.argument("source")
+@click.argument("source", required=False)
 @click.option("--out", required=True, help="Report directory (metrics.json and PNG figures), written atomically.")
 @overwrite_option
 @columns_option
@@ -21,16 +21,35 @@ from tgpflow.cli.app import (bad_rows_option, check_out, columns_option, load_mo
 @click.option("--model-samples", default=250_000, show_default=True, type=click.IntRange(min=100),
               help="Weighted proposal draws for the model's marginal CDFs.")
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--store", default=None, help="With a pipeline's model directory: its statistics store, when it is not "
+                                            "where the runs wrote it (the drift sums the marginals are drawn from).")
 @bad_rows_option
 @scheduler_options
-def report(model: str, source: str, out: str, overwrite: bool, columns: str | None, directions: int, model_samples: int,
-           seed: int, on_bad_rows: str, scheduler: str | None) -> None:
-    """Metrics (sliced KS/WD, Hyvärinen loss) and figures of MODEL against SOURCE, into --out."""
+def report(model: str, source: str | None, out: str, overwrite: bool, columns: str | None, directions: int,
+           model_samples: int, seed: int, store: str | None, on_bad_rows: str, scheduler: str | None) -> None:
+    """Metrics (sliced KS/WD, Hyvärinen loss) and figures of MODEL against SOURCE, into --out. MODEL a pipeline's
+    model directory without SOURCE: a page of its versions (index.html: history, health, drift, marginals)."""
     from tgpflow.cluster import dask_client
     from tgpflow.models.registry import kind_of
     from tgpflow.pipeline.report import write_report
+    from tgpflow.pipeline.versions import is_versions_dir
 
     check_out(out, "report", overwrite)
+    if source is None:
+        if not is_versions_dir(model):
+            raise click.UsageError(f"{model} is not a pipeline's model directory (no CURRENT): give the rows to "
+                                   f"compare the model with, tgpflow report MODEL SOURCE --out DIR")
+        from tgpflow.pipeline.versions_report import write_versions_report
+
+        with runtime_errors():
+            summary = write_versions_report(model, out, store=store, n_samples=min(model_samples, 20_000),
+                                            random_state=seed, overwrite=overwrite)
+        click.echo(f"wrote {out}/index.html: {len(summary['history'])} version(s), current {summary['current']}, "
+                   f"figures {', '.join(summary['figures'])}; latest drifted partition: "
+                   f"{summary['latest_drifted'] or 'none'}")
+        for note in summary["notes"]:
+            click.echo(f"note: {note}", err=True)
+        return
     with runtime_errors():
         est = load_model(model)
         if not kind_of(est).reports:

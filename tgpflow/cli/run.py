@@ -18,10 +18,16 @@ from tgpflow.cluster import progress_display
               help="Override a spec field before validation, e.g. --set refit.policy=full (repeatable).")
 @click.option("--dry-run", is_flag=True, help="Print what the run would read (new, changed, removed partitions), "
                                               "refit and score; write nothing, take no lock, start no cluster.")
+@click.option("--fail-on-warning", is_flag=True,
+              help="Exit with status 1 (after committing: nothing is lost) when any model's fit warned.")
+@click.option("--fail-on-drift", is_flag=True,
+              help="Exit with status 1 (after committing) when any new partition drifted (drift.alpha).")
 @progress_option
 @scheduler_timeout_option
-def run(spec_path: str, date: str | None, overrides: tuple[str, ...], dry_run: bool, progress_mode: str) -> None:
-    """Run a pipeline spec once: refit from new partitions (incremental/window/full), version, score."""
+def run(spec_path: str, date: str | None, overrides: tuple[str, ...], dry_run: bool, fail_on_warning: bool,
+        fail_on_drift: bool, progress_mode: str) -> None:
+    """Run a pipeline spec once: refit from new partitions (incremental/window/full), version, score; say whether
+    each new partition drifted and whether each model is healthy (each warning logged on stderr, one line)."""
     from tgpflow.cluster import spec_client
     from tgpflow.pipeline.runner import run_pipeline
     from tgpflow.pipeline.spec import load_spec
@@ -35,6 +41,16 @@ def run(spec_path: str, date: str | None, overrides: tuple[str, ...], dry_run: b
         with spec_client(spec.cluster) as client, progress_display(progress_mode, client) as progress:
             result = run_pipeline(spec, date=date, progress=progress)
         click.echo(json.dumps(dict(result, spec=spec_path, seconds=round(time.perf_counter() - t0, 2)), default=str))
+    unhealthy = sorted(name for name, h in (result.get("health") or {}).items() if h["warnings"])
+    drifted = sorted(key for key, v in (result.get("drift") or {}).items() if v["drifted"])
+    if fail_on_warning and unhealthy:
+        click.echo(f"failing (--fail-on-warning): the fits of {', '.join(unhealthy)} warned; the run is committed",
+                   err=True)
+    if fail_on_drift and drifted:
+        click.echo(f"failing (--fail-on-drift): {len(drifted)} partition(s) drifted: {', '.join(drifted)}; the run "
+                   f"is committed", err=True)
+    if (fail_on_warning and unhealthy) or (fail_on_drift and drifted):
+        raise SystemExit(1)
 
 
 @main.command()

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from upath import UPath
 
 __all__ = ["atomic_path", "atomic_write_text", "discard", "exchange", "remove_temporaries", "TEMPORARY", "VERSION",
-           "as_path", "is_local", "resolve", "zarr_store", "only_leftovers", "AnyPath"]
+           "as_path", "absolute", "is_local", "resolve", "zarr_store", "only_leftovers", "AnyPath"]
 
 #: A target or source of tgpflow I/O: a local path, a URL string, or a path object of either kind.
 AnyPath: TypeAlias = "str | os.PathLike[str] | UPath"
@@ -104,6 +104,12 @@ def as_path(target: AnyPath, storage_options: dict[str, Any] | None = None) -> P
     if path.protocol in ("", "file", "local"):
         return Path(path.path)
     return path
+
+
+def absolute(path: Path | UPath) -> str:
+    """``path`` as a string another process can open from anywhere: absolute on the local filesystem, the URL
+    elsewhere."""
+    return str(path.resolve()) if is_local(path) else str(path)
 
 
 def is_local(path: Path | UPath) -> bool:

@@ -103,12 +103,12 @@ def steps_after_commit(spec: PipelineSpec, ests: dict[str, Any], versions: dict[
 
 
 def finish(spec: PipelineSpec, manifest: dict[str, Any] | None, *,
-           progress: Progress | None = None) -> dict[str, list[str]]:
+           progress: Progress | None = None) -> dict[str, list[Any]]:
     """Do what the run that committed ``manifest`` left undone: publish, score, report (module docstring);
     the scoring computes report to ``progress`` (:data:`tgpflow.core.engine.Progress`). ``warnings``: one line
     for each scored partition whose anomaly rate is more than :data:`ANOMALY_RATE_FACTOR` times the threshold's
-    quantile (logged too)."""
-    done: dict[str, list[str]] = {"published": [], "scored": [], "reports": [], "warnings": []}
+    quantile (logged too); ``anomaly_rates``: per partition scored, its rows and the share flagged."""
+    done: dict[str, list[Any]] = {"published": [], "scored": [], "reports": [], "warnings": [], "anomaly_rates": []}
     if manifest is None:
         return done
     for name, model in manifest["models"].items():
@@ -123,16 +123,16 @@ def finish(spec: PipelineSpec, manifest: dict[str, Any] | None, *,
         done["published"].append(name)
     steps = manifest.get("steps") or {}
     if steps.get("scores"):
-        done["scored"], done["warnings"] = _score(spec, manifest, steps["scores"], progress)
+        done["scored"], done["warnings"], done["anomaly_rates"] = _score(spec, manifest, steps["scores"], progress)
     if steps.get("reports"):
         done["reports"] = _report(spec, manifest, steps["reports"])
     return done
 
 
 def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
-           progress: Progress | None = None) -> tuple[list[str], list[str]]:
+           progress: Progress | None = None) -> tuple[list[str], list[str], list[dict[str, Any]]]:
     """Per partition: raw-row log density, anomaly score (−log p) and anomaly flag, one Parquet file each, atomic,
-    written once."""
+    written once; returns the files, the warnings, and each partition's rows and anomaly rate."""
     import dask
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -145,7 +145,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
     todo = [f for f in step["partitions"]
             if not _scored(_score_target(directory, f, coord), parts[f]["fingerprint"], before.get(f))]
     if not todo:
-        return [], []
+        return [], [], []
     vers = _versions(spec, step["model"])
     est, info = vers.load(step["version"]), vers.info(step["version"])
     if not hasattr(est, "log_density"):
@@ -156,6 +156,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
     directory.mkdir(parents=True, exist_ok=True)
     written: list[str] = []
     warned: list[str] = []
+    rates: list[dict[str, Any]] = []
     for f in todo:
         # chunk by chunk on the scheduler: the version's log density of the raw rows (it carries the store's
         # standardization and its bounds in the data's units); only the scores come back
@@ -168,6 +169,8 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
                                          progress=progress))  # `tgpflow score`'s columns
         quantile = info.get("threshold_quantile")
         flagged = np.asarray(table.column("anomaly")) if "anomaly" in table.column_names else None
+        rates.append({"partition": f, "rows": table.num_rows,
+                      "anomaly_rate": float(flagged.mean()) if flagged is not None and flagged.size else None})
         if flagged is not None and quantile and flagged.size and flagged.mean() > ANOMALY_RATE_FACTOR * quantile:
             warned.append(f"{f}: {flagged.mean():.2%} of its {flagged.size} rows are flagged anomalous by "
                           f"{step['model']} {step['version']}, more than {ANOMALY_RATE_FACTOR:g}x its "
@@ -181,7 +184,7 @@ def _score(spec: PipelineSpec, manifest: dict[str, Any], step: dict[str, Any],
         with atomic_path(target, "scores") as tmp, tmp.open("wb") as fh:
             pq.write_table(table, fh)
         written.append(str(target))
-    return written, warned
+    return written, warned, rates
 
 
 def _threshold(info: dict[str, Any]) -> float:

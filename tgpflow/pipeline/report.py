@@ -31,25 +31,9 @@ from tgpflow.metrics.hyvarinen import heldout_loglik, hyvarinen_loss
 from tgpflow.metrics.sample_check import sample_check
 from tgpflow.metrics.sliced import model_reference_sample, random_directions, sliced_distances
 from tgpflow.models.tgp_methods import get_method
+from tgpflow.pipeline.figures import pyplot, save_png
 
 __all__ = ["write_report"]
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise ImportError("tgpflow report draws with matplotlib: pip install 'tgpflow[report]'") from exc
-    return plt
-
-
-def _save_png(fig: Any, path: Any, dpi: int) -> None:
-    """Write a figure through the path's own ``open`` (a local path or an fsspec one, :mod:`tgpflow.io.atomic`)."""
-    with path.open("wb") as fh:
-        fig.savefig(fh, format="png", dpi=dpi)
 
 
 def _grid(rows: np.ndarray, n: int = 150) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -76,7 +60,7 @@ def write_report(model: Any, X: Any, out: AnyPath, *, n_directions: int = 500, n
     from tgpflow.io.outputs import check_replace
 
     check_replace(out, "report", overwrite=overwrite)  # before the metrics, which take minutes
-    plt = _pyplot()
+    plt = pyplot()
     names = getattr(model, "feature_names_in_", None)
     if columns is None and names is not None and not isinstance(X, np.ndarray):
         columns = [str(c) for c in names]
@@ -102,7 +86,7 @@ def write_report(model: Any, X: Any, out: AnyPath, *, n_directions: int = 500, n
             fig, ax = plt.subplots(figsize=(5, 5))
             _contours(ax, model, rows)
             ax.set_title(f"{model.method.upper()} density over the data")
-            _save_png(fig, tmp / "density.png", 110)
+            save_png(fig, tmp / "density.png", 110)
             plt.close(fig)
             metrics["figures"].append("density.png")
             if get_method(model.method).noise_conditional:  # the density at a few levels of its ladder
@@ -112,7 +96,7 @@ def write_report(model: Any, X: Any, out: AnyPath, *, n_directions: int = 500, n
                 for ax, s in zip(axes[0], show, strict=True):
                     _contours(ax, model, rows, sigma=float(s))
                     ax.set_title(f"σ = {s:.3g}")
-                _save_png(fig, tmp / "ncfd_levels.png", 110)
+                save_png(fig, tmp / "ncfd_levels.png", 110)
                 plt.close(fig)
                 metrics["figures"].append("ncfd_levels.png")
         if d > 2:
@@ -127,7 +111,7 @@ def write_report(model: Any, X: Any, out: AnyPath, *, n_directions: int = 500, n
                 ax.set_xticks([])
             axes[0, 0].legend()
             fig.suptitle("CDFs of random 1-D projections: data vs model")
-            _save_png(fig, tmp / "projected_cdfs.png", 100)
+            save_png(fig, tmp / "projected_cdfs.png", 100)
             plt.close(fig)
             metrics["figures"].append("projected_cdfs.png")
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float))

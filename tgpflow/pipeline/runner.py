@@ -14,10 +14,14 @@ A run (under the store's lock):
 3. accumulates the statistics of the partitions it has not seen (new or changed) — one Dask
    graph for all of them, one pass over each — and writes them to the store, counting the rows each model
    drops (bad values, rows beyond its bounds); a partition that loses more than
-   ``source.max_dropped_fraction`` of its rows fails the run before anything is committed;
+   ``source.max_dropped_fraction`` of its rows fails the run before anything is committed. In the same graph,
+   on the same chunks, each partition's drift sums (:mod:`tgpflow.pipeline.drift_step`): each new partition's
+   verdict — did it drift from the rows of the version current before the run, in which columns — and that
+   version's held-out log-likelihood on it (docs/drift.md);
 4. updates each model's running total: ``total + new − (changed, disappeared, left the window)``;
    the old partitions are never re-read;
-5. solves each model from its total and writes a new, unpublished, model version. A model without
+5. solves each model from its total and writes a new, unpublished, model version, its run info holding its
+   health (:mod:`tgpflow.pipeline.health`) and the run's drift verdicts. A model without
    additive statistics (a RootSobolevDensity with ``method: rsr``: every pass sums φ/f at the
    current w) is instead refitted on the rows of every partition the run keeps — old and new,
    one pass per iteration, with the draw frozen in step 2 — so its version is exactly
@@ -56,11 +60,15 @@ from tgpflow.core.engine import Progress, compute, tree_reduce
 from tgpflow.core.logs import phase
 from tgpflow.errors import TgpflowError
 from tgpflow.features.scaling import Scaling
-from tgpflow.io.atomic import as_path
+from tgpflow.io.atomic import absolute, as_path
 from tgpflow.models.anomaly import model_log_normalizer
 from tgpflow.pipeline.arrivals import Arrivals, arrivals
 from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
+from tgpflow.pipeline.drift import drift_lines, drift_summary
+from tgpflow.pipeline.drift_step import DriftPass
+from tgpflow.pipeline.drift_sums import DriftSums
 from tgpflow.pipeline.frozen_draw import Frozen, freeze
+from tgpflow.pipeline.health import pilot_loglik, version_health
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import partition_source, union_source
 from tgpflow.pipeline.run_plan import RunPlan, plan_run
@@ -158,52 +166,62 @@ def _run(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | None,
                    else "no partition is ready to read yet (held_back says why)")
         logger.info("%s: %s", spec.name, message)
         return RunResult(changed=False, added=[], removed=[], run=manifest["run"] if manifest else 0,
-                         repaired=owed["published"], scored=owed["scored"], reports=owed["reports"],
+                         repaired=owed["published"], scored=owed["scored"], anomaly_rates=owed["anomaly_rates"],
+                         reports=owed["reports"],
                          warnings=owed["warnings"], message=message)
     if not with_rows:
         raise TgpflowError(f"{spec.source.path}: every partition ({len(plan.files)}) has zero rows; nothing to fit yet")
     seed = int(next((m.params.get("random_state", 0) for m in spec.models), 0) or 0)
     _check_scoring_model(spec)
     frozen = freeze(spec, store, manifest, plan.rebuild, with_rows, parts.format, plan.run, seed, progress)
-    new_parts, dropped = _accumulate_partitions(spec, store, frozen, parts, plan, read, empty, progress)
+    drift = DriftPass.start(spec, store, manifest, frozen.columns, frozen.pilot_rows, plan.run, seed)
+    new_parts, dropped, sums = _accumulate_partitions(spec, store, frozen, parts, plan, read, empty, progress, drift)
     partitions = {f: plan.old_parts[f] for f in plan.old_parts if f not in plan.removed}
     partitions.update(new_parts)
+    drift_entry = drift.record(spec, store, plan, committed, sums, new_parts, partitions)
+    new = [f for f in read if f not in committed or committed[f]["fingerprint"] != plan.fps[f]]
+    heldout = drift.heldout(sums, new)
     versions = {m.name: _solve_version(spec, store, frozen, m, plan, partitions, new_parts, read, empty, with_rows,
-                                       parts.format, date) for m in spec.models}
+                                       parts.format, date, heldout.get(m.name), new) for m in spec.models}
     return _commit(spec, store, frozen, plan, parts, partitions, versions, dropped, empty, owed, read, date,
-                   {k: v.get("version") for k, v in (manifest or {}).get("models", {}).items()}, progress)
+                   {k: v.get("version") for k, v in (manifest or {}).get("models", {}).items()}, progress,
+                   drift_entry, new)
 
 
 def _accumulate_partitions(spec: PipelineSpec, store: StatsStore, frozen: Frozen, parts: Partitions, plan: RunPlan,
-                           read: list[str], empty: frozenset[str], progress: Progress | None
-                           ) -> tuple[dict[str, Any], dict[str, dict[str, int]]]:
+                           read: list[str], empty: frozenset[str], progress: Progress | None, drift: DriftPass
+                           ) -> tuple[dict[str, Any], dict[str, dict[str, int]], dict[str, DriftSums]]:
     """Step 3: the statistics of every new partition for every summed model, in one Dask graph (one pass over
     each partition), written to the store; with the rows each model kept and dropped of each (a partition that
-    loses too many fails the run here, before anything is committed). Returns the manifest records of the added
-    partitions and the rows dropped ({partition: {model: n}})."""
+    loses too many fails the run here, before anything is committed), and each partition's drift sums
+    (:mod:`tgpflow.pipeline.drift_step`: on the same chunks). Returns the manifest records of the added
+    partitions, the rows dropped ({partition: {model: n}}) and the drift sums ({partition: sums})."""
     summed, ests, columns, fmt = frozen.summed(spec), frozen.estimators, frozen.columns, parts.format
     with phase("partitions", added=len(plan.added), removed=len(plan.removed), empty=len(set(plan.added) & empty),
                models=len(summed)) as facts:
-        roots, counts = [], []
+        roots, counts, drifts = [], [], []
         for f in read:
             src = partition_source(spec, f, columns, fmt, parts.ranges.get(f))
             for est in summed.values():
                 roots.append(tree_reduce(est.chunk_tasks(src), int(getattr(est, "split_every", DEFAULT_SPLIT_EVERY))))
             for est in ests.values():  # (kept, dropped) of each model: bad rows, and rows beyond its bounds
                 counts.append(dask.delayed(_total_counts, pure=True)(est.fitting_source(src).row_counts()))
-        results = compute(*roots, *counts, progress=progress) if read else ()
-        dropped, kept = _check_dropped(spec, read, list(ests), results[len(roots):], columns, fmt, parts, ests)
+            drifts.append(drift.task(src, DEFAULT_SPLIT_EVERY))
+        results = compute(*roots, *counts, *drifts, progress=progress) if read else ()
+        n_stats, n_counts = len(roots), len(counts)
+        dropped, kept = _check_dropped(spec, read, list(ests), results[n_stats:n_stats + n_counts], columns, fmt,
+                                       parts, ests)
         dropped.update({f: {name: 0 for name in ests} for f in plan.added if f in empty})
         facts.update(rows_dropped=sum(n for per_model in dropped.values() for n in per_model.values()))
     new_parts = {f: {"fingerprint": plan.fps[f], "stats": {}, "run": plan.run, "rows_dropped": dropped[f],
                      "rows": kept.get(f, 0), **({"empty": True} if f in empty else {})} for f in plan.added}
-    stats = iter(results[:len(roots)])
+    stats = iter(results[:n_stats])
     for f in read:
         for name in summed:
             part = next(stats)
             new_parts[f]["stats"][name] = store.save(part, f"parts/{plan.fps[f]}/{name}.zarr")
             new_parts[f]["rows"] = int(part.n)
-    return new_parts, dropped
+    return new_parts, dropped, dict(zip(read, results[n_stats + n_counts:], strict=True))
 
 
 def _running_total(spec: PipelineSpec, store: StatsStore, name: str, frozen: Frozen, plan: RunPlan,
@@ -228,11 +246,14 @@ def _running_total(spec: PipelineSpec, store: StatsStore, name: str, frozen: Fro
 
 def _solve_version(spec: PipelineSpec, store: StatsStore, frozen: Frozen, m: Any, plan: RunPlan,
                    partitions: dict[str, Any], new_parts: dict[str, Any], read: list[str], empty: frozenset[str],
-                   with_rows: list[str], fmt: str | None, date: str) -> str:
+                   with_rows: list[str], fmt: str | None, date: str, heldout: dict[str, Any] | None = None,
+                   new: list[str] | None = None) -> str:
     """Step 5 for model ``m``: solved from its running total (stored), or refitted on the rows of every kept
     partition with the frozen draw (a model without additive statistics); its anomaly threshold learned on the
-    run's pilot rows; written as a new, unpublished version, its run info in the manifest's record. Returns
-    the version."""
+    run's pilot rows; written as a new, unpublished version, its run info in the manifest's record, with its
+    health (:mod:`tgpflow.pipeline.health`; ``heldout``: the previous version's log-likelihood on the run's new
+    partitions) and the drift verdicts of the run's ``new`` partitions (those it had not read before). Returns the
+    version."""
     name, est, columns, pre = m.name, frozen.estimators[m.name], frozen.columns, frozen.preprocess
     record = frozen.models[name]
     if m.refits_from_rows():  # no statistics: the rows of every partition kept, with the frozen draw
@@ -254,7 +275,13 @@ def _solve_version(spec: PipelineSpec, store: StatsStore, frozen: Frozen, m: Any
         est.calibrate_threshold(pd.DataFrame(frozen.pilot_rows, columns=columns),
                                 spec.outputs.scores.threshold_quantile)
         threshold = est.anomaly_threshold_
-    record["info"] = {"run": plan.run, "date": date, "rows": float(rows), "partitions": sorted(partitions),
+    pilot, floor = pilot_loglik(est, frozen.pilot_rows)
+    record["info"] = {"health": version_health(est, None if pilot is None else pilot.mean, heldout),
+                      "loglik_floor": floor, "pilot_loglik_sums": None if pilot is None else pilot.to_dict(),
+                      "store": absolute(store.root),  # where `tgpflow report MODELDIR` finds the drift sums
+                      "drift": {f: new_parts[f]["drift"]["verdict"] for f in new or []
+                                if (new_parts[f].get("drift") or {}).get("verdict") is not None},
+                      "run": plan.run, "date": date, "rows": float(rows), "partitions": sorted(partitions),
                       "preprocess": pre, "columns": columns, "anomaly_threshold": threshold,
                       # the rows the model describes: `tgpflow score MODELDIR` applies the same filters
                       "filters": [list(f) for f in spec.source.filters] if spec.source.filters else None,
@@ -271,7 +298,8 @@ def _solve_version(spec: PipelineSpec, store: StatsStore, frozen: Frozen, m: Any
 def _commit(spec: PipelineSpec, store: StatsStore, frozen: Frozen, plan: RunPlan, parts: Partitions,
             partitions: dict[str, Any], versions: dict[str, str], dropped: dict[str, dict[str, int]],
             empty: frozenset[str], owed: dict[str, list[str]], read: list[str], date: str,
-            previous: dict[str, Any], progress: Progress | None) -> RunResult:
+            previous: dict[str, Any], progress: Progress | None, drift_entry: dict[str, Any],
+            new: list[str]) -> RunResult:
     """Step 6: swap the store's manifest (the commit point, with the journal of the steps that follow), collect
     what it replaced, finish those steps (publish, score, report), and say what the run did."""
     added = plan.added
@@ -282,7 +310,7 @@ def _commit(spec: PipelineSpec, store: StatsStore, frozen: Frozen, plan: RunPlan
                     "preprocess": frozen.preprocess, "preprocess_spec": spec.preprocess.model_dump(),
                     "policy": spec.refit.policy,
                     "bounds_in": "data",  # the models' bounds are in the data's units (before: standardized)
-                    "models": frozen.models, "partitions": partitions,
+                    "models": frozen.models, "partitions": partitions, "drift": drift_entry,
                     "steps": steps_after_commit(spec, frozen.estimators, versions, read, previous),
                     "updated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
     store.write_manifest(new_manifest)  # the commit point
@@ -296,11 +324,24 @@ def _commit(spec: PipelineSpec, store: StatsStore, frozen: Frozen, plan: RunPlan
     logger.info("%s: run %d added %d and removed %d partition(s); rows dropped %s; models %s", spec.name, plan.run,
                 len(added), len(plan.removed), rows_dropped, versions)
     step = new_manifest["steps"]["scores"]
+    health = {name: frozen.models[name]["info"]["health"] for name in versions}
+    drifted = {f: drift_summary(partitions[f]["drift"]["verdict"]) for f in new
+               if (partitions[f].get("drift") or {}).get("verdict") is not None}
+    said = _health_lines(health, versions) + drift_lines(drifted)
+    for line in said:
+        logger.warning("%s: %s", spec.name, line)
     return RunResult(changed=True, added=added, removed=plan.removed, run=plan.run, versions=versions, rows=rows,
                      rows_dropped=rows_dropped, empty=sorted(set(added) & empty),
                      scored_with=None if step is None else {k: step[k] for k in ("model", "version", "scored_with")},
                      scored=owed["scored"] + done["scored"],
-                     reports=owed["reports"] + done["reports"], warnings=owed["warnings"] + done["warnings"])
+                     anomaly_rates=owed["anomaly_rates"] + done["anomaly_rates"],
+                     health=health, drift=drifted,
+                     reports=owed["reports"] + done["reports"], warnings=owed["warnings"] + done["warnings"] + said)
+
+
+def _health_lines(health: dict[str, dict[str, Any]], versions: dict[str, str]) -> list[str]:
+    """One line per warning of each new version's fit."""
+    return [f"model {name} {versions[name]}: {w}" for name, h in health.items() for w in h["warnings"]]
 
 
 def _owed_message(owed: dict[str, list[str]]) -> str:

@@ -19,6 +19,7 @@ outputs:
   models: state/models
   scores: {path: "scores/{date}", model: density, threshold_quantile: 0.01}
 refit: {policy: window, partitions: 30}          # full | incremental | window | forgetting
+drift: {alpha: 0.01}                             # each new partition's drift verdict: its false-alarm rate
 cluster: {scheduler: "tcp://scheduler:8786"}     # or {kind: embedded} or {file: cluster/slurm.yaml}
 ```
 """
@@ -175,6 +176,16 @@ class OutputsSpec(_Strict):
                                                          "(<report>/<model>/<version>/: metrics.json and figures).")
 
 
+class DriftSpec(_Strict):
+    alpha: float = Field(default=0.01, gt=0, lt=1,
+                         description="False-alarm rate of a run's drift verdict on each new partition: at most this "
+                                     "share of partitions of unchanged data are flagged (docs/drift.md).")
+    window: int = Field(default=14, ge=1, description="Earlier unflagged partitions whose log-likelihood gaps are "
+                                                      "the reference of the z statistic (docs/drift.md).")
+    model: str | None = Field(default=None, description="The density model whose log-likelihood the z statistic "
+                                                        "reads (default: the scores model, else the first).")
+
+
 class FullRefit(_Strict):
     policy: Literal["full"]
 
@@ -218,6 +229,7 @@ class PipelineSpec(_Strict):
     refit: RefitSpec = IncrementalRefit(policy="incremental")
     cluster: ClusterSpec = ClusterSpec(kind="threads")
     lock_timeout: float = Field(default=0.0, ge=0, description="Seconds to wait for another run's lock (0: fail).")
+    drift: DriftSpec = DriftSpec()
 
     @field_validator("models")
     @classmethod
@@ -240,6 +252,8 @@ class PipelineSpec(_Strict):
     def _scores_model(self) -> PipelineSpec:
         if self.outputs.scores and self.outputs.scores.model not in (None, *[m.name for m in self.models]):
             raise ValueError(f"outputs.scores.model {self.outputs.scores.model!r} is not one of the models")
+        if self.drift.model not in (None, *[m.name for m in self.models]):
+            raise ValueError(f"drift.model {self.drift.model!r} is not one of the models")
         return self
 
 

@@ -12,6 +12,9 @@ Layout (the root is a Zarr group; every artifact below is a checksummed Zarr gro
       totals/<model>-<run>.zarr    the running total after run <run>
                                    (none for a model without additive statistics, RSR: it is refitted
                                    on the rows of the partitions the manifest lists)
+      drift/frame-<run>.zarr       the bins and directions the partitions' drift sums use (frozen once)
+      drift/parts/<pfp>.zarr       one partition's drift sums (:mod:`tgpflow.pipeline.drift_sums`)
+      drift/reference-<run>.zarr   the drift sums of the partitions of the version run <run> wrote
       .lock                        held by a run from start to end (see below)
 
 A run writes new part and total artifacts first, then swaps ``manifest.json``; a run that dies
@@ -182,12 +185,19 @@ class StatsStore:
         return load_stats(path)
 
     def save_draw(self, model: str, arrays: dict[str, Any], meta: dict[str, Any]) -> str:
-        rel = f"draws/{model}.zarr"
-        write_artifact(self.root / rel, "Draw", arrays, meta)
-        return rel
+        return self.save_arrays(f"draws/{model}.zarr", "Draw", arrays, meta)
 
     def load_draw(self, rel: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        _, arrays, meta = read_artifact(self.root / rel, expected_kinds=("Draw",))
+        return self.load_arrays(rel, "Draw")
+
+    def save_arrays(self, rel: str, kind: str, arrays: dict[str, Any], meta: dict[str, Any]) -> str:
+        """Write an artifact of ``kind`` (a draw, drift sums) at ``rel``; returns ``rel``."""
+        write_artifact(self.root / rel, kind, arrays, meta)
+        return rel
+
+    def load_arrays(self, rel: str, kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The arrays and metadata of the artifact of ``kind`` at ``rel`` (checksums verified)."""
+        _, arrays, meta = read_artifact(self.root / rel, expected_kinds=(kind,))
         return arrays, meta
 
     def collect_garbage(self, manifest: dict[str, Any] | None, *, dry_run: bool = False) -> list[str]:
@@ -199,8 +209,10 @@ class StatsStore:
             keep = {m["total"] for m in manifest["models"].values() if m.get("total")}  # none: refit from rows
             keep |= {rel for p in manifest["partitions"].values() for rel in p["stats"].values()}
             keep |= {manifest["models"][m]["draw"] for m in manifest["models"]}
+            keep |= {rel for rel in (manifest.get("drift") or {}).values() if isinstance(rel, str)}
+            keep |= {p["drift"]["sums"] for p in manifest["partitions"].values() if (p.get("drift") or {}).get("sums")}
         removed = remove_temporaries(self.root, dry_run=dry_run)
-        for sub in ("parts", "totals", "draws"):
+        for sub in ("parts", "totals", "draws", "drift"):
             base = self.root / sub
             if not base.exists():
                 continue
