@@ -79,8 +79,9 @@ def test_chunk_sums_add_up_and_count_every_row_once():
 
 def _stream(seed, days, shift_day=None, shift=0.3, n=2000, window=14, alpha=0.01):
     """Verdicts of a simulated stream as a run computes them: the reference grows by each day; each day's gap is its
-    mean log-likelihood under the exact model less the model's mean on that day's 20 000-row pilot of the stream (a
-    run draws its own), against the last ``window`` unflagged days' gaps."""
+    mean log-likelihood under the exact model less the model's mean on that day's pilot of the stream (a run draws
+    its own; 4000 rows here, 20 000 in a run: the gap's standard error counts them), against the last ``window``
+    unflagged days' gaps."""
     rng = np.random.default_rng(seed)
     first = _day(rng, n)
     frame = DriftFrame.from_rows(first, COLUMNS, seed)
@@ -88,7 +89,7 @@ def _stream(seed, days, shift_day=None, shift=0.3, n=2000, window=14, alpha=0.01
     reference = chunk_sums(first, frame, ())
     records, verdicts = {}, []
     for t in range(1, days):
-        pilot = chunk_sums(_day(rng, 20_000), frame, (model,)).loglik["m"]
+        pilot = chunk_sums(_day(rng, 4000), frame, (model,)).loglik["m"]
         part = chunk_sums(_day(rng, n, shift if shift_day is not None and t >= shift_day else 0.0), frame, (model,))
         gap = LoglikGap.of(part.loglik["m"], pilot)
         v = drift_verdict(part, reference, COLUMNS, alpha, model="m", gap=gap,
@@ -109,20 +110,22 @@ def test_stationary_streams_flag_at_most_alpha_of_their_partitions():
     flagged = sum(v["drifted"] for v in verdicts)
     assert flagged <= 0.01 * len(verdicts), flagged
     z = np.array([v["z"] for v in verdicts if v["z"] is not None])
-    assert z.size == 570  # every day but the first of each stream, which has no earlier gap
+    # z on every day but the first of each stream, which has no earlier gap (nor a day whose earlier days were all
+    # flagged: a flagged day's gap stays out of the history)
+    assert 570 - flagged <= z.size <= 570
     assert abs(z.mean()) < 0.15 and 0.85 < z.std() < 1.15, (z.mean(), z.std())
     assert (z < stats.norm.ppf(0.01)).mean() <= 0.02
 
 
 def test_a_shift_of_a_third_of_a_standard_deviation_in_one_column_is_flagged_and_named():
-    """100 seeded streams, 20 stationary days, then column c shifted by 0.3 sd: day 21 is flagged and c is the
-    column named first, in at least 95 of them."""
+    """40 seeded streams (100 in benchmarks/drift_detection.py), 20 stationary days, then column c shifted by 0.3 sd:
+    day 21 is flagged and c is the column named first, in at least 95 % of them."""
     flagged = named = 0
-    for seed in range(100):
+    for seed in range(40):
         day21 = _stream(1000 + seed, 21, shift_day=20)[-1]
         flagged += day21["drifted"]
         named += day21["columns"][:1] == ["c"] and day21["moved_most"] == "c"
-    assert flagged >= 95 and named >= 95, (flagged, named)
+    assert flagged >= 38 and named >= 38, (flagged, named)
 
 
 def test_a_change_of_correlation_alone_is_caught_by_the_sliced_test():
