@@ -183,3 +183,14 @@ def test_rows_without_a_density_count_at_the_floor_and_empty_sums_stay_strict_js
     import json
 
     json.dumps(empty, allow_nan=False)
+
+
+def test_a_rare_flag_gets_its_own_bin():
+    """A flag that is 1 on 1 % of the pilot's rows (below one quantile bin) and on half of a partition's: the column
+    test sees it and names it."""
+    rng = np.random.default_rng(7)
+    X = np.c_[(rng.random(20_000) < 0.01).astype(float), rng.normal(size=20_000)]
+    frame = DriftFrame.from_rows(X, ["flag", "x"], 0)
+    Y = np.c_[(rng.random(2000) < 0.5).astype(float), rng.normal(size=2000)]
+    v = drift_verdict(chunk_sums(Y, frame, ()), chunk_sums(X, frame, ()), ["flag", "x"], 0.01)
+    assert v["columns"] == ["flag"] and v["column_shift"]["flag"]["ks"] == pytest.approx(0.49, abs=0.03)

@@ -213,3 +213,28 @@ def test_real_thyroid_days_flag_the_day_the_anomalies_arrive(tmp_path):
     assert [t for t, v in verdicts.items() if v and v["drifted"]] == [7]
     assert verdicts[7]["z"] < -3 and verdicts[7]["anomaly_rate"] > 3 * max(v["anomaly_rate"] for t, v in
                                                                           verdicts.items() if v and t != 7)
+
+
+def test_a_rebuild_with_other_statistics_parameters_starts_the_z_history_again(tmp_path):
+    """Gaps compare within one generation (columns, estimator, statistics parameters): after a full refit with
+    another n_features, z waits for a gap scored by a version of the new generation."""
+    rng = np.random.default_rng(13)
+    spec = load_spec(_spec(tmp_path))
+    zs = []
+    for t in range(4):
+        _write_day(tmp_path, t, rng)
+        zs.append(run_pipeline(spec, date=f"2026-06-{t + 1:02d}")["drift"].get(f"d{t:03d}.parquet"))
+    assert zs[0] is None and zs[1]["z"] is None and zs[2]["z"] is not None and zs[3]["z"] is not None
+    other = {"method": "fd", "n_features": 48, "lam": 0.1}
+    _write_day(tmp_path, 4, rng)
+    rebuilt = run_pipeline(load_spec(_spec(tmp_path, other, refit={"policy": "full"})), date="2026-06-05")
+    assert rebuilt["drift"]["d004.parquet"]["z"] is None  # scored by the old generation's version: no history
+    for t in (5, 6):
+        _write_day(tmp_path, t, rng)
+        zs.append(run_pipeline(load_spec(_spec(tmp_path, other)), date=f"2026-06-{t + 1:02d}")["drift"][
+            f"d{t:03d}.parquet"])
+    assert zs[4]["z"] is None  # its one earlier gap (d004's) was scored by a version of the old generation
+    assert zs[5]["z"] is not None  # d005's gap, scored by the rebuilt version, is the new history
+    records = StatsStore(tmp_path / "store.zarr").read_manifest()["partitions"]
+    generations = {records[f"d00{t}.parquet"]["drift"]["loglik"]["fd"]["generation"] for t in (1, 2, 3, 4)}
+    assert len(generations) == 1 and records["d005.parquet"]["drift"]["loglik"]["fd"]["generation"] not in generations

@@ -37,5 +37,5 @@ def diff(model_dir: str, version_a: str, version_b: str, samples: int, seed: int
         click.echo("no column moved beyond sampling noise")
     for c in out["moved"]:
         v = out["columns"][c]
-        click.echo(f"  {c}: KS {v['ks']:.4f}, Wasserstein {v['wd']:.4g} (column units), "
-                   f"mean shift {v['shift']:+.3f} sd")
+        shift = f"mean shift {v['shift']:+.3f} sd" if v["shift"] is not None else f"mean change {v['change']:+.4g}"
+        click.echo(f"  {c}: KS {v['ks']:.4f}, Wasserstein {v['wd']:.4g} (column units), {shift}")

@@ -34,7 +34,8 @@ from scipy import stats
 
 from tgpflow.pipeline.drift_sums import DriftSums, LoglikSums
 
-__all__ = ["binned_ks", "drift_verdict", "LoglikGap", "gap_history", "gap_z", "drift_summary", "drift_lines"]
+__all__ = ["binned_ks", "drift_verdict", "LoglikGap", "gap_history", "gap_z", "z_threshold", "drift_summary",
+           "drift_lines"]
 
 #: Earlier gaps from which their spread (day-to-day variation included) replaces the gap's own standard error.
 MIN_EMPIRICAL_GAPS = 5
@@ -77,8 +78,9 @@ def gap_history(partitions: dict[str, Any], model: str, window: int, generation:
     for key, rec in partitions.items():
         drift = rec.get("drift") or {}
         entry = (drift.get("loglik") or {}).get(model) or {}
-        if (entry.get("gap") is not None and entry.get("generation") == generation
-                and not (drift.get("verdict") or {}).get("drifted", False)):
+        gap, se = entry.get("gap"), entry.get("gap_se")
+        if (gap is not None and se is not None and math.isfinite(gap) and math.isfinite(se)
+                and entry.get("generation") == generation and not (drift.get("verdict") or {}).get("drifted", False)):
             found.append((drift.get("run", rec["run"]), key, LoglikGap(float(entry["gap"]), float(entry["gap_se"]))))
     return [g for _, _, g in sorted(found, key=lambda f: f[:2])[-window:]] if window > 0 else []
 
@@ -101,7 +103,13 @@ def gap_z(gap: LoglikGap | None, history: list[LoglikGap]) -> tuple[float, float
     if sigma2 <= 0:
         return None
     z = (gap.gap - float(gaps.mean())) / math.sqrt(sigma2 * (1 + 1 / k))
-    return z, float(stats.t.cdf(z, df) if df else stats.norm.cdf(z))
+    return z, float(stats.t.cdf(z, df) if df is not None else stats.norm.cdf(z))
+
+
+def z_threshold(level: float, history: list[LoglikGap]) -> float:
+    """The z below which :func:`gap_z`'s p-value is under ``level``, for that many earlier gaps."""
+    k = len(history)
+    return float(stats.t.ppf(level, k - 1) if k >= MIN_EMPIRICAL_GAPS else stats.norm.ppf(level))
 
 
 def drift_verdict(part: DriftSums, reference: DriftSums, columns: list[str], alpha: float, *,
@@ -125,19 +133,20 @@ def drift_verdict(part: DriftSums, reference: DriftSums, columns: list[str], alp
         z, tests["loglik"] = scored
     k = len(tests)
     p_value = min(1.0, k * min(tests.values()))
+    threshold = z_threshold(alpha / k, history or []) if z is not None else None
     flagged = [j for j in np.argsort(-np.nan_to_num(col_ks, nan=-1.0), kind="stable")
                if k * len(columns) * col_p[j] < alpha]
     return {
         "drifted": bool(p_value < alpha), "p_value": p_value, "alpha": alpha,
-        "tests": tests, "z": z, "loglik_model": model if z is not None else None,
-        "loglik": None if loglik is None else loglik.mean,
+        "tests": tests, "z": z, "z_threshold": threshold, "loglik_model": model if z is not None else None,
+        "loglik": None if loglik is None or not loglik.n else _number(loglik.mean),
         "anomaly_rate": None if loglik is None else loglik.anomaly_rate,
         "loglik_gap": None if gap is None else gap.gap,
         "loglik_gap_reference": float(np.mean([h.gap for h in history])) if history else None,
         "sliced_ks": float(np.nanmedian(proj_ks)) if np.isfinite(proj_ks).any() else None,
         "sliced_ks_max": float(np.nanmax(proj_ks)) if np.isfinite(proj_ks).any() else None,
         "columns": [columns[j] for j in flagged],
-        "moved_most": columns[int(np.nanargmax(col_ks))] if np.isfinite(col_ks).any() else None,
+        "moved_most": columns[int(np.nanargmax(col_ks))] if np.nanmax(col_ks, initial=0.0) > 0 else None,
         "column_shift": {c: {"ks": _number(col_ks[j]), "shift": _number(shift[j]), "change": _number(change[j])}
                          for j, c in enumerate(columns)},
         "rows": part.rows, "reference_rows": reference.rows,
@@ -147,8 +156,8 @@ def drift_verdict(part: DriftSums, reference: DriftSums, columns: list[str], alp
 def drift_summary(verdict: dict[str, Any]) -> dict[str, Any]:
     """What a run's result says of a partition's verdict: the figures, and the shift of the flagged columns only
     (the version's run info keeps every column's)."""
-    out = {k: verdict.get(k) for k in ("drifted", "p_value", "tests", "z", "sliced_ks", "columns", "moved_most",
-                                       "rows", "anomaly_rate", "alpha")}
+    out = {k: verdict.get(k) for k in ("drifted", "p_value", "tests", "z", "z_threshold", "sliced_ks", "columns",
+                                       "moved_most", "rows", "anomaly_rate", "alpha")}
     out["column_shift"] = {c: verdict["column_shift"][c] for c in verdict["columns"]}
     return out
 

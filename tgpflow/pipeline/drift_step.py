@@ -27,7 +27,7 @@ from tgpflow.models.anomaly import model_log_normalizer
 from tgpflow.pipeline.drift import LoglikGap, drift_verdict, gap_history
 from tgpflow.pipeline.drift_sums import DriftFrame, DriftSums, LoglikModel, LoglikSums, chunk_sums
 from tgpflow.pipeline.run_plan import RunPlan
-from tgpflow.pipeline.spec import PipelineSpec
+from tgpflow.pipeline.spec import PipelineSpec, statistics_params
 from tgpflow.pipeline.store import StatsStore
 from tgpflow.pipeline.versions import ModelVersions
 
@@ -67,11 +67,11 @@ class DriftPass:
         models = _previous_models(spec, manifest, columns) if same else ()
         scoring = (spec.outputs.scores.model or spec.models[0].name) if spec.outputs.scores else None
         names = [m.model for m in models]
-        # the spec's model; by default the scoring model, else the first model with a normalised previous version
-        test_model = (spec.drift.model if spec.drift.model in names else None) if spec.drift.model else \
-            (scoring if scoring in names else (names[0] if names else None))
+        # the spec's model, else the scoring model, else the first model with a normalised previous version
+        wanted = [w for w in (spec.drift.model, scoring) if w in names]
+        test_model = wanted[0] if wanted else (names[0] if names else None)
         return cls(frame, kept["frame"], models, reference, test_model,
-                   {m.name: generation(columns, m) for m in spec.models})
+                   {m.name: generation(columns, m.estimator, m.params) for m in spec.models})
 
     def task(self, src: Source, split_every: int) -> Any:
         """The delayed drift sums of one partition (its raw validated chunks: the chunks its statistics read)."""
@@ -88,9 +88,11 @@ class DriftPass:
                    if self.test_model is not None else [])
         for f, part in sums.items():
             old = committed.get(f)
-            if old is not None and old["fingerprint"] == plan.fps[f] and old.get("drift"):  # re-read by a rebuild
-                record = {"run": old["drift"].get("run", old["run"]),
-                          **{k: old["drift"].get(k) for k in ("loglik", "verdict")}}
+            if old is not None and old["fingerprint"] == plan.fps[f]:  # re-read by a rebuild: tested before, or
+                # read before runs tested partitions (its gap now would be in-sample: it has none)
+                kept_drift = old.get("drift") or {}
+                record = {"run": kept_drift.get("run", old["run"]), "loglik": kept_drift.get("loglik") or {},
+                          "verdict": kept_drift.get("verdict")}
             elif part.rows == 0:  # every row filtered out: nothing to compare
                 record = {"run": plan.run, "loglik": {}, "verdict": None}
             else:
@@ -101,7 +103,7 @@ class DriftPass:
                                             model=self.test_model, gap=gaps.get(self.test_model), history=history)
                 record = {"run": plan.run,
                           "loglik": {k: {**v.to_dict(), "version": models[k].version,
-                                         "generation": self.generations[k],
+                                         "generation": models[k].generation,
                                          "gap": None if gaps[k] is None else gaps[k].gap,
                                          "gap_se": None if gaps[k] is None else gaps[k].se}
                                      for k, v in part.loglik.items()},
@@ -157,10 +159,10 @@ class DriftPass:
         return out
 
 
-def generation(columns: list[str], model_spec: Any) -> str:
+def generation(columns: list[str], estimator: str, params: dict[str, Any]) -> str:
     """What a version's log-likelihoods are comparable within: the columns, the estimator and the parameters its
     statistics depend on (a hash; a rebuild that changes any starts the z statistic's history again)."""
-    key = {"columns": list(columns), "estimator": model_spec.estimator, "params": model_spec.statistics_params()}
+    key = {"columns": list(columns), "estimator": estimator, "params": statistics_params(estimator, params)}
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -185,8 +187,10 @@ def _previous_models(spec: PipelineSpec, manifest: dict[str, Any] | None, column
         floor = info.get("loglik_floor")
         threshold = info.get("anomaly_threshold") if info.get("threshold_of") == "anomaly_score" else None
         pilot = info.get("pilot_loglik_sums")
+        built = (manifest or {}).get("models", {}).get(m.name) or {}  # what the version's statistics were built with
         out.append(LoglikModel(m.name, version, est.fitted().log_density, log_z,
                                -math.inf if floor is None else float(floor),
                                None if threshold is None else float(threshold),
-                               None if pilot is None else LoglikSums.from_dict(pilot)))
+                               None if pilot is None else LoglikSums.from_dict(pilot),
+                               generation(columns, built.get("estimator", m.estimator), built.get("params", m.params))))
     return tuple(out)

@@ -47,8 +47,12 @@ def _cuts(values: np.ndarray) -> np.ndarray:
     """The cut points of ``values`` (:data:`CUTS`), padded with +inf."""
     out = np.full(CUTS, np.inf)
     if values.size:
-        inner = np.quantile(values, np.arange(1, BINS) / BINS, method="higher")
-        cuts = np.unique(np.r_[values.min(), inner, np.nextafter(values.max(), np.inf)])
+        distinct = np.unique(values)
+        if distinct.size <= BINS:  # a lattice, a code, a flag: one bin per value, however rare
+            cuts = np.r_[distinct, np.nextafter(distinct[-1], np.inf)]
+        else:
+            inner = np.quantile(values, np.arange(1, BINS) / BINS, method="higher")
+            cuts = np.unique(np.r_[values.min(), inner, np.nextafter(values.max(), np.inf)])
         out[:cuts.size] = cuts
     return out
 
@@ -147,8 +151,8 @@ class LoglikSums:
 class LoglikModel:
     """A published version whose log-likelihood a partition's rows are summed under: its name and version, its
     unnormalised log density (a Fitted value's, data units), its log normaliser, its floor, its anomaly
-    threshold on −log p̃ (None: it has none), and its log-likelihood sums on its own run's pilot rows (in-sample;
-    None for a version written before runs kept them)."""
+    threshold on −log p̃ (None: it has none), its log-likelihood sums on its own run's pilot rows (in-sample;
+    None for a version written before runs kept them), and its generation (what its gaps compare within)."""
 
     model: str
     version: str
@@ -157,6 +161,7 @@ class LoglikModel:
     floor: float
     threshold: float | None = None
     pilot: LoglikSums | None = None
+    generation: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

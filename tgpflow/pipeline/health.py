@@ -40,7 +40,7 @@ def version_health(est: Any, pilot_mean: float | None, heldout: dict[str, Any] |
     chosen = (getattr(est, "selection_", None) or {}).get("chosen") or {}
     smoothness = getattr(est, "smoothness_", None)
     return {"warnings": list(diag.get("warnings") or []),
-            **{k: diag.get(k) for k in ("ess_fraction", "mass_outside", "mass_outside_limit")},
+            **{k: json_number(diag.get(k)) for k in ("ess_fraction", "mass_outside", "mass_outside_limit")},
             "selected": {k: json_number(v) for k, v in chosen.items()} or
             ({"smoothness": smoothness} if smoothness is not None else None),
             "pilot_loglik": pilot_mean, "heldout_loglik": heldout}

@@ -47,7 +47,8 @@ def _draws(vers: ModelVersions, name: str, n: int, seed: int) -> tuple[np.ndarra
         rows, ess = est.fitted().sample(n, seed, return_ess=True)
     except (ValueError, AttributeError, TypeError) as exc:
         raise TgpflowError(f"{vers.root}: version {name} cannot be sampled to compare it ({exc})") from None
-    return np.asarray(rows, dtype=np.float64), min(float(n), float(ess))
+    # n rows resampled from weights of effective size ess: about 1 / (1/n + 1/ess) independent ones
+    return np.asarray(rows, dtype=np.float64), 1.0 / (1.0 / n + 1.0 / max(float(ess), 1.0))
 
 
 def diff_versions(vers: ModelVersions, a: str, b: str, *, n_samples: int = 20_000, random_state: int = 0,
@@ -66,6 +67,9 @@ def diff_versions(vers: ModelVersions, a: str, b: str, *, n_samples: int = 20_00
     xa, ess_a = _draws(vers, a, n_samples, seeds[0])
     xb, ess_b = _draws(vers, b, n_samples, seeds[1])
     xa2, _ = _draws(vers, a, n_samples, seeds[2])
+    if xa.shape[1] != xb.shape[1]:
+        raise TgpflowError(f"{vers.root}: versions {a} and {b} model {xa.shape[1]} and {xb.shape[1]} columns; nothing "
+                           f"to compare")
     sliced = sliced_distances(xb, points=xa, n_directions=100, random_state=random_state).summary()
     floor = sliced_distances(xa2, points=xa, n_directions=100, random_state=random_state).summary()
     ne = ess_a * ess_b / (ess_a + ess_b)
@@ -75,7 +79,8 @@ def diff_versions(vers: ModelVersions, a: str, b: str, *, n_samples: int = 20_00
         p = float(stats.kstwobign.sf(math.sqrt(ne) * ks))
         sd = float(xa[:, j].std())
         per_column[column] = {"ks": ks, "p_value": p, "wd": float(stats.wasserstein_distance(xa[:, j], xb[:, j])),
-                              "shift": float((xb[:, j].mean() - xa[:, j].mean()) / sd) if sd > 0 else 0.0}
+                              "change": float(xb[:, j].mean() - xa[:, j].mean()),
+                              "shift": float((xb[:, j].mean() - xa[:, j].mean()) / sd) if sd > 0 else None}
     d = len(per_column)
     moved = sorted((c for c, v in per_column.items() if d * v["p_value"] < alpha),
                    key=lambda c: -per_column[c]["ks"])

@@ -6,7 +6,8 @@
 * ``timeline.png`` — per run: the rows the version describes; its log-likelihood on its pilot rows and the previous
   version's on the run's new partitions (held out, with its standard error); the normaliser's ESS with the 1 %
   health line; each new partition's anomaly rate under the previous version, beside the threshold's quantile; each
-  new partition's drift z, with the z at which the log-likelihood test alone flags, drifted partitions in red;
+  new partition's drift z, with the z at which the log-likelihood test alone would flag it (its share of alpha,
+  normal or Student's t as the test read it), drifted partitions in red;
 * ``marginals.png`` — each column of the current version: the rows it was fitted on (the store's binned reference,
   bars) and the model's marginal (a histogram of draws on the same bins, a line), in the data's units;
 * ``drifted.png`` — the newest flagged partition's columns (its binned rows) beside the marginals of the version
@@ -22,7 +23,6 @@ import json
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from tgpflow.io.atomic import AnyPath, atomic_path
 from tgpflow.pipeline.drift_step import FRAME_KIND, SUMS_KIND
@@ -75,8 +75,7 @@ def _draw_marginals(plt: Any, path: Any, frame: DriftFrame, data: DriftSums, dra
     plt.close(fig)
 
 
-def _draw_timeline(plt: Any, path: Any, rows: list[dict[str, Any]], infos: dict[str, dict[str, Any]],
-                   alpha: float) -> None:
+def _draw_timeline(plt: Any, path: Any, rows: list[dict[str, Any]], infos: dict[str, dict[str, Any]]) -> None:
     runs = [r["run"] for r in rows]
     fig, axes = plt.subplots(5, 1, figsize=(10, 13), sharex=True)
     axes[0].plot(runs, [r["rows"] for r in rows], "o-", color="tab:blue", label="rows the version describes")
@@ -97,7 +96,7 @@ def _draw_timeline(plt: Any, path: Any, rows: list[dict[str, Any]], infos: dict[
     axes[2].axhline(MIN_ESS_FRACTION, color="tab:red", linestyle="--", label=f"health limit {MIN_ESS_FRACTION:g}")
     axes[2].set_ylabel("ESS fraction")
     axes[2].set_title("Health of the fit")
-    quantile = None
+    quantile, thresholds = None, False
     for r in rows:
         drift = infos[r["version"]].get("drift") or {}
         quantile = infos[r["version"]].get("threshold_quantile") or quantile
@@ -107,15 +106,16 @@ def _draw_timeline(plt: Any, path: Any, rows: list[dict[str, Any]], infos: dict[
                 axes[3].plot(x, v["anomaly_rate"], "o", color="tab:red" if v["drifted"] else "tab:blue")
             if v.get("z") is not None:
                 axes[4].plot(x, v["z"], "o", color="tab:red" if v["drifted"] else "tab:blue")
+                if v.get("z_threshold") is not None:
+                    axes[4].plot(x, v["z_threshold"], "_", color="tab:red", markersize=14,
+                                 label=None if thresholds else "z at which the log-likelihood test alone flags")
+                    thresholds = True
                 if v["drifted"]:
                     axes[4].annotate(key, (x, v["z"]), fontsize=7, xytext=(4, 4), textcoords="offset points")
     if quantile:
         axes[3].axhline(quantile, color="tab:gray", linestyle="--", label=f"threshold quantile {quantile:g}")
     axes[3].set_ylabel("share of rows flagged")
     axes[3].set_title("Anomaly rate of each new partition (previous version; red: drifted)")
-    z_line = float(stats.norm.ppf(alpha / 3))
-    axes[4].axhline(z_line, color="tab:red", linestyle="--",
-                    label=f"z at which the log-likelihood test alone flags (alpha {alpha:g} / 3 tests)")
     axes[4].set_ylabel("z")
     axes[4].set_title("Drift z of each new partition (red: drifted by any test)")
     axes[4].set_xlabel("run")
@@ -174,14 +174,12 @@ def write_versions_report(model_dir: AnyPath, out: AnyPath, *, store: AnyPath | 
     entry = (manifest or {}).get("drift") or {}
     if manifest is not None and not (entry.get("frame") and entry.get("reference")):
         notes.append(f"the store {where} keeps no drift sums yet (written before runs kept them): no marginals")
-    alpha = next((v["alpha"] for i in reversed(rows) for v in (infos[i["version"]].get("drift") or {}).values()),
-                 0.01)
     plt = pyplot()
     figures: list[tuple[str, str]] = []
     drifted = next(((r, k) for r in reversed(rows) for k in r["drifted"]), None)
     with atomic_path(out, "report", overwrite=overwrite, marker=True, directory=True) as tmp:
         tmp.mkdir(parents=True, exist_ok=True)
-        _draw_timeline(plt, tmp / "timeline.png", rows, infos, alpha)
+        _draw_timeline(plt, tmp / "timeline.png", rows, infos)
         figures.append(("timeline.png", "The model's versions, run by run: rows, log-likelihood, health, anomaly "
                                         "rate and drift of each new partition."))
         if entry.get("frame") and entry.get("reference"):
