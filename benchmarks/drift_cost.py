@@ -6,8 +6,8 @@ second partition of the same size arrives, and that incremental run — statisti
 sums (binning, projections, the previous version's log-likelihood), the verdict, the solve, the scoring — is timed
 ``--repeats`` times from a copy of the store, alternately with the drift step and with its per-chunk sums replaced
 by empty ones (the run otherwise unchanged). The ratio (with − without) / with is the drift step's share of the run,
-measured in the same process on the same files. Usage: python benchmarks/drift_cost.py [--rows 1000000]
-[--repeats 3]
+measured in the same process on the same files; a smaller model (``--features``) makes the drift step's share larger.
+Usage: python benchmarks/drift_cost.py [--rows 1000000] [--repeats 3] [--features S]
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--features", type=int, default=None, help="n_features of the model (default: the estimator's)")
     args = ap.parse_args()
     logging.getLogger("tgpflow").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
@@ -59,7 +60,8 @@ def main() -> None:
         pq.write_table(pa.table(_table(args.rows, 0)), root / "data" / "d000.parquet", row_group_size=125_000)
         raw = {"name": "cost", "source": {"path": str(root / "data" / "*.parquet")},
                "preprocess": {"center": True, "scale": True},
-               "models": [{"name": "fd", "estimator": "GPTiltedDensity", "params": {"method": "fd"}}],
+               "models": [{"name": "fd", "estimator": "GPTiltedDensity",
+                           "params": {"method": "fd", **({"n_features": args.features} if args.features else {})}}],
                "outputs": {"store": str(root / "store.zarr"), "models": str(root / "models"),
                            "scores": {"path": str(root / "scores"), "model": "fd"}}}
         (root / "spec.yaml").write_text(yaml.safe_dump(raw))

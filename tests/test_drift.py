@@ -194,3 +194,14 @@ def test_a_rare_flag_gets_its_own_bin():
     Y = np.c_[(rng.random(2000) < 0.5).astype(float), rng.normal(size=2000)]
     v = drift_verdict(chunk_sums(Y, frame, ()), chunk_sums(X, frame, ()), ["flag", "x"], 0.01)
     assert v["columns"] == ["flag"] and v["column_shift"]["flag"]["ks"] == pytest.approx(0.49, abs=0.03)
+
+
+def test_the_log_likelihood_of_a_large_partition_is_read_on_every_kth_row_and_its_bins_on_all():
+    rng = np.random.default_rng(8)
+    X = _day(rng, 3001)
+    frame = DriftFrame.from_rows(X, COLUMNS, 0)
+    model = _exact_model()
+    every, third = chunk_sums(X, frame, (model,)), chunk_sums(X, frame, (model,), stride=3)
+    np.testing.assert_array_equal(every.column_counts, third.column_counts)  # the bins count every row
+    assert third.loglik["m"].n == 1001 and third.loglik["m"].rows == 1001
+    assert third.loglik["m"].mean == pytest.approx(model.log_density(X[::3]).mean(), rel=1e-12)

@@ -25,7 +25,7 @@ from tgpflow.io.atomic import as_path
 from tgpflow.io.sources import Source
 from tgpflow.models.anomaly import model_log_normalizer
 from tgpflow.pipeline.drift import LoglikGap, drift_verdict, gap_history
-from tgpflow.pipeline.drift_sums import DriftFrame, DriftSums, LoglikModel, LoglikSums, chunk_sums
+from tgpflow.pipeline.drift_sums import LOGLIK_ROWS, DriftFrame, DriftSums, LoglikModel, LoglikSums, chunk_sums
 from tgpflow.pipeline.run_plan import RunPlan
 from tgpflow.pipeline.spec import PipelineSpec, statistics_params
 from tgpflow.pipeline.store import StatsStore
@@ -74,10 +74,12 @@ class DriftPass:
                    {m.name: generation(columns, m.estimator, m.params) for m in spec.models})
 
     def task(self, src: Source, split_every: int) -> Any:
-        """The delayed drift sums of one partition (its raw validated chunks: the chunks its statistics read)."""
+        """The delayed drift sums of one partition (its raw validated chunks: the chunks its statistics read; the
+        log-likelihoods of about :data:`~tgpflow.pipeline.drift_sums.LOGLIK_ROWS` of its rows)."""
         chunk = dask.delayed(chunk_sums, pure=True)
         frame, models = dask.delayed(self.frame, pure=True), dask.delayed(self.models, pure=True)
-        return tree_reduce([chunk(block, frame, models) for block in src.blocks()], split_every)
+        stride = math.ceil(src.n_rows / LOGLIK_ROWS) if src.n_rows else 1
+        return tree_reduce([chunk(block, frame, models, stride) for block in src.blocks()], split_every)
 
     def record(self, spec: PipelineSpec, store: StatsStore, plan: RunPlan, committed: dict[str, Any],
                sums: dict[str, DriftSums], new_parts: dict[str, Any], partitions: dict[str, Any]) -> dict[str, Any]:
