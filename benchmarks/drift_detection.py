@@ -12,6 +12,13 @@ with the default GP-tilted model; prints, per day, whether it was flagged, its p
 
 Usage: python benchmarks/drift_detection.py [--synthetic 100] [--adbench all|thyroid,wilt] [--days 10]
        [--anomaly-day 7] [--json out.json]
+
+Measured on the development machine (2 cores), 2026-11-29: ``--synthetic 100``: day 21 flagged in 100/100 streams,
+c named first in 100/100; stationary partitions flagged 8/1900 = 0.0042 (alpha 0.01, ratio 0.42); z mean +0.131,
+sd 0.928, below the 1 % point 0.0044 (2784 s). ``--adbench all`` (10 days, anomalies on day 7): Thyroid, Wilt,
+Letter, Pima and Stamps flag day 7 only; Annthyroid days 7, 8 and 9 (its 534 anomalies join the reference after day
+7); Glass (20 normal rows a day) nothing; MNIST, Optdigits and Cardio stop on day 0 (constant or collinear columns in
+166–690 rows).
 """
 
 from __future__ import annotations
