@@ -40,9 +40,8 @@ def history(vers: ModelVersions) -> list[dict[str, Any]]:
     return out
 
 
-def _draws(vers: ModelVersions, name: str, n: int, seed: int) -> tuple[np.ndarray, float]:
-    """``n`` rows of version ``name`` (importance resampling from its base) and their effective size."""
-    est = vers.load(name)
+def _draws(vers: ModelVersions, name: str, est: Any, n: int, seed: Any) -> tuple[np.ndarray, float]:
+    """``n`` rows of ``est``, version ``name`` (importance resampling from its base), and their effective size."""
     try:
         rows, ess = est.fitted().sample(n, seed, return_ess=True)
     except (ValueError, AttributeError, TypeError) as exc:
@@ -60,13 +59,15 @@ def diff_versions(vers: ModelVersions, a: str, b: str, *, n_samples: int = 20_00
     for name in (a, b):
         if name not in published:
             raise TgpflowError(f"{vers.root}: no published version {name!r}; published: {', '.join(published)}")
-    columns = vers.info(a).get("columns") or vers.info(b).get("columns")
-    if (vers.info(a).get("columns") or columns) != (vers.info(b).get("columns") or columns):
+    info_a, info_b = vers.info(a), vers.info(b)
+    columns = info_a.get("columns") or info_b.get("columns")
+    if (info_a.get("columns") or columns) != (info_b.get("columns") or columns):
         raise TgpflowError(f"{vers.root}: versions {a} and {b} model different columns; nothing to compare")
     seeds = np.random.SeedSequence(random_state).spawn(3)
-    xa, ess_a = _draws(vers, a, n_samples, seeds[0])
-    xb, ess_b = _draws(vers, b, n_samples, seeds[1])
-    xa2, _ = _draws(vers, a, n_samples, seeds[2])
+    est_a, est_b = vers.load(a), vers.load(b)
+    xa, ess_a = _draws(vers, a, est_a, n_samples, seeds[0])
+    xb, ess_b = _draws(vers, b, est_b, n_samples, seeds[1])
+    xa2, _ = _draws(vers, a, est_a, n_samples, seeds[2])
     if xa.shape[1] != xb.shape[1]:
         raise TgpflowError(f"{vers.root}: versions {a} and {b} model {xa.shape[1]} and {xb.shape[1]} columns; nothing "
                            f"to compare")
@@ -84,7 +85,6 @@ def diff_versions(vers: ModelVersions, a: str, b: str, *, n_samples: int = 20_00
     d = len(per_column)
     moved = sorted((c for c, v in per_column.items() if d * v["p_value"] < alpha),
                    key=lambda c: -per_column[c]["ks"])
-    info_a, info_b = vers.info(a), vers.info(b)
     parts_a, parts_b = info_a.get("partitions") or [], info_b.get("partitions") or []
     return {"model": str(vers.root), "from": a, "to": b, "samples": n_samples,
             "effective_samples": {a: ess_a, b: ess_b},
