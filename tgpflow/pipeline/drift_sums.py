@@ -121,6 +121,11 @@ class LoglikSums:
     flagged: int = 0
     rows: int = 0  # every row scored (those summed, and those left out under a −inf floor)
 
+    @classmethod
+    def of(cls, kept: np.ndarray, outside: int, flagged: int, rows: int) -> LoglikSums:
+        """The sums of the values :func:`floored` kept."""
+        return cls(int(kept.size), float(kept.sum()), float((kept * kept).sum()), int(outside), int(flagged), int(rows))
+
     def __add__(self, other: LoglikSums) -> LoglikSums:
         return LoglikSums(self.n + other.n, self.total + other.total, self.total_sq + other.total_sq,
                           self.outside + other.outside, self.flagged + other.flagged, self.rows + other.rows)
@@ -227,8 +232,7 @@ def chunk_sums(rows: np.ndarray, frame: DriftFrame, models: tuple[LoglikModel, .
         raw = np.asarray(m.log_density(scored), dtype=np.float64)
         flagged = 0 if m.threshold is None else int(np.count_nonzero(is_anomalous(raw, m.threshold)))
         kept, outside = floored(raw - m.log_normalizer, m.floor)
-        loglik[m.model] = LoglikSums(int(kept.size), float(kept.sum()), float((kept * kept).sum()), outside, flagged,
-                                     int(raw.size))
+        loglik[m.model] = LoglikSums.of(kept, outside, flagged, raw.size)
     centred = rows - frame.center
     return DriftSums(int(rows.shape[0]),
                      np.stack([_counts(rows[:, j], frame.column_cuts[j]) for j in range(d)]),

@@ -30,8 +30,7 @@ def pilot_loglik(est: Any, rows: np.ndarray) -> tuple[LoglikSums | None, float |
         return None, None
     floor = float(np.quantile(finite, LOGLIK_FLOOR_QUANTILE))
     kept, outside = floored(values, floor)
-    sums = LoglikSums(int(kept.size), float(kept.sum()), float((kept * kept).sum()), outside, 0, int(values.size))
-    return sums, floor
+    return LoglikSums.of(kept, outside, 0, values.size), floor
 
 
 def version_health(est: Any, pilot_mean: float | None, heldout: dict[str, Any] | None) -> dict[str, Any]:
