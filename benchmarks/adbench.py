@@ -1,13 +1,14 @@
-"""ADBench-style unsupervised anomaly detection on ../shared/data/adbench/*.npz (X, y): ROC-AUC tables.
+"""ADBench-style unsupervised anomaly detection on the ADBench sets (*.npz, X and y;
+--adbench-dir or TGPFLOW_ADBENCH_DIR): ROC-AUC tables.
 
-Protocol (ADBench, unsupervised; seed 004 §5 and App. M): for each seed, a stratified 70/30
+Protocol (ADBench, unsupervised; [Kozdoba et al.] §5 and App. M): for each seed, a stratified 70/30
 train/test split (``random_state=seed``); every detector is fitted on the training rows WITHOUT
 labels (normal and anomalous rows alike); ROC-AUC of its anomaly score on the test rows
 (RSR: −log p). Two settings:
 
 * as shipped;
 * duplicated anomalies ×K (``--dup``, default 5): ADBench's ``duplicated_anomalies`` setting,
-  which seed 004 App. M.3 follows — AFTER the split, every anomaly row of the training part
+  which [Kozdoba et al.] App. M.3 follows — AFTER the split, every anomaly row of the training part
   and of the test part appears K times (ADBench draws K·n_a anomaly rows with replacement; here
   each is repeated exactly K times, so the setting is deterministic). Duplicating before the
   split would put copies of one anomaly in both parts.
@@ -35,7 +36,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "adbench"
+try:
+    from benchmarks.datasets import adbench_files
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from datasets import adbench_files
 
 
 def split(X: np.ndarray, y: np.ndarray, seed: int, dup: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -102,11 +106,12 @@ def main() -> None:
 
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--adbench-dir", default=None, help="the sets' folder (default $TGPFLOW_ADBENCH_DIR)")
     p.add_argument("--dup", type=int, default=5, help="anomaly duplication factor of the second setting")
     p.add_argument("--all", action="store_true", help="also the other tgpflow models and PyOD's LOF/ECOD")
     args = p.parse_args()
     dask.config.set(scheduler="synchronous")
-    paths = sorted(DATA.glob("*.npz"))
+    paths = adbench_files(args.adbench_dir)
     names = [path.stem for path in paths]
     settings = {"as shipped": 1, f"anomalies x{args.dup}": args.dup}
     auc: dict[str, dict[str, dict[str, list[float]]]] = {s: {} for s in settings}

@@ -37,7 +37,7 @@ def main() -> None:
     G = np.eye(n)
     h = rng.normal(size=n)
     t = time.perf_counter()
-    c, _ = tikhonov_direct(C, h, G, 1000, 1e-3, 1e-5)  # seed 001's ridge, as the residual below
+    c, _ = tikhonov_direct(C, h, G, 1000, 1e-3, 1e-5)  # [Sutherland et al.]'s ridge, as the residual below
     dt = time.perf_counter() - t
     resid = float(np.linalg.norm(C @ c / 1000 + 1e-3 * (G @ c) + 1e-5 * c + h / 1000) / np.linalg.norm(h / 1000))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

@@ -6,9 +6,10 @@ with column c shifted by 0.3 standard deviations. Prints how many streams flag d
 false-alarm rate over days 2–20 (every stationary partition tested), and the z statistic's mean, standard deviation
 and one-sided 1 % rate on those days, beside the nominal alpha (the same-run reference of a calibrated test).
 
-``--adbench names``: each ADBench development set (``../shared/data/adbench``) as a stream: its normal rows shuffled
-(seed 0) and cut into ``--days`` days, and every labelled anomaly added to day ``--anomaly-day``. One run per day
-with the default GP-tilted model; prints, per day, whether it was flagged, its p-value, z, and the columns named.
+``--adbench names``: each ADBench development set (folder: ``--adbench-dir`` or ``TGPFLOW_ADBENCH_DIR``) as a stream:
+its normal rows shuffled (seed 0) and cut into ``--days`` days, and every labelled anomaly added to day
+``--anomaly-day``. One run per day with the default GP-tilted model; prints, per day, whether it was flagged, its
+p-value, z, and the columns named.
 
 Usage: python benchmarks/drift_detection.py [--synthetic 100] [--adbench all|thyroid,wilt] [--days 10]
        [--anomaly-day 7] [--json out.json]
@@ -35,7 +36,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+try:
+    from benchmarks.datasets import adbench_files
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from datasets import adbench_files
 MIX = np.array([[1.0, 0.5, 0, 0, 0], [0, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]])
 COLUMNS = list("abcde")
 
@@ -96,13 +100,13 @@ def synthetic(reps: int, shift: float = 0.3) -> dict:
             "seconds": time.perf_counter() - t0}
 
 
-def adbench(names: list[str] | None, days: int, anomaly_day: int) -> dict:
+def adbench(names: list[str] | None, days: int, anomaly_day: int, directory: str | None = None) -> dict:
     from tgpflow.errors import TgpflowError
     from tgpflow.pipeline.runner import run_pipeline
     from tgpflow.pipeline.spec import load_spec
 
     out = {}
-    for path in sorted((SHARED / "adbench").glob("*.npz")):
+    for path in adbench_files(directory):
         if names and not any(n.lower() in path.stem.lower() for n in names):
             continue
         data = np.load(path)
@@ -152,6 +156,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--synthetic", type=int, default=0, metavar="R")
     ap.add_argument("--adbench", nargs="?", const="all", default=None)
+    ap.add_argument("--adbench-dir", default=None, help="their folder (default $TGPFLOW_ADBENCH_DIR)")
     ap.add_argument("--days", type=int, default=10)
     ap.add_argument("--anomaly-day", type=int, default=7)
     ap.add_argument("--json", default=None)
@@ -168,7 +173,7 @@ def main() -> None:
               f"below the 1 % point {s['z_below_1pct']:.4f}")
     if args.adbench:
         results["adbench"] = adbench(None if args.adbench == "all" else args.adbench.split(","), args.days,
-                                     args.anomaly_day)
+                                     args.anomaly_day, args.adbench_dir)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=float))
 

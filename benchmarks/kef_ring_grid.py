@@ -1,4 +1,4 @@
-"""Seed 001 §5.1 (Figure 1): score error of full KEF, Nyström KEF (falling m) and lite on 'ring' and 'grid'.
+"""[Sutherland et al.] §5.1 (Figure 1): score error of full KEF, Nyström KEF (falling m) and lite on 'ring' and 'grid'.
 
 * ring: points uniform along circles of radii 1, 3, 5 in ℝ², N(0, 0.1²) radial noise, plus
   extra dimensions of N(0, 0.1²) noise; true score ∂_r log Σ_c N(r; R_c, 0.1²) · x/r − x/r² on the

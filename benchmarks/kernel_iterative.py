@@ -14,15 +14,15 @@ For n ∈ {2000, 5000} and d ∈ {2, 5} (rows from an equal mixture of N(v, 0.7�
   n × n kernel matrix by blocked mat-vecs, :mod:`tgpflow.solve.full_sample`) and ``FullKEF(solver="cg")``;
   with ``--nystrom-auto``, where "before" runs, also the Nyström statistics path with ``method="auto"``
   (Cholesky-whitened mat-vecs; with every row as basis G is numerically singular and it falls back to eigh).
-* **reference** — plain NumPy written here from seed 000 (Example 3.8's O(n²d) curl-free product, §3.2's
-  Landweber and Example C.4's ν-method in the (a, c) form of MATH.md §7, KEF-CG as CG on seed 000 eq 10 /
-  MATH.md §6), sharing nothing with the library but the data: the Gaussian kernel matrix k(X, X) is
-  computed once and every product uses it (as seed 000's code does). Seed 000's code takes the step as a
-  parameter and estimates no norm; the reference takes the library's fitted step (η = 1/(1.05‖G/n‖)), so
-  both fit the same estimator. Its time is the kernel matrix and the iterations; the library's is shown
-  twice: the whole fit (which also estimates ‖G/n‖ by Lanczos, ~21 products at n = 5000: MATH.md §7, issue 18
-  defect 2) and without it (ζ̂(X), α and ``full_sample_iteration`` with the step given) — the same work
-  as the reference.
+* **reference** — plain NumPy written here from [Zhou et al.] (Example 3.8's O(n²d) curl-free product, §3.2's
+  Landweber and Example C.4's ν-method in the (a, c) form of docs/mathematics.md, "Score estimators on a Nyström basis",
+  KEF-CG as CG on [Zhou et al.] eq 10 / docs/mathematics.md, "Nyström kernel exponential family"), sharing nothing with
+  the library but the data: the Gaussian kernel matrix k(X, X) is computed once and every product uses it (as [Zhou et
+  al.]'s code does). [Zhou et al.]'s code takes the step as a parameter and estimates no norm; the reference takes the
+  library's fitted step (η = 1/(1.05‖G/n‖)), so both fit the same estimator. Its time is the kernel matrix and the
+  iterations; the library's is shown twice: the whole fit (which also estimates ‖G/n‖ by Lanczos, ~21 products at n =
+  5000: docs/mathematics.md, "Score estimators on a Nyström basis", issue 18 defect 2) and without it (ζ̂(X), α and
+  ``full_sample_iteration`` with the step given) — the same work as the reference.
 
 Printed per (n, d): seconds, ratio to the reference, peak memory (``tracemalloc``'s peak of NumPy/Python
 allocations above the start of each fit, MiB; BLAS/LAPACK workspaces are not traced), and the relative
@@ -68,9 +68,11 @@ def measured(fn: Callable[[], Any]) -> tuple[Any, float, float]:
     return out, dt, peak
 
 
-# -- the reference: plain NumPy from seed 000 ------------------------------------------------------------------------
+# -- the reference: plain NumPy from [Zhou et al.]
+# ------------------------------------------------------------------------
 class Reference:
-    """Gaussian k = exp(−‖x − y‖²/σ); K_cf(x, y) = (2/σ)[I − (2/σ) r rᵀ] k, r = x − y (MATH.md §6)."""
+    """Gaussian k = exp(−‖x − y‖²/σ); K_cf(x, y) = (2/σ)[I − (2/σ) r rᵀ] k, r = x − y (docs/mathematics.md, "Nyström
+    kernel exponential family")."""
 
     def __init__(self, X: np.ndarray, s: float):
         self.X, self.s = X, s
@@ -83,7 +85,7 @@ class Reference:
         self.zeta = (4 / (n * s * s)) * (c.sum(1)[:, None] * X - c @ X)
 
     def G(self, V: np.ndarray) -> np.ndarray:
-        """(GV)_a = Σ_b K_cf(X_a, X_b)V_b = (2/σ)Σ_b k V_b − (4/σ²)Σ_b k (r·V_b) r (seed 000 Example 3.8)."""
+        """(GV)_a = Σ_b K_cf(X_a, X_b)V_b = (2/σ)Σ_b k V_b − (4/σ²)Σ_b k (r·V_b) r ([Zhou et al.] Example 3.8)."""
         X, s = self.X, self.s
         M = X @ V.T  # one n × n temporary, updated in place
         M -= np.sum(X * V, 1)[None, :]
@@ -91,7 +93,8 @@ class Reference:
         return (2 / s) * (self.K @ V) - (4 / s**2) * (M.sum(1)[:, None] * X - M @ X)
 
     def landweber(self, lam: float, eta: float) -> tuple[float, np.ndarray]:
-        """s_t = a_tζ̂ + Σ_b K(·, X_b)c_b: a ← a − η, c ← c − (η/n)(aζ̂(X) + Gc) (MATH.md §7, §11 C1)."""
+        """s_t = a_tζ̂ + Σ_b K(·, X_b)c_b: a ← a − η, c ← c − (η/n)(aζ̂(X) + Gc) (docs/mathematics.md, "Score estimators
+        on a Nyström basis" and "Where the papers differ", item C1)."""
         n = self.X.shape[0]
         a, c = 0.0, np.zeros_like(self.X)
         for _ in range(int(np.floor(1 / lam))):
@@ -99,7 +102,8 @@ class Reference:
         return a, c
 
     def nu(self, lam: float, step: float, nu: float = 1.0) -> tuple[float, np.ndarray]:
-        """Engl, Hanke & Neubauer Alg 6.13 on (a, c), ρ = 1/step (MATH.md §7; seed 000 Example C.4)."""
+        """Engl, Hanke & Neubauer Alg 6.13 on (a, c), ρ = 1/step (docs/mathematics.md, "Score estimators on a Nyström
+        basis"; [Zhou et al.] Example C.4)."""
         n = self.X.shape[0]
         rho = 1.0 / step
         a_prev, a = 0.0, -(4 * nu + 2) / (4 * nu + 1) / rho
@@ -113,7 +117,8 @@ class Reference:
         return a, c
 
     def kef_cg(self, lam: float, tol: float) -> tuple[float, np.ndarray, int]:
-        """(G + nλI)β = ζ̂(X)/λ by plain CG (seed 000 §3.5, MATH.md §6); s = −ζ̂/λ + Σ K(·, X_b)β_b."""
+        """(G + nλI)β = ζ̂(X)/λ by plain CG ([Zhou et al.] §3.5, docs/mathematics.md, "Nyström kernel exponential
+        family"); s = −ζ̂/λ + Σ K(·, X_b)β_b."""
         n = self.X.shape[0]
         b = self.zeta / lam
         x, r = np.zeros_like(b), b.copy()
@@ -221,7 +226,7 @@ def run(n: int, d: int, args: argparse.Namespace, OldFullKEF: Any) -> dict[str, 
             after, t_a, m_a = measured(lambda: FullKEF(bandwidth=s, lam=lam, regularizer=method).fit(X))
             step = after.solver_info_["step"]
             fn = ref.landweber if method == "landweber" else ref.nu
-            (a_r, c_r), t_r, m_r = measured(lambda: fn(lam, step))  # seed 000's code: the step given
+            (a_r, c_r), t_r, m_r = measured(lambda: fn(lam, step))  # [Zhou et al.]'s code: the step given
             row["after_info"] = {k: after.solver_info_[k] for k in ("iterations", "matvecs", "norm_matvecs", "gram",
                                                                      "gram_bytes")}
             # the same work as the reference: ζ̂(X), the kernel part (α) and the iterations, the step given

@@ -12,7 +12,7 @@ nkef, nu_method, landweber and NystromKEF — is fitted on n = 5000 rows at one 
 * **reference**: kernel_ridge's ``Reference`` — C, h, G from dense kernel blocks (the pass) and the
   paper's solve: Tikhonov by SVD least squares, the cut-off by eigendecompositions of G and of T,
   Landweber and the ν-method on coefficients with G⁺ (pinv). The iterations take the library's fitted
-  step (seed 000's code takes the step as a parameter), so both fit the same estimator; the reference does
+  step ([Zhou et al.]'s code takes the step as a parameter), so both fit the same estimator; the reference does
   not estimate ‖T‖.
 
 Printed: seconds of the pass and of the solve and their sum (the fastest of ``--repeat`` untraced fits,

@@ -1,13 +1,13 @@
 """Issue 18: the kernel score estimators without a hidden ridge, against plain NumPy from the papers.
 
-Until issue 18 every direct Tikhonov solve added ε = 1e-5 (×N) to the diagonal of C + NλG (seed
-001 §5's "for numerical stability"), which biases small-λ fits; the library's default is now no
+Until issue 18 every direct Tikhonov solve added ε = 1e-5 (×N) to the diagonal of C + NλG ([Sutherland et al.]
+§5's "for numerical stability"), which biases small-λ fits; the library's default is now no
 ridge (``ridge=0``: λG regularises on range(G); a numerically singular system is solved in the
 pseudo-inverse limit, :mod:`tgpflow.solve.kef`). Landweber and the ν-method used to scale by a
 Gershgorin bound ρ ≥ ‖T‖ (1.1–14× ‖T‖, so λ meant a different amount of regularisation on each data
 set); their step is now 1/(1.05‖T‖), ‖T‖ by power iteration.
 
-For each data set — ``ring`` (seed 001 §5.1: circles of radii 1, 3, 5 in ℝ², benchmarks/kef_ring_grid.py),
+For each data set — ``ring`` ([Sutherland et al.] §5.1: circles of radii 1, 3, 5 in ℝ², benchmarks/kef_ring_grid.py),
 ``banana`` (a twisted Gaussian: x₁ ~ N(0, 1.5²), x₂ = z + 0.5(x₁² − 1.5²), z ~ N(0, 1)) and ``grid5``
 (an equal mixture of N(v, 0.5² I) at 5 random vertices of {−1, 1}⁵) — n = 500 training rows and 2000
 test rows, a basis of m = 250 training rows (m = 200 for the 5-D curl-free kernel), σ_k = a fixed
@@ -20,14 +20,14 @@ estimate log Z, 2¹⁷ draws, which triples the run) — is fitted at every λ o
   ν-method: the library's ``spectral_solve`` with that step);
 * **new**: the library's defaults;
 * **ref**: plain NumPy written from the papers, sharing nothing with the library but the data, the
-  basis and σ_k: the kernel and its derivatives, C, h, G (seed 001 Thm 1, MATH.md §6–§7) and the
-  solves — Tikhonov ``β = −(C/N + λG)^† h/N`` (seed 001 eq 8; SVD least squares), the cut-off on the
-  projected operator P_Y L̂ P_Y (seed 000 §3.2–3.4), Landweber and the ν-method iterated on the
-  coefficients with the pseudo-inverse of G (seed 000 eq 13, Example C.4 / MATH.md §7), with
-  ‖T‖ from a full eigendecomposition.
+  basis and σ_k: the kernel and its derivatives, C, h, G ([Sutherland et al.] Thm 1, docs/mathematics.md, "Nyström
+  kernel exponential family" and "Score estimators on a Nyström basis") and the solves — Tikhonov ``β = −(C/N + λG)^†
+  h/N`` ([Sutherland et al.] eq 8; SVD least squares), the cut-off on the projected operator P_Y L̂ P_Y ([Zhou et al.]
+  §3.2–3.4), Landweber and the ν-method iterated on the coefficients with the pseudo-inverse of G ([Zhou et al.] eq 13,
+  Example C.4 / docs/mathematics.md, "Score estimators on a Nyström basis"), with ‖T‖ from a full eigendecomposition.
 
 The relative score error ‖ŝ − ∇log p‖ / ‖∇log p‖ (over all test points and dimensions) is printed
-at each variant's best λ on the grid (as seed 001 §5 reports each method at its best parameters),
+at each variant's best λ on the grid (as [Sutherland et al.] §5 reports each method at its best parameters),
 with the ratios old/ref and new/ref. Usage: python benchmarks/kernel_ridge.py [--n 500]
 (about a minute on one core; OMP_NUM_THREADS=1).
 """
@@ -99,7 +99,7 @@ def _kcf(A: np.ndarray, B: np.ndarray, s: float) -> np.ndarray:
 
 
 class Reference:
-    """C, h, G of one data set, basis and kernel (seed 001 Thm 1; seed 000 §3), and the four solves."""
+    """C, h, G of one data set, basis and kernel ([Sutherland et al.] Thm 1; [Zhou et al.] §3), and the four solves."""
 
     def __init__(self, X: np.ndarray, Y: np.ndarray, s: float, kernel: str, base: str):
         n, d = X.shape
@@ -152,7 +152,7 @@ class Reference:
         squares / G⁺ on the coefficients — where G is numerically singular the two forms differ in its
         numerically null directions."""
         n, h = self.n, self.h / self.n
-        if reg == "tikhonov" and not projected:  # seed 001 eq 8: β = −(C/N + λG)^† h/N
+        if reg == "tikhonov" and not projected:  # [Sutherland et al.] eq 8: β = −(C/N + λG)^† h/N
             return -np.linalg.lstsq(self.C / n + lam * self.G, h, rcond=None)[0]
         if reg in ("cutoff", "tikhonov"):
             W, _, sig, U = self.projected
@@ -167,12 +167,12 @@ class Reference:
 
     @staticmethod
     def _iterate(reg: str, lam: float, M: np.ndarray, b: np.ndarray, rho: float, nu: float) -> np.ndarray:
-        if reg == "landweber":  # seed 000 eq 13 on the span: c ← c − η(b + Mc), η = 1/ρ
+        if reg == "landweber":  # [Zhou et al.] eq 13 on the span: c ← c − η(b + Mc), η = 1/ρ
             c = np.zeros_like(b)
             for _ in range(int(np.floor(1 / lam))):
                 c = c - (b + M @ c) / rho
             return c
-        t = int(np.floor(lam**-0.5))  # ν-method (Engl, Hanke & Neubauer Alg 6.13; MATH.md §7)
+        t = int(np.floor(lam**-0.5))  # ν-method (Engl, Hanke & Neubauer Alg 6.13; docs/mathematics.md, "Score estimators on a Nyström basis")
         c_prev, c = np.zeros_like(b), -(4 * nu + 2) / (4 * nu + 1) * b / rho
         for k in range(2, t + 1):
             u = (k - 1) * (2 * k - 3) * (2 * k + 2 * nu - 1) / ((k + 2 * nu - 1) * (2 * k + 4 * nu - 1) * (2 * k + 2 * nu - 3))
@@ -262,7 +262,7 @@ def main() -> None:
         old = (f"{eo:7.3f} {lo:7.0e}" if np.isfinite(eo) else f"{'same':>7s} {'':7s}")  # the cut-off: unchanged
         ratio = f"{eo / er:8.3f}" if np.isfinite(eo) else f"{'':8s}"
         print(f"{name:7s} {label:11s} {old} {en:7.3f} {ln:7.0e} {er:9.3f} {lr:7.0e} {ratio} {en / er:8.3f} {gratio:8.2f}")
-    print(f"\nthe Tikhonov fits at small λ (no ridge: the pseudo-inverse limit, as seed 001 eq 8 states it)")
+    print(f"\nthe Tikhonov fits at small λ (no ridge: the pseudo-inverse limit, as [Sutherland et al.] eq 8 states it)")
     print(f"{'data':7s} {'estimator':11s} " + " ".join(f"{'λ=' + format(v, '.0e'):>23s}" for v in SMALL))
     print(f"{'':19s} " + " ".join(f"{'old':>7s} {'new':>7s} {'ref':>7s}" for _ in SMALL))
     for name, label, *_ in rows:

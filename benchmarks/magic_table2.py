@@ -1,15 +1,15 @@
-"""Reproduce seed 003 Table II on MAGIC: median and mean sliced KS | WD (×10⁻²) of MAP, FD, NCFD, FVPD.
+"""Reproduce [Paisley et al.] Table II on MAGIC: median and mean sliced KS | WD (×10⁻²) of MAP, FD, NCFD, FVPD.
 
-Data: ../shared/data/magic_gamma.parquet, the 10 float columns, centred AND scaled to unit
+Data: tests/data/magic_gamma.parquet, the 10 float columns, centred AND scaled to unit
 variance. The paper says it centres; its WD values (≈ 0.12) are only reachable on unit-scale
 columns — on the raw columns (fDist up to ≈ 500) the WD of the same fits is ≈ 5 (×40 the
 paper's) while KS, which is scale-free, barely moves — so the paper's numbers imply scaling.
 Pass ``--no-scale`` to see the centred-only figures.
 
-Paper settings (seed 003 §IV): S = 1000, λ = 0.1, Scott's γ, empirical base, Σ_z = dΣ/trΣ,
+Paper settings ([Paisley et al.] §IV): S = 1000, λ = 0.1, Scott's γ, empirical base, Σ_z = dΣ/trΣ,
 σ_max = √trΣ/d, H = 10, η = 1/γ², 500 directions, 250 000 base samples, 10⁴ grid points;
-MAP on 100 000 fixed base draws (Newton steps instead of 10⁴ ascent steps, MATH.md §11 A9).
-With ``--selected`` each method is also fitted with tgpflow's defaults (γ and λ selected on
+MAP on 100 000 fixed base draws (Newton steps instead of 10⁴ ascent steps, docs/mathematics.md, "Where the papers
+differ", item A9). With ``--selected`` each method is also fitted with tgpflow's defaults (γ and λ selected on
 held-out rows, ``criterion="sliced"``), with and without the bounds of the columns that are
 bounded (fLength, fWidth ≥ 0, fConc, fConc1 in [0, 1], fAlpha in [0°, 90°]; rows on a bound —
 fWidth = 0 for 98 rows, fAlpha = 0 for 5 — are dropped from the fit), and the model's mass
@@ -42,7 +42,7 @@ PAPER = {  # Table II, MAGIC: (KS, WD) ×10⁻², median then mean
     "NCFD": ((5.44, 11.9), (5.94, 13.3)),
     "FVPD": ((5.34, 11.9), (5.88, 13.5)),
 }
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "magic_gamma.parquet"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "magic_gamma.parquet"
 
 
 def main() -> None:
@@ -84,7 +84,7 @@ def main() -> None:
                  "NCFD": dict(method="ncfd", noise_levels=10), "FVPD": dict(method="fvpd", eta="auto")}
         fits = {"Gaussian base (θ = 0)": GPTiltedDensity(method="fd", n_features=1000, lam=1e12, bandwidth="scott",
                                                           random_state=seed)}
-        alg1 = {"MAP": {"map_points": "base"}}  # the paper's MAP: its expectation on plain base draws (Alg 1)
+        alg1 = {"MAP": {"map_points": "base"}}  # the paper's MAP: its expectation on plain base draws ([Paisley et al.] Algorithm 1)
         fits.update({m: GPTiltedDensity(**kinds[m], sigma_max="paper", **paper, **alg1.get(m, {})) for m in methods})
         if args.selected:
             fits.update({f"{m} selected": GPTiltedDensity(**kinds[m], n_features=1000, random_state=seed)

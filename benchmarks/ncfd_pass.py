@@ -1,7 +1,7 @@
 """NCFD statistics throughput vs the SYRK bound for 2H products per row, and FD-vs-NCFD time.
 
-NCFD (MATH.md §3) needs, per row and level h, the two S×S products φ'_hφ'_hᵀ and φ_hφ_hᵀ
-(2H per row; at σ_1 = 0 the second has weight 0 and is skipped, so 2H − 1 are computed).
+NCFD (docs/mathematics.md, "Noise-conditional Fisher divergence") needs, per row and level h, the two S×S products
+φ'_hφ'_hᵀ and φ_hφ_hᵀ (2H per row; at σ_1 = 0 the second has weight 0 and is skipped, so 2H − 1 are computed).
 The bound is the same-run OpenBLAS ``dsyrk`` rate on the kernel's block shape, all cores,
 divided by 2H. Both passes run on the threaded scheduler over the same in-memory array.
 Usage: python benchmarks/ncfd_pass.py [--rows 300000] [--levels 10]

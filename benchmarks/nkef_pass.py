@@ -3,12 +3,12 @@
 
 Per row the curl-free statistics need ``C += B(x)ᵀB(x)`` with B(x) of shape d × md: in blocks,
 one SYRK of the stacked (rows·d × md) matrix. With dimension subsampling (``--components ℓ``,
-seed 001, MATH.md §6) only the columns of the index set I (|I| = mℓ) are formed and the SYRK is
-(rows·d × |I|). The bound is OpenBLAS ``dsyrk`` on exactly the shape used, all cores (the better of one call on all BLAS
-threads and one single-threaded call per core at once), converted to rows/s. The issue's size is n = 10⁶, d = 10, m = 500 (md = 5000): with all md components that pass
-takes hours on 2 cores, so the default runs ``--rows 20000`` and prints the extrapolated time for
-10⁶ rows (the pass is linear in n; the solve is not in it). Peak memory is the process RSS
-high-water mark (of the whole run).
+[Sutherland et al.], docs/mathematics.md, "Nyström kernel exponential family") only the columns of the index set I (|I|
+= mℓ) are formed and the SYRK is (rows·d × |I|). The bound is OpenBLAS ``dsyrk`` on exactly the shape used, all cores
+(the better of one call on all BLAS threads and one single-threaded call per core at once), converted to rows/s. The
+issue's size is n = 10⁶, d = 10, m = 500 (md = 5000): with all md components that pass takes hours on 2 cores, so the
+default runs ``--rows 20000`` and prints the extrapolated time for 10⁶ rows (the pass is linear in n; the solve is not
+in it). Peak memory is the process RSS high-water mark (of the whole run).
 
 ``--error-rows n_ref`` draws the rows from a seeded Gaussian mixture with a closed-form score
 (:class:`Mixture`; total covariance I, so σ_k ≈ 2d is the median heuristic) and reports the relative

@@ -1,6 +1,6 @@
 """Precision modes on real data and their speed: float64 vs mixed (float32 S×S products, float64 accumulation).
 
-(1) MAGIC (../shared/data, centred and scaled, paper settings S = 1000): the relative error of
+(1) MAGIC (tests/data, centred and scaled, paper settings S = 1000): the relative error of
 θ (FD), of μ̂ (FVPD) and of the held-out Hyvärinen loss (10% of the rows held out by the
 row-hash split) for the mixed mode against float64, same features. (2) The pass over 1M
 synthetic rows (d = 7, S = 1000) on the threaded scheduler, the two modes interleaved :data:`REPEATS`
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 REPEATS = 3
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "magic_gamma.parquet"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "magic_gamma.parquet"
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """One root-Sobolev iteration on 10⁶ rows × d = 10, T = 2000 (2 cores): rows/s vs same-run floors.
 
-An iteration is one map-reduce (MATH.md §8): per row the T angles (a d × T GEMM), T cosines,
-then f = φw, Δf and g += φ/f. It runs as the fused compiled loop of ``tgpflow.stats.rsr_kernel``
+An iteration is one map-reduce (docs/mathematics.md, "Root-Sobolev density"): per row the T angles (a d × T GEMM), T
+cosines, then f = φw, Δf and g += φ/f. It runs as the fused compiled loop of ``tgpflow.stats.rsr_kernel``
 (tiles of rows: one BLAS GEMM into a reused L2-sized tile, then cos and the reductions in L1).
 
 References measured in the same run, on the same tiles, 2 threads (one per core) each:

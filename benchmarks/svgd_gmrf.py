@@ -1,12 +1,12 @@
-"""Seed 002 §4.1: a 10 × 10 grid Gaussian MRF, vanilla vs graphical SVGD vs Langevin vs exact draws.
+"""[Wang et al.] §4.1: a 10 × 10 grid Gaussian MRF, vanilla vs graphical SVGD vs Langevin vs exact draws.
 
 p(x) ∝ exp(bᵀx − ½xᵀAx) on the 4-neighbourhood grid (d = 100): b_i ~ N(0, 1), A_ij ~ U[−0.1, 0.1]
 on the edges, A ← (A + Aᵀ)/2, A_ii = 0.1 + Σ_{j≠i}|A_ij| — a new (A, b) per trial. For n particles:
 MSE of the means E x_i and of the second moments E x_i², averaged over the coordinates, and the
 MMD² (median-trick RBF) to 2000 exact draws: the V-statistic (the squared RKHS distance between the
 particles' empirical law and the draws, ≥ 0) and the unbiased U-statistic. The U-statistic assumes
-i.i.d. rows; SVGD particles repel each other, so their U-statistic can be negative. SVGD: AdaGrad (ε = 0.1), h by the median
-rule, particles start from N(0, I); Langevin: n ULA chains from the same start, step adapted during
+i.i.d. rows; SVGD particles repel each other, so their U-statistic can be negative. SVGD: AdaGrad (ε = 0.1), h by the
+median rule, particles start from N(0, I); Langevin: n ULA chains from the same start, step adapted during
 warm-up, the last state of each chain; "exact": n independent draws (the Monte-Carlo reference).
 The paper's claim (Fig. 2b): graphical SVGD beats vanilla SVGD on the second moments.
 Usage: python benchmarks/svgd_gmrf.py [--trials 3] [--iters 1000] [--particles 20,50,100,200]

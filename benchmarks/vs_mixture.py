@@ -22,10 +22,11 @@ with its default ``discrete="auto"``: its coarse lattices are modelled as discre
 density its cell's average, samples rounded; docs/gp_tilted.md); ``--discrete none`` fits it on the dequantized rows
 too, with ``discrete=None``.
 
-Tables: MAGIC (``../shared/data/magic_gamma.parquet``, its 10 float columns), ``meters`` (synthetic: 7
+Tables: MAGIC (``tests/data/magic_gamma.parquet``, its 10 float columns), ``meters`` (synthetic: 7
 columns of a household meter table: three zero-inflated sub-meters, values recorded to 3 decimals),
 ``rental`` (synthetic: hour, weekday, month codes, two binary flags, two skewed counts), and with
-``--adbench`` the ADBench development sets (``../shared/data/adbench``, their X only).
+``--adbench`` the ADBench development sets (their X only; their folder from ``--adbench-dir`` or
+``TGPFLOW_ADBENCH_DIR``: they are not in the repository).
 
 Each method is fitted on every base of ``--bases`` (``base=``: "empirical", the Gaussian of the data's moments,
 and "mixture", a Gaussian mixture fitted on the pilot under the tilt; docs/gp_tilted.md).
@@ -46,13 +47,16 @@ from typing import Any
 
 import numpy as np
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+try:
+    from benchmarks.datasets import MAGIC, adbench_files
+except ImportError:  # run as a script: benchmarks/ is on sys.path
+    from datasets import MAGIC, adbench_files
 
 
 def magic() -> np.ndarray:
     import pandas as pd
 
-    return pd.read_parquet(SHARED / "magic_gamma.parquet").drop(columns="class").to_numpy(np.float64)
+    return pd.read_parquet(MAGIC).drop(columns="class").to_numpy(np.float64)
 
 
 def meters(n: int = 60_000, seed: int = 0) -> np.ndarray:
@@ -80,8 +84,8 @@ def rental(n: int = 17_000, seed: int = 0) -> np.ndarray:
     return np.c_[hour, weekday, month, holiday, working, np.round(temp, 1), count].astype(np.float64)
 
 
-def adbench() -> dict[str, np.ndarray]:
-    return {p.stem: np.load(p)["X"].astype(np.float64) for p in sorted((SHARED / "adbench").glob("*.npz"))}
+def adbench(directory: str | None = None) -> dict[str, np.ndarray]:
+    return {p.stem: np.load(p)["X"].astype(np.float64) for p in adbench_files(directory)}
 
 
 def point_masses(train: np.ndarray, kinds: dict[str, Any], steps: dict[int, float]) -> list[tuple[int, float, float]]:
@@ -244,6 +248,7 @@ def main() -> None:
     ap.add_argument("--adbench", nargs="?", const="all", default=None,
                     help="the ADBench development sets: all of them, or those whose names contain one of a "
                          "comma-separated list (e.g. letter,cardio)")
+    ap.add_argument("--adbench-dir", default=None, help="their folder (*.npz; default $TGPFLOW_ADBENCH_DIR)")
     ap.add_argument("--splits", type=int, default=1,
                     help="repeat each table over this many 80/20 splits (seeds 0, 1, …) and print each model's mean "
                          "difference to the mixture with its standard error: on small tables one split's sliced KS "
@@ -254,7 +259,8 @@ def main() -> None:
     data = {t: tables[t]() for t in args.tables.split(",") if t}
     if args.adbench:
         wanted = None if args.adbench == "all" else args.adbench.split(",")
-        data.update({k: v for k, v in adbench().items() if wanted is None or any(w in k for w in wanted)})
+        sets = adbench(args.adbench_dir)
+        data.update({k: v for k, v in sets.items() if wanted is None or any(w in k for w in wanted)})
     k_grid = [int(k) for k in args.k_grid.split(",")]
     out = []
     print(f"{'table':14s} {'model':30s} {'loglik':>9s} {'Δ vs GMM':>9s} {'KS':>8s} {'KS/GMM':>7s} {'WD':>8s} "

@@ -89,7 +89,7 @@ def _child(args: list[str], root: str, kill: int | str | None, when: str, log: s
         _install(root, kill, when, log)
         from tgpflow.cli import main
 
-        main(args, prog_name="tgpflow")
+        main(["--json", *args], prog_name="tgpflow")  # the scripts' output: the tests read its JSON
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -34,7 +34,7 @@ def phi_raw(X, Z, c, gamma):
 
 
 def fd_objective(theta, X, Z, c, gamma, mean, P, lam):
-    """Seed 003 eq 6 + λ/2‖θ‖²: Σ_i [½‖s(x_i)‖² + tr ∇s(x_i)], s = (1/γ)Zᵀ(θ⊙φ') − P(x−μ)."""
+    """[Paisley et al.] eq 6 + λ/2‖θ‖²: Σ_i [½‖s(x_i)‖² + tr ∇s(x_i)], s = (1/γ)Zᵀ(θ⊙φ') − P(x−μ)."""
     phi, dphi = phi_raw(X, Z, c, gamma)
     s = (dphi * theta) @ Z / gamma - (X - mean) @ P
     trace = -(phi * theta) @ np.einsum("sd,sd->s", Z, Z) / gamma**2 - np.trace(P)
@@ -68,7 +68,7 @@ def gauss_hermite(mean, cov, n_nodes):
 
 
 def ncfd_objective(theta, X, Z, c, gamma, mean, cov, lam, sigmas, n_nodes=30):
-    """Seed 003 eq 27 + (λ/2)‖θ‖²: (1/H) Σ_h Σ_i E_ξ[½‖s_h‖² + tr∇s_h](x_i + ξ), ξ ~ N(0, σ_h²I),
+    """[Paisley et al.] eq 27 + (λ/2)‖θ‖²: (1/H) Σ_h Σ_i E_ξ[½‖s_h‖² + tr∇s_h](x_i + ξ), ξ ~ N(0, σ_h²I),
     by tensor Gauss–Hermite quadrature in ξ (row by row, raw cos/sin; no statistics)."""
     d = X.shape[1]
     total = 0.0
@@ -132,7 +132,7 @@ def _score_matching_sum(f, X, grad_log_q0, h):
 
 
 def nkef_objective(beta, X, Y, s, lam, eps, grad_log_q0=None, h=1e-4):
-    """Ĵ(f) + (λ/2)‖f‖²_H + (ε/2)‖β‖² with the cross term (seed 001 eq 2 + B1), f = Σ_a ∂_y k(Y_a,·)ᵀβ_a.
+    """Ĵ(f) + (λ/2)‖f‖²_H + (ε/2)‖β‖² with the cross term ([Sutherland et al.] eq 2 + B1), f = Σ_a ∂_y k(Y_a,·)ᵀβ_a.
     ∇f and Δf by central differences of the black-box f; ‖f‖²_H from textbook kernel derivatives."""
     m, d = Y.shape
     B = beta.reshape(m, d)
@@ -146,7 +146,8 @@ def nkef_objective(beta, X, Y, s, lam, eps, grad_log_q0=None, h=1e-4):
 
 
 def lite_objective(alpha, X, Y, s, lam, grad_log_q0=None, h=1e-4):
-    """Ĵ(f) + (λ/2)(‖f‖²_H + ‖α‖²) for f = Σ_a α_a k(Y_a, ·) (MATH.md §6 lite; B3 scaling); FD derivatives."""
+    """Ĵ(f) + (λ/2)(‖f‖²_H + ‖α‖²) for f = Σ_a α_a k(Y_a, ·) (docs/mathematics.md, "Nyström kernel exponential family"
+    lite; B3 scaling); FD derivatives."""
 
     def f(x):
         return sum(alpha[a] * gauss_k(Y[a], x, s) for a in range(len(Y)))

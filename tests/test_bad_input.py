@@ -139,7 +139,7 @@ DATA_ERRORS = [
     ("corrupt-file", ["fit", "corrupt.parquet", *FAST], 1, ["corrupt.parquet", "not a readable Parquet file"]),
     ("schema-differs", ["fit", "mixed", "--columns", "u", *FAST], 1, ["b.parquet", "schema differs"]),
     ("column-missing-in-a-file", ["fit", "mixed", *FAST], 1, ["b.parquet", "missing column(s) ['v']"]),
-    ("no-such-source", ["fit", "nowhere/x.parquet", *FAST], 1, ["x.parquet"]),
+    ("no-such-source", ["fit", "nowhere/x.parquet", *FAST], 2, ["x.parquet"]),  # a usage error
     ("score-nan", ["score", "m.zarr", "nan.parquet", "--progress", "none"], 1,
      ["nan.parquet row group 0", "column 'u': 1"]),
     ("score-missing-columns", ["score", "m.zarr", "collinear.parquet", "--progress", "none"], 1,

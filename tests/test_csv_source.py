@@ -118,13 +118,14 @@ def test_a_fit_from_csv_equals_the_fit_from_the_array_and_the_cli_scores_its_row
     model = str(tmp_path / "m.zarr")
     frame.insert(0, "id", [f"r{i}" for i in range(3000)])  # text: a column to keep, not to fit
     frame.to_csv(path, index=False)
-    r = runner.invoke(main, ["fit", str(path), "--model", "fd", "--n-features", "32", "--lam", "0.1",
+    r = runner.invoke(main, ["--json", "fit", str(path), "--model", "fd", "--n-features", "32", "--lam", "0.1",
                              "--bandwidth", "1.0", "--columns", "a,b,c", "--out", model, "--progress", "none"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout.strip().splitlines()[-1])["rows"] == 3000
     frame.loc[[5, 2500], "c"] = np.nan  # dropped rows keep their numbers: the others' do not move
     frame.to_csv(path, index=False)
-    r = runner.invoke(main, ["score", model, str(path), "--out", str(tmp_path / "s.parquet"), "--on-bad-rows", "drop",
+    r = runner.invoke(main, ["--json", "score", model, str(path), "--out", str(tmp_path / "s.parquet"),
+                             "--on-bad-rows", "drop",
                              "--keep-columns", "id", "--progress", "none"])
     assert r.exit_code == 0, r.output
     scores = pd.read_parquet(tmp_path / "s.parquet")

@@ -66,9 +66,10 @@ def test_large_angles_fall_back_to_numpy(rng):
     np.testing.assert_allclose(phi[:, 0], np.sqrt(2) * np.cos(X[:, 0] / 1e-3 + 0.3 - 0.0), atol=1e-9)
 
 
-@pytest.mark.slow  # S = 40 000 (STYLE.md: S ≤ 128): a Monte-Carlo tolerance 5/√S, 3 rows, no S×S gram (0.3 s)
+@pytest.mark.slow  # S = 40 000 (usual: S ≤ 128): a Monte-Carlo tolerance 5/√S, 3 rows, no S×S gram (0.3 s)
 def test_rff_kernel_monte_carlo(rng):
-    """E φ(x)ᵀφ(x') = exp(−δᵀΣ_zδ/2γ²) (MATH.md §1), Monte-Carlo with S = 40 000."""
+    """E φ(x)ᵀφ(x') = exp(−δᵀΣ_zδ/2γ²) (docs/mathematics.md, "Features and the pilot pass"), Monte-Carlo with S = 40
+    000."""
     cov = np.array([[2.0, 0.5], [0.5, 1.0]])
     kc = paper_kernel_cov(cov)
     f = RandomFourierFeatures.draw(40_000, bandwidth=0.8, kernel_cov=kc, random_state=0)

@@ -290,12 +290,12 @@ FIT = ["--model", "fd", "--n-features", "24", "--lam", "0.1", "--bandwidth", "1.
 def test_cli_fit_score_and_sample_to_memory_read_back_equal_in_memory_results(mem, tmp_path, gaussian_mix):
     data = write_parquet(tmp_path / "data.parquet", gaussian_mix, ["u", "v"], row_group_size=150)
     runner = CliRunner()
-    r = runner.invoke(main, ["fit", str(data), "--out", "memory://bucket/m.zarr", *FIT])
+    r = runner.invoke(main, ["--json", "fit", str(data), "--out", "memory://bucket/m.zarr", *FIT])
     assert r.exit_code == 0, r.output
     est = tgpflow.load("memory://bucket/m.zarr")
-    r = runner.invoke(main, ["info", "memory://bucket/m.zarr"])
+    r = runner.invoke(main, ["--json", "info", "memory://bucket/m.zarr"])
     assert r.exit_code == 0 and json.loads(r.output)["fingerprint"] == est.features_.fingerprint, r.output
-    r = runner.invoke(main, ["score", "memory://bucket/m.zarr", str(data), "--out", "memory://bucket/scores",
+    r = runner.invoke(main, ["--json", "score", "memory://bucket/m.zarr", str(data), "--out", "memory://bucket/scores",
                              "--progress", "none"])
     assert r.exit_code == 0, r.output
     printed = json.loads(r.output.strip().splitlines()[-1])
@@ -306,17 +306,18 @@ def test_cli_fit_score_and_sample_to_memory_read_back_equal_in_memory_results(me
     np.testing.assert_array_equal(scores["anomaly_score"], -scores["log_density"])
     assert output_kind("memory://bucket/scores") == "scores"
     # a second score run needs --overwrite, then replaces the dataset whole
-    r = runner.invoke(main, ["score", "memory://bucket/m.zarr", str(data), "--out", "memory://bucket/scores",
+    r = runner.invoke(main, ["--json", "score", "memory://bucket/m.zarr", str(data), "--out", "memory://bucket/scores",
                              "--progress", "none"])
     assert r.exit_code == 2 and "pass --overwrite" in r.output
-    r = runner.invoke(main, ["score", "memory://bucket/m.zarr", str(data), "--out", "memory://bucket/scores",
+    r = runner.invoke(main, ["--json", "score", "memory://bucket/m.zarr", str(data), "--out", "memory://bucket/scores",
                              "--progress", "none", "--overwrite"])
     assert r.exit_code == 0, r.output
     again = json.loads(r.output.strip().splitlines()[-1])["data"]
     assert again != printed["data"] and not mem.exists(printed["data"].removeprefix("memory://"))
     np.testing.assert_allclose(pd.read_parquet(again)["log_density"], expected, rtol=1e-12)
     # samples: one Parquet object
-    r = runner.invoke(main, ["sample", "memory://bucket/m.zarr", "-n", "100", "--out", "memory://bucket/s.parquet"])
+    r = runner.invoke(main, ["--json", "sample", "memory://bucket/m.zarr", "-n", "100", "--out",
+                             "memory://bucket/s.parquet"])
     assert r.exit_code == 0, r.output
     with mem.open("/bucket/s.parquet", "rb") as fh:
         table = pq.read_table(fh)
@@ -386,9 +387,9 @@ def test_a_pipeline_store_on_memory_accumulates_and_commits_like_a_local_one(mem
             got = pq.read_table(fh).to_pandas()
         want = pd.read_parquet(tmp_path / "local" / "scores" / f"p{s:03d}.parquet")
         pd.testing.assert_frame_equal(got, want)
-    r = CliRunner().invoke(main, ["stats", "info", "memory://bucket/store.zarr"])  # verifies every entry
+    r = CliRunner().invoke(main, ["--json", "stats", "info", "memory://bucket/store.zarr"])  # verifies every entry
     assert r.exit_code == 0 and json.loads(r.output)["partitions"] == 3, r.output
-    r = CliRunner().invoke(main, ["info", "memory://bucket/models/fd"])
+    r = CliRunner().invoke(main, ["--json", "info", "memory://bucket/models/fd"])
     assert r.exit_code == 0 and json.loads(r.output)["current"] == "v000002", r.output
     # a rerun with nothing new changes nothing; nothing hidden is left behind
     assert not run_pipeline(mem_spec)["changed"]

@@ -1,10 +1,10 @@
-"""Matrix-free kernel solves (issue 18, defect 3; MATH.md §6–§7): the curl-free Gram as an operator, CG with a
-relative-residual stop, Landweber / ν-method by mat-vecs (Cholesky-whitened on Nyström statistics, on the
-n × n kernel matrix for the full sample).
+"""Matrix-free kernel solves (issue 18, defect 3; docs/mathematics.md, "Nyström kernel exponential family" and "Score
+estimators on a Nyström basis"): the curl-free Gram as an operator, CG with a relative-residual stop, Landweber /
+ν-method by mat-vecs (Cholesky-whitened on Nyström statistics, on the n × n kernel matrix for the full sample).
 
 Oracles: the Gram built pair by pair from the textbook formula (``tests.oracles.gauss_cf``), ``numpy.linalg``
 solves and eigendecompositions, the filters written out here (Landweber's sum, the ν-method's Jacobi
-polynomials) and ζ̂ from MATH.md §6's formula.
+polynomials) and ζ̂ from docs/mathematics.md, "Nyström kernel exponential family"'s formula.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def _dense_gram(X, s):
 
 
 def _zeta(x, X, s):
-    """ζ̂(x) = ∇ξ̂(x) for a flat base (MATH.md §6 full KEF): (1/n)Σ_a (4/σ²)k r(d + 2 − (2/σ)‖r‖²), r = x − X_a."""
+    """ζ̂(x) = ∇ξ̂(x) for a flat base (docs/mathematics.md, "Nyström kernel exponential family" full KEF): (1/n)Σ_a
+    (4/σ²)k r(d + 2 − (2/σ)‖r‖²), r = x − X_a."""
     out = np.zeros_like(x)
     d = X.shape[1]
     for i, xi in enumerate(x):
@@ -102,7 +103,7 @@ def test_kef_cg_reports_iterations_and_its_residual(kept, rng, monkeypatch):
     info = est.solver_info_
     assert info["gram"] == ("kept" if kept else "streamed") and info["converged"] and info["cg_exit"] == 0
     assert 1 <= info["iterations"] <= 120 and info["residual"] <= 1e-9
-    A = _dense_gram(X, s) + 60 * lam * np.eye(120)  # (G + nλI)β = ζ̂(X)/λ (MATH.md §6)
+    A = _dense_gram(X, s) + 60 * lam * np.eye(120)  # (G + nλI)β = ζ̂(X)/λ (docs/mathematics.md, "Nyström kernel exponential family")
     b = _zeta(X, X, s).ravel() / lam
     assert np.linalg.norm(b - A @ est.beta_.ravel()) / np.linalg.norm(b) <= 1e-8
     np.testing.assert_allclose(est.beta_.ravel(), np.linalg.solve(A, b), rtol=1e-6, atol=1e-9 * np.abs(b).max())
@@ -129,7 +130,7 @@ def test_whitened_iterations_are_the_filter_on_the_projected_operator(reg, lam, 
     else:
         C, h = stats.Ck, est.stats_.h_grad
         G = np.array([[gauss_k(a, b, 0.5) for b in Y] for a in Y])
-    kap, V = np.linalg.eigh(G)  # the closed form of MATH.md §7, nothing cut
+    kap, V = np.linalg.eigh(G)  # the closed form of docs/mathematics.md, "Score estimators on a Nyström basis", nothing cut
     Rinv = V / np.sqrt(kap)
     sig, U = np.linalg.eigh(Rinv.T @ (C / n) @ Rinv)
     # power iteration: from below, within its budget (the top two eigenvalues here are close)
@@ -175,7 +176,7 @@ def test_full_sample_iterations_are_the_filter_of_the_gram(reg, lam, rng):
     zeta = _zeta(X, X, s).ravel()
     g = _filter(reg, sig, step, lam)
     g0 = float(_filter(reg, np.zeros(1), step, lam)[0])
-    # at the rows: s(X) = −g(G/n) ζ̂(X) (MATH.md §7: S L̂ = (G/n) S)
+    # at the rows: s(X) = −g(G/n) ζ̂(X) (docs/mathematics.md, "Score estimators on a Nyström basis": S L̂ = (G/n) S)
     at_rows = -(U * g) @ (U.T @ zeta)
     np.testing.assert_allclose(est.grad_log_density(X).ravel(), at_rows, rtol=1e-8, atol=1e-10 * np.abs(at_rows).max())
     # off the rows: s(x) = −g(0) ζ̂(x) − K_xX q(G/n) ζ̂(X)/n, q(σ) = (g(σ) − g(0))/σ

@@ -1,4 +1,5 @@
-"""Nyström KEF and the kernel score estimators (MATH.md §6, §7) against brute force."""
+"""Nyström KEF and the kernel score estimators (docs/mathematics.md, "Nyström kernel exponential family" and "Score
+estimators on a Nyström basis") against brute force."""
 
 import dask.array as da
 import numpy as np
@@ -38,7 +39,7 @@ def test_curl_free_kernel_is_the_mixed_second_derivative(kernel, rng):
 
 @pytest.mark.parametrize("base,eps", [("flat", 1e-5), ("gaussian", 1e-5), ("flat", 0.0), ("gaussian", 0.0)])
 def test_nystrom_kef_is_the_brute_force_minimiser_with_the_cross_term(small, base, eps):
-    """β minimises Ĵ + (λ/2)‖f‖² + (ε/2)‖β‖² (ε = ``ridge``: seed 001's 1e-5, or none, the default)."""
+    """β minimises Ĵ + (λ/2)‖f‖² + (ε/2)‖β‖² (ε = ``ridge``: [Sutherland et al.]'s 1e-5, or none, the default)."""
     X, Y = small
     s, lam = 1.5, 0.05
     est = NystromKEF(bandwidth=s, lam=lam, base=base, ridge=eps).fit(X, basis=Y)
@@ -51,7 +52,7 @@ def test_nystrom_kef_is_the_brute_force_minimiser_with_the_cross_term(small, bas
     obj = lambda b: nkef_objective(b, X, Y, s, lam, eps, grad_q0)  # noqa: E731
     beta, *_ = quadratic_minimiser(obj, Y.size)
     np.testing.assert_allclose(est.beta_.ravel(), beta, rtol=2e-5, atol=2e-5 * np.abs(beta).max())
-    if base == "gaussian":  # dropping the cross term (seed 001 eq 3) gives another β (MATH.md §11 B1)
+    if base == "gaussian":  # dropping the cross term ([Sutherland et al.] eq 3) gives another β (docs/mathematics.md, "Where the papers differ", item B1)
         no_cross = quadratic_minimiser(lambda b: nkef_objective(b, X, Y, s, lam, eps, None), Y.size)[0]
         assert np.linalg.norm(no_cross - beta) > 1e-2 * np.linalg.norm(beta)
 
@@ -78,8 +79,8 @@ def _explicit_stats(X, Y, s, kernel):
 
 
 def test_the_nu_method_oracle_is_the_nu_method():
-    """The Jacobi form above against the three-term recursion written out in MATH.md §7 on a diagonal T
-    (t = 1: g = ω_1 = (4ν + 2)/(4ν + 1); the step count and ν both matter)."""
+    """The Jacobi form above against the three-term recursion written out in docs/mathematics.md, "Score estimators on a
+    Nyström basis" on a diagonal T (t = 1: g = ω_1 = (4ν + 2)/(4ν + 1); the step count and ν both matter)."""
     s = np.array([0.0, 1e-3, 0.2, 0.5, 0.9, 1.0])
     for nu in (0.5, 1.0, 2.0):
         assert nu_method_filter(s, 1, nu) == pytest.approx(np.full(6, (4 * nu + 2) / (4 * nu + 1)))
@@ -95,8 +96,9 @@ def test_the_nu_method_oracle_is_the_nu_method():
 
 
 def _filter_oracle(C, h, G, n, lam, reg, nu=1.0):
-    """c = −R⁻¹ g_λ(T) z by eigendecompositions (MATH.md §7); the iterations' scale is ρ = 1.05 max σ(T)
-    (Landweber η = 1/ρ, t = ⌊1/λ⌋; ν-method t = ⌊λ^{−1/2}⌋). Returns c and max σ(T)."""
+    """c = −R⁻¹ g_λ(T) z by eigendecompositions (docs/mathematics.md, "Score estimators on a Nyström basis"); the
+    iterations' scale is ρ = 1.05 max σ(T) (Landweber η = 1/ρ, t = ⌊1/λ⌋; ν-method t = ⌊λ^{−1/2}⌋). Returns c and max
+    σ(T)."""
     kappa, V = np.linalg.eigh(G)
     keep = kappa > 1e-10 * kappa.max()
     Rinv = V[:, keep] / np.sqrt(kappa[keep])
@@ -210,8 +212,9 @@ def test_recovers_a_closed_form_score_better_with_more_rows(preset, kind):
 
 
 def test_mixture_score_and_divergence(gaussian_mix):
-    # seed 001's ridge keeps β = O(10) here: without it (the pseudo-inverse limit) β is O(10⁵) with cancelling
-    # terms, and a central difference of f with h = 1e-6 keeps only ~5 digits (the identities hold either way)
+    # [Sutherland et al.]'s ridge keeps β = O(10) here: without it (the pseudo-inverse limit) β is O(10⁵) with
+    # cancelling terms, and a central difference of f with h = 1e-6 keeps only ~5 digits (the identities hold either
+    # way)
     est = NystromKEF(n_basis=60, bandwidth=0.8, lam=1e-4, base="gaussian", ridge=1e-5).fit(gaussian_mix)
     x = gaussian_mix[:15]
     score = est.grad_log_density(x)

@@ -1,7 +1,9 @@
-"""The kernel solves of issue 18 (MATH.md §7): no hidden ridge, and Landweber / ν-method scaled by ‖T‖ alone.
+"""The kernel solves of issue 18 (docs/mathematics.md, "Score estimators on a Nyström basis"): no hidden ridge, and
+Landweber / ν-method scaled by ‖T‖ alone.
 
 Oracles: eigendecompositions (``numpy.linalg.eigh``), pseudo-inverses, the ν-method's Jacobi polynomials
-and its three-term recursion written out here from MATH.md §7 (not the library's coefficients).
+and its three-term recursion written out here from docs/mathematics.md, "Score estimators on a Nyström basis" (not the
+library's coefficients).
 """
 
 from __future__ import annotations
@@ -82,7 +84,8 @@ def test_landweber_after_t_steps_is_the_truncated_neumann_series(steps, rng):
 
 
 def _nu_filter_by_recursion(sig, t, nu, rho):
-    """g with w_t = −g(σ) z for one eigenvalue σ (z = 1): MATH.md §7's recursion, written out here."""
+    """g with w_t = −g(σ) z for one eigenvalue σ (z = 1): docs/mathematics.md, "Score estimators on a Nyström basis"'s
+    recursion, written out here."""
     w_prev = np.zeros_like(sig)
     w = -(4 * nu + 2) / (4 * nu + 1) * np.ones_like(sig) / rho  # w_1 = −ω_1 z/ρ, ω_1 = (4ν + 2)/(4ν + 1)
     for k in range(2, t + 1):

@@ -311,29 +311,33 @@ def test_the_command_line_takes_discrete_and_says_which_columns_are(tmp_path):
 
     src = write_parquet(tmp_path / "codes.parquet", _codes_table(3000), ["weekday", "load"])
     runner = CliRunner()
-    r = runner.invoke(main, ["fit", str(src), "--out", str(tmp_path / "m.zarr"), "--n-features", "32", "--lam", "1",
+    r = runner.invoke(main, ["--json", "fit", str(src), "--out", str(tmp_path / "m.zarr"), "--n-features", "32",
+                             "--lam", "1",
                              "--bandwidth", "1", "--progress", "none"])
     assert r.exit_code == 0, r.output
     fit = json.loads(r.stdout)
     assert fit["discrete"] == {"weekday": {"origin": 0.0, "step": 1.0}}
     assert fit["suggested_bounds"] is None  # every code is ≥ 0, but its cells bound it: no log transform suggested
     assert fit["bounds"] == {"weekday": [-0.5, 6.5]}  # the bounds the fit resolved: the codes' outer cell edges
-    info = json.loads(runner.invoke(main, ["info", str(tmp_path / "m.zarr")]).stdout)
+    info = json.loads(runner.invoke(main, ["--json", "info", str(tmp_path / "m.zarr")]).stdout)
     assert info["discrete"] == {"weekday": {"origin": 0.0, "step": 1.0}}
-    r = runner.invoke(main, ["fit", str(src), "--out", str(tmp_path / "n.zarr"), "--n-features", "32", "--lam", "1",
+    r = runner.invoke(main, ["--json", "fit", str(src), "--out", str(tmp_path / "n.zarr"), "--n-features", "32",
+                             "--lam", "1",
                              "--bandwidth", "1", "--discrete", "none", "--progress", "none"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["discrete"] is None
-    r = runner.invoke(main, ["fit", str(src), "--out", str(tmp_path / "b.zarr"), "--n-features", "32", "--lam", "1",
+    r = runner.invoke(main, ["--json", "fit", str(src), "--out", str(tmp_path / "b.zarr"), "--n-features", "32",
+                             "--lam", "1",
                              "--bandwidth", "1", "--bounds", "auto", "--progress", "none"])
     assert r.exit_code == 0, r.output  # the load has negative values: nothing to bound but the codes' range
-    r = runner.invoke(main, ["fit", str(src), "--out", str(tmp_path / "open.zarr"), "--n-features", "32", "--lam",
+    r = runner.invoke(main, ["--json", "fit", str(src), "--out", str(tmp_path / "open.zarr"), "--n-features", "32",
+                             "--lam",
                              "1", "--bandwidth", "1", "--bounds", "none", "--discrete", "none", "--progress", "none"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["bounds"] is None
-    assert json.loads(runner.invoke(main, ["info", str(tmp_path / "b.zarr")]).stdout)["bounds"] == {
+    assert json.loads(runner.invoke(main, ["--json", "info", str(tmp_path / "b.zarr")]).stdout)["bounds"] == {
         "weekday": [-0.5, 6.5]}
-    r = runner.invoke(main, ["fit", str(src), "--out", str(tmp_path / "o.zarr"), "--discrete", "load",
+    r = runner.invoke(main, ["--json", "fit", str(src), "--out", str(tmp_path / "o.zarr"), "--discrete", "load",
                              "--progress", "none"])
     assert r.exit_code != 0 and "'load' is not on a lattice" in r.output
     assert not (tmp_path / "o.zarr").exists()

@@ -187,7 +187,7 @@ def test_info_reads_a_model_without_solving(fitted_models, tmp_path, monkeypatch
 
     path = fitted_models["fvpd_learn"].save(tmp_path / "m.zarr")
     with no_solve(monkeypatch):
-        r = CliRunner().invoke(main, ["info", str(path)])
+        r = CliRunner().invoke(main, ["--json", "info", str(path)])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["method"] == "fvpd"
 
@@ -316,7 +316,8 @@ def test_a_legacy_file_is_verified_against_its_own_statistics(fitted_models, tmp
 
 
 def test_a_map_file_from_before_map_points_loads_and_verifies_as_base_draws(data, tmp_path):
-    # such files solved MAP on plain base draws (seed 003 Alg 1); the default is now the proposal's point set
+    # such files solved MAP on plain base draws ([Paisley et al.] Algorithm 1); the default is now the proposal's point
+    # set
     est = GPTiltedDensity(method="map", map_draws=3000, map_points="base", **COMMON).fit(data)
     proposal = GPTiltedDensity(method="map", map_draws=3000, **COMMON).fit(data)
     assert not np.allclose(proposal.theta_, est.theta_, rtol=1e-3)  # the two rules give other fits

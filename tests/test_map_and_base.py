@@ -1,4 +1,5 @@
-"""MAP (MATH.md §5) against quadrature; base-measure learning (MATH.md §2, eqs 12–16)."""
+"""MAP (docs/mathematics.md, "MAP, baselines and sampling") against quadrature; base-measure learning
+(docs/mathematics.md, "Fisher divergence and base-measure learning", eqs 12–16)."""
 
 import numpy as np
 import pytest
@@ -74,7 +75,8 @@ def test_proposal_point_set_is_an_unbiased_rule_for_the_base_expectation():
 
 
 def test_map_step_is_stable_for_large_n(gaussian_mix):
-    """Newton (MATH.md §11 A9): no blow-up when ψ and N are huge (a billion rows' worth)."""
+    """Newton (docs/mathematics.md, "Where the papers differ", item A9): no blow-up when ψ and N are huge (a billion
+    rows' worth)."""
     f = RandomFourierFeatures.draw(30, bandwidth=0.6, n_dims=2, shift=gaussian_mix.mean(0), random_state=5)
     st = tgp_chunk_stats(gaussian_mix, f)
     scale = 1e9 / st.n

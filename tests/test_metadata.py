@@ -105,5 +105,5 @@ def test_a_versions_run_info_is_checksummed(saved, tmp_path):
     path.write_text(path.read_text().replace("-3.5", "-350.0"))
     with pytest.raises(ModelFileError, match=f"^{path}: the version's run info does not match its checksum"):
         vers.info(name)
-    r = CliRunner().invoke(main, ["info", str(vers.root)])
+    r = CliRunner().invoke(main, ["--json", "info", str(vers.root)])
     assert r.exit_code == 1 and str(path) in r.output and "Traceback" not in r.output

@@ -1,4 +1,4 @@
-"""Sliced KS/WD (seed 003 §IV), the Hyvärinen loss (MATH.md §10), the KDE baselines."""
+"""Sliced KS/WD ([Paisley et al.] §IV), the Hyvärinen loss (docs/mathematics.md, "Metrics"), the KDE baselines."""
 
 import dask.array as da
 import numpy as np

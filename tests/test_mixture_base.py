@@ -245,7 +245,8 @@ def test_base_mixture_is_refused_where_it_is_not_defined():
 
 def test_ncfd_under_a_one_component_mixture_is_the_gaussian_closed_form():
     """A mixture of one component is its own moment-matched Gaussian: NCFD's noisy sums vanish (the control
-    variate is exact) and the system is the closed form's (MATH.md §3's Table I)."""
+    variate is exact) and the system is the closed form's (docs/mathematics.md, "Noise-conditional Fisher divergence"'s
+    Table I)."""
     from tgpflow.solve.ncfd import ncfd_system
     from tgpflow.stats.ncfd import ncfd_chunk_stats
 

@@ -89,7 +89,8 @@ def test_local_cluster_and_threads_agree_bit_for_bit(same_rows):
 
 
 def test_offset_data_give_the_same_model_as_centred_data(rng):
-    """Mean 10⁶, unit spread: the x₀ shift keeps θ equal to the centred fit (MATH.md §1)."""
+    """Mean 10⁶, unit spread: the x₀ shift keeps θ equal to the centred fit (docs/mathematics.md, "Features and the
+    pilot pass")."""
     Xc = rng.normal(size=(2000, 2)) * [1.0, 0.5]
     offset = np.array([1e6, -2e6])
     ref = GPTiltedDensity(n_features=48).fit(Xc)
@@ -218,7 +219,8 @@ def test_a_pickle_is_never_loaded(tmp_path, gaussian_mix, monkeypatch):
 
 
 # scikit-learn's checks fit a few rows of noise: the fit diagnostics rightly warn there (not what these check);
-# they check the API, not the normaliser's precision: 4096 draws, not 2¹⁷ (the selection's 8 γ × 3 folds draw a quarter each)
+# they check the API, not the normaliser's precision: 4096 draws, not 2¹⁷ (the selection's 8 γ × 3 folds draw a quarter
+# each)
 @pytest.mark.filterwarnings("ignore::tgpflow.models.diagnostics.DiagnosticWarning")
 @parametrize_with_checks([GPTiltedDensity(n_features=16, normalizer_draws=4096),
                           GPTiltedDensity(method="fvpd", n_features=16, normalizer_draws=4096)])

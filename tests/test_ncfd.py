@@ -1,4 +1,5 @@
-"""NCFD (MATH.md §3): one-pass statistics and solve against quadrature of eq 27."""
+"""NCFD (docs/mathematics.md, "Noise-conditional Fisher divergence"): one-pass statistics and solve against quadrature
+of eq 27."""
 
 import array_api_strict as xps
 import numpy as np

@@ -470,7 +470,7 @@ def test_mcmc_from_the_base_reproduces_a_gaussian_and_reports_rhat_and_ess():
     assert stuck.rhat.max() > 1.01 and any("disagree" in str(w.message) for w in caught)
 
 
-@pytest.mark.slow  # 100 000 rows (STYLE.md: n ≤ 20k): a 0.001 quantile to ±0.05 needs them; in memory, no pass
+@pytest.mark.slow  # 100 000 rows (usual: n ≤ 20k): a 0.001 quantile to ±0.05 needs them; in memory, no pass
 def test_support_box_and_heldout_rate():
     rows = np.random.default_rng(0).normal(size=(100_000, 3))
     box = SupportBox.from_rows(rows)

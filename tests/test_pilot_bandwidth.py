@@ -1,4 +1,5 @@
-"""bandwidth="auto": the pilot's cross-validation folds and the fold-averaged curve (MATH.md §5, log Z)."""
+"""bandwidth="auto": the pilot's cross-validation folds and the fold-averaged curve (docs/mathematics.md, "MAP,
+baselines and sampling", log Z)."""
 
 from __future__ import annotations
 

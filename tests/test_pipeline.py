@@ -224,7 +224,7 @@ def test_corrupted_store_entry_is_detected_and_named(tmp_path):
 
 
 def _cli(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "tgpflow.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tgpflow.cli", "--json", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=240, **kw)
 
 
@@ -271,17 +271,17 @@ def test_an_unpublished_version_is_invisible_and_removed_by_gc_or_the_next_run(t
     orphan = tmp_path / "models" / "fd" / "v000002.zarr"
     assert orphan.is_dir()
     for model in ("fd", "kef"):
-        r = CliRunner().invoke(main, ["info", str(tmp_path / "models" / model)])
+        r = CliRunner().invoke(main, ["--json", "info", str(tmp_path / "models" / model)])
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["current"] == "v000001" and list(json.loads(r.stdout)["versions"]) == ["v000001"]
     assert ModelVersions(tmp_path / "models" / "fd").list() == ["v000001"]
     lock = (".lock", ".lock.holder")  # the store lock's own files (the killed run's holder note goes)
     everything = tree_hash(tmp_path, skip=lock)
-    r = CliRunner().invoke(main, ["gc", str(spec_path), "--dry-run"])
+    r = CliRunner().invoke(main, ["--json", "gc", str(spec_path), "--dry-run"])
     assert r.exit_code == 0, r.output
     plan = json.loads(r.stdout)
     assert plan["dry_run"] and str(orphan) in plan["removed"] and tree_hash(tmp_path, skip=lock) == everything
-    r = CliRunner().invoke(main, ["gc", str(spec_path)])
+    r = CliRunner().invoke(main, ["--json", "gc", str(spec_path)])
     assert r.exit_code == 0 and json.loads(r.stdout)["removed"] == plan["removed"], r.output
     assert tree_hash(tmp_path / "models") == published  # exactly the unpublished versions went
     store = StatsStore(tmp_path / "store.zarr")
@@ -426,7 +426,7 @@ def test_validate_checks_the_cluster_file_or_scheduler_without_reaching_it(tmp_p
     value = value.format(dir=tmp_path)
     section = {key: str(tmp_path / value) if key == "file" else value}
     t = time.perf_counter()
-    r = CliRunner().invoke(main, ["validate", str(_spec(tmp_path, cluster=section))])
+    r = CliRunner().invoke(main, ["--json", "validate", str(_spec(tmp_path, cluster=section))])
     assert time.perf_counter() - t < 10  # no cluster started, no connection tried
     assert r.exit_code == code, r.output
     pattern = expected.format(dir=tmp_path)

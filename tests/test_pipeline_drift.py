@@ -124,7 +124,7 @@ def test_a_window_drops_the_rows_that_left_it_from_the_reference(tmp_path):
 
 
 def _cli_run(spec: Path, *flags: str):
-    return CliRunner().invoke(main, ["run", str(spec), "--progress", "none", *flags])
+    return CliRunner().invoke(main, ["--json", "run", str(spec), "--progress", "none", *flags])
 
 
 def _hours(tmp: Path, t: int, rng) -> None:
@@ -170,7 +170,7 @@ def test_info_lists_each_versions_figures_and_diff_names_the_column_that_moved(t
         _write_day(tmp_path, t, rng, shift=1.0 if t >= 3 else 0.0)
         assert _cli_run(spec).exit_code == 0
     runner = CliRunner()
-    info = json.loads(runner.invoke(main, ["info", str(tmp_path / "models" / "fd")]).stdout)
+    info = json.loads(runner.invoke(main, ["--json", "info", str(tmp_path / "models" / "fd")]).stdout)
     rows = {h["version"]: h for h in info["history"]}
     assert [h["version"] for h in info["history"]] == [f"v00000{k}" for k in range(1, 7)]
     assert rows["v000004"]["drifted"] == ["d003.parquet"] and rows["v000002"]["drifted"] == []

@@ -89,10 +89,10 @@ def test_the_published_model_takes_raw_rows_everywhere(tmp_path):
 
     runner = CliRunner()
     write_parquet(tmp_path / "kept.parquet", kept.to_numpy(), COLUMNS[:2])
-    r = runner.invoke(main, ["score", str(tmp_path / "models" / "density"), str(tmp_path / "kept.parquet"),
+    r = runner.invoke(main, ["--json", "score", str(tmp_path / "models" / "density"), str(tmp_path / "kept.parquet"),
                              "--out", str(tmp_path / "cli-scores"), "--progress", "none"])
     assert r.exit_code == 1 and "has no column 'n_requests'" in r.output and "--no-filters" in r.output
-    r = runner.invoke(main, ["score", str(tmp_path / "models" / "density"), str(tmp_path / "kept.parquet"),
+    r = runner.invoke(main, ["--json", "score", str(tmp_path / "models" / "density"), str(tmp_path / "kept.parquet"),
                              "--no-filters", "--out", str(tmp_path / "cli-scores"), "--progress", "none"])
     assert r.exit_code == 0, r.output
     cli = pd.read_parquet(tmp_path / "cli-scores")
@@ -100,19 +100,21 @@ def test_the_published_model_takes_raw_rows_everywhere(tmp_path):
     np.testing.assert_array_equal(cli["anomaly"], pipeline["anomaly"])
     # the partition itself: the model directory's version applies the spec's filters, as the pipeline did, so
     # the file is the pipeline's own, ids and positions included
-    r = runner.invoke(main, ["score", str(tmp_path / "models" / "density"), str(tmp_path / "data" / "d0.parquet"),
+    r = runner.invoke(main, ["--json", "score", str(tmp_path / "models" / "density"),
+                             str(tmp_path / "data" / "d0.parquet"),
                              "--keep-columns", "id,n_requests", "--out", str(tmp_path / "day-scores"),
                              "--progress", "none"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["filters"] == [["n_requests", ">", 0]]
     day = pd.read_parquet(tmp_path / "day-scores")
     pd.testing.assert_frame_equal(day, pipeline, check_exact=False, rtol=1e-9)
-    r = runner.invoke(main, ["score", str(tmp_path / "models" / "density"), str(tmp_path / "data" / "d0.parquet"),
+    r = runner.invoke(main, ["--json", "score", str(tmp_path / "models" / "density"),
+                             str(tmp_path / "data" / "d0.parquet"),
                              "--no-filters", "--out", str(tmp_path / "every-row"), "--progress", "none"])
     assert r.exit_code == 0, r.output
     assert len(pd.read_parquet(tmp_path / "every-row")) == len(days["d0"])
 
-    r = runner.invoke(main, ["sample", str(tmp_path / "models" / "density"), "-n", "4000",
+    r = runner.invoke(main, ["--json", "sample", str(tmp_path / "models" / "density"), "-n", "4000",
                              "--out", str(tmp_path / "s.parquet")])
     assert r.exit_code == 0, r.output
     samples = pd.read_parquet(tmp_path / "s.parquet")
@@ -120,13 +122,13 @@ def test_the_published_model_takes_raw_rows_everywhere(tmp_path):
     assert (samples > 0).all().all()  # in the data's units, inside the bounds
     np.testing.assert_allclose(samples.median(), rows.median(), rtol=0.1)
 
-    r = runner.invoke(main, ["report", str(tmp_path / "models" / "density"), str(tmp_path / "kept.parquet"),
+    r = runner.invoke(main, ["--json", "report", str(tmp_path / "models" / "density"), str(tmp_path / "kept.parquet"),
                              "--out", str(tmp_path / "report")])
     assert r.exit_code == 0, r.output
     metrics = json.loads((tmp_path / "report" / "metrics.json").read_text())
     assert metrics["sliced"]["ks_median"] < 0.1
 
-    info = json.loads(runner.invoke(main, ["info", str(tmp_path / "models" / "density")]).stdout)
+    info = json.loads(runner.invoke(main, ["--json", "info", str(tmp_path / "models" / "density")]).stdout)
     pre = StatsStore(tmp_path / "store.zarr").read_manifest()["preprocess"]
     assert info["preprocessing"]["standardized"] and info["preprocessing"]["scale"] == pre["scale"]
 
@@ -194,11 +196,11 @@ def test_a_version_written_before_models_carried_their_scaling_reads_raw_rows(tm
 def test_validate_and_dry_run_check_columns_and_bounds_against_the_newest_footer(tmp_path):
     runner = CliRunner()
     spec = _spec(tmp_path)
-    r = runner.invoke(main, ["validate", str(spec)])  # no partition yet: a new deployment validates first
+    r = runner.invoke(main, ["--json", "validate", str(spec)])  # no partition yet: a new deployment validates first
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["source"]["checked"] is None
     _day(tmp_path / "data" / "d0.parquet", 0)
-    r = runner.invoke(main, ["validate", str(spec)])
+    r = runner.invoke(main, ["--json", "validate", str(spec)])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["source"] == {"checked": "d0.parquet", "format": "parquet",
                                               "columns": ["latency_ms", "bytes_in"], "warnings": []}
@@ -208,14 +210,15 @@ def test_validate_and_dry_run_check_columns_and_bounds_against_the_newest_footer
         assert r.exit_code == 1 and "missing column(s) ['latency'] (did you mean 'latency_ms'?)" in r.output, r.output
     outputs = {"store": str(tmp_path / "store.zarr"), "models": str(tmp_path / "models"),
                "scores": {"path": "s", "keep_columns": ["idd"]}}
-    r = runner.invoke(main, ["validate", str(_spec(tmp_path, outputs=outputs))])
+    r = runner.invoke(main, ["--json", "validate", str(_spec(tmp_path, outputs=outputs))])
     assert r.exit_code == 1
     assert "keep_columns names column 'idd', which it does not have; did you mean 'id'?" in r.output
     # a bound the footer's minimum crosses: refused under raise without filters, a warning under drop
     crossing = {"name": "density", "estimator": "GPTiltedDensity", "params": {"bounds": {"bytes_in": [500, None]}}}
-    r = runner.invoke(main, ["validate", str(_spec(tmp_path, models=[crossing], source={"filters": None}))])
+    r = runner.invoke(main, ["--json", "validate", str(_spec(tmp_path, models=[crossing], source={"filters": None}))])
     assert r.exit_code == 1 and "column 'bytes_in' crosses model 'density''s bounds (its minimum" in r.output
-    r = runner.invoke(main, ["validate", str(_spec(tmp_path, models=[crossing], source={"on_bad_rows": "drop"}))])
+    r = runner.invoke(main, ["--json", "validate", str(_spec(tmp_path, models=[crossing],
+                             source={"on_bad_rows": "drop"}))])
     assert r.exit_code == 0 and "will be dropped and counted" in json.loads(r.stdout)["source"]["warnings"][0]
 
 
@@ -343,7 +346,7 @@ def test_a_first_run_with_nothing_ready_says_so_and_validate_passes_over_an_empt
     assert not result["changed"] and result["message"].startswith("no partition is ready")
     assert StatsStore(tmp_path / "store.zarr").read_manifest() is None
     _empty_day(tmp_path / "data" / "d1.parquet")
-    r = CliRunner().invoke(main, ["validate", str(_spec(tmp_path))])
+    r = CliRunner().invoke(main, ["--json", "validate", str(_spec(tmp_path))])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["source"]["checked"] == "d0.parquet"
 
@@ -357,7 +360,7 @@ def test_tgpflow_score_numbers_the_rows_of_a_zarr_store_without_the_suffix(tmp_p
     est.save(tmp_path / "m.zarr")
     store = zarr.create_array(str(tmp_path / "xstore"), shape=X.shape, chunks=(200, 2), dtype="f8")
     store[:] = X
-    r = CliRunner().invoke(main, ["score", str(tmp_path / "m.zarr"), str(tmp_path / "xstore"), "--out",
+    r = CliRunner().invoke(main, ["--json", "score", str(tmp_path / "m.zarr"), str(tmp_path / "xstore"), "--out",
                                   str(tmp_path / "s"), "--progress", "none"])
     assert r.exit_code == 0, r.output
     scores = pd.read_parquet(tmp_path / "s")
@@ -372,20 +375,20 @@ def test_what_a_new_user_got_wrong_is_said_plainly(tmp_path):
     for k in range(2):
         _day(tmp_path / "data" / f"d{k}.parquet", k)
     runner = CliRunner()
-    assert runner.invoke(main, ["run", str(_spec(tmp_path)), "--progress", "none"]).exit_code == 0
+    assert runner.invoke(main, ["--json", "run", str(_spec(tmp_path)), "--progress", "none"]).exit_code == 0
     _day(tmp_path / "data" / "d2.parquet", 2)
     fewer = _spec(tmp_path, source={"columns": ["latency_ms"]})
-    r = runner.invoke(main, ["run", str(fewer), "--progress", "none"])
+    r = runner.invoke(main, ["--json", "run", str(fewer), "--progress", "none"])
     assert r.exit_code == 1 and "internal error" not in r.output
     assert "source.columns ['latency_ms'] differ from the columns the store was built with" in r.output
     other = _spec(tmp_path, models=[{"name": "density", "estimator": "GPTiltedDensity",
                                      "params": {"method": "fd", "n_features": 64, "lam": 1.0, "bandwidth": 1.0}}])
-    r = runner.invoke(main, ["run", str(other), "--progress", "none"])
+    r = runner.invoke(main, ["--json", "run", str(other), "--progress", "none"])
     assert r.exit_code == 1 and "density: bounds {'bytes_in': [0, None], 'latency_ms': [0, None]} → None" in r.output
     bad = _spec(tmp_path, outputs={"store": "s", "models": "m", "scores": {"path": "x", "keep_columns": ["row"]}})
-    r = runner.invoke(main, ["validate", str(bad)])
+    r = runner.invoke(main, ["--json", "validate", str(bad)])
     assert r.exit_code != 0 and "keep_columns cannot name 'row'" in r.output
-    r = runner.invoke(main, ["score", str(tmp_path / "models" / "density" / "v000001.zarr"),
+    r = runner.invoke(main, ["--json", "score", str(tmp_path / "models" / "density" / "v000001.zarr"),
                              str(tmp_path / "data" / "d0.parquet"), "--keep-columns", "id,n_requests", "--out",
                              str(tmp_path / "again"), "--progress", "none"])
     assert r.exit_code == 0, r.output

@@ -87,7 +87,7 @@ def test_rsr_is_refitted_on_old_and_new_rows_and_equals_the_batch_fit(tmp_path):
     assert "total" not in manifest["models"]["rsr"] and "total" in manifest["models"]["kde"]
     assert all(set(p["stats"]) == {"kde"} for p in manifest["partitions"].values())
     assert not list((tmp_path / "store.zarr" / "parts").glob("*/rsr.zarr"))
-    r = CliRunner().invoke(main, ["stats", "info", str(tmp_path / "store.zarr")])
+    r = CliRunner().invoke(main, ["--json", "stats", "info", str(tmp_path / "store.zarr")])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["models"]["rsr"] == {"rows": None, "version": "v000002"}
     again = run_pipeline(spec)
@@ -122,9 +122,9 @@ def test_forgetting_is_refused_for_rsr_and_accepted_for_kde_sdo(tmp_path):
 def test_the_cli_validates_and_runs_an_rsr_spec_and_a_killed_run_commits_nothing(tmp_path):
     data = {i: _partition(tmp_path, i, n=400) for i in range(2)}
     path = str(_spec(tmp_path, models=[{"name": "rsr", "estimator": "RootSobolevDensity", "params": RSR}]))
-    r = CliRunner().invoke(main, ["validate", path])
+    r = CliRunner().invoke(main, ["--json", "validate", path])
     assert r.exit_code == 0 and json.loads(r.stdout)["models"] == ["rsr"], r.output
-    r = CliRunner().invoke(main, ["run", path, "--progress", "none"])
+    r = CliRunner().invoke(main, ["--json", "run", path, "--progress", "none"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["rows"] == {"rsr": 800}
     data[2] = _partition(tmp_path, 2, n=400)

@@ -200,15 +200,15 @@ def test_dry_run_names_the_new_partition_and_writes_nothing(tmp_path):
     _write(tmp_path, "columns", [1])
     spec_path = _spec(tmp_path, {"path": str(tmp_path / "data" / "date=*.zarr")})
     before = _snapshot(tmp_path)
-    r = CliRunner().invoke(main, ["run", str(spec_path), "--dry-run"])
+    r = CliRunner().invoke(main, ["--json", "run", str(spec_path), "--dry-run"])
     assert r.exit_code == 0, r.output
     plan = json.loads(r.stdout)
     assert plan["dry_run"] and plan["rebuild"] and plan["partitions"]["new"] == ["date=2026-11-01.zarr"]
     assert _snapshot(tmp_path) == before and not (tmp_path / "store.zarr").exists()  # no store, not even a lock
-    assert CliRunner().invoke(main, ["run", str(spec_path), "--progress", "none"]).exit_code == 0
+    assert CliRunner().invoke(main, ["--json", "run", str(spec_path), "--progress", "none"]).exit_code == 0
     _write(tmp_path, "columns", [2])
     before = _snapshot(tmp_path)
-    r = CliRunner().invoke(main, ["run", str(spec_path), "--dry-run"])
+    r = CliRunner().invoke(main, ["--json", "run", str(spec_path), "--dry-run"])
     assert r.exit_code == 0, r.output
     plan = json.loads(r.stdout)
     assert _snapshot(tmp_path) == before
@@ -216,7 +216,7 @@ def test_dry_run_names_the_new_partition_and_writes_nothing(tmp_path):
     assert not plan["rebuild"] and plan["run"] == 2 and plan["format"] == "zarr"
     assert plan["refit"]["fd"]["refit"].startswith("incremental") and plan["refit"]["kef"]["refit"].startswith("incr")
     assert plan["score"] == {"path": str(tmp_path / "scores"), "model": "fd", "partitions": ["date=2026-11-02.zarr"]}
-    done = CliRunner().invoke(main, ["run", str(spec_path), "--progress", "none"])
+    done = CliRunner().invoke(main, ["--json", "run", str(spec_path), "--progress", "none"])
     assert done.exit_code == 0 and json.loads(done.stdout)["added"] == plan["partitions"]["new"], done.output
     _write(tmp_path, "columns", [1], seed_of=lambda d: 7, n=900)  # rewritten
     shutil.rmtree(tmp_path / "data" / "date=2026-11-02.zarr")  # gone

@@ -1,7 +1,7 @@
 """A real multi-process cluster (issue 19.4): ``dask scheduler`` and two ``dask worker`` processes started
 from their command lines, ``tgpflow fit --scheduler`` and ``tgpflow run`` run as subprocesses against them
 (plain TCP, and once over mutual TLS with certificates made here by ``openssl``), one worker SIGKILLed
-mid-pass — and every model is the threaded one, bit for bit (DESIGN.md "Determinism": the statistics are
+mid-pass — and every model is the threaded one, bit for bit (docs/architecture.md, "Determinism": the statistics are
 a tree reduction whose shape depends only on the number of chunks, so which worker computed a chunk, or
 computed it twice, changes nothing).
 
@@ -157,7 +157,7 @@ def data(tmp_path_factory) -> Path:
     rng = np.random.default_rng(19)
     X = np.concatenate([rng.normal(size=(ROWS // 2, 2)), rng.normal([2.0, -1.0], 0.5, size=(ROWS // 2, 2))])
     write_parquet(ws / "data.parquet", X, ["u", "v"], row_group_size=ROW_GROUP)
-    r = CliRunner().invoke(main, ["fit", str(ws / "data.parquet"), "--out", str(ws / "model.zarr"), *FIT,
+    r = CliRunner().invoke(main, ["--json", "fit", str(ws / "data.parquet"), "--out", str(ws / "model.zarr"), *FIT,
                                   "--local", "threads"])
     assert r.exit_code == 0, r.output
     return ws
@@ -183,7 +183,7 @@ def _command() -> list[str]:
 
 def _fit_on(cluster: Cluster, data: Path, out: Path, scheduler: Path | None = None) -> subprocess.Popen:
     """``tgpflow fit --scheduler`` (the cluster's scheduler file unless ``scheduler`` is given), started."""
-    return subprocess.Popen([*_command(), "fit", str(data / "data.parquet"), "--out", str(out), *FIT,
+    return subprocess.Popen([*_command(), "--json", "fit", str(data / "data.parquet"), "--out", str(out), *FIT,
                              "--scheduler", str(scheduler or cluster.scheduler_file)], env=_env(), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -278,7 +278,8 @@ def test_fit_over_mutual_tls_equals_the_threaded_fit_bit_for_bit(data, tmp_path)
             "tls_ca_file": tls["ca"], "tls_client_cert": tls["cert"], "tls_client_key": tls["key"],
             "require_encryption": True}}))
         result = _finish(_fit_on(cluster, data, tmp_path / "m.zarr", scheduler=tls_file), cluster)
-        bare = CliRunner().invoke(main, ["fit", str(data / "data.parquet"), "--out", str(tmp_path / "bare.zarr"),
+        bare = CliRunner().invoke(main, ["--json", "fit", str(data / "data.parquet"), "--out",
+                                         str(tmp_path / "bare.zarr"),
                                          *FIT, "--scheduler", str(cluster.scheduler_file)])
     assert result["rows"] == ROWS
     _assert_bitwise(tmp_path / "m.zarr", data / "model.zarr")
@@ -311,10 +312,10 @@ def _pipeline_arrays(out: Path) -> dict[str, dict[str, np.ndarray]]:
 
 def test_a_pipeline_run_on_a_real_cluster_equals_the_threaded_run_bit_for_bit(cluster, data, tmp_path):
     threaded = _spec(data, tmp_path / "threads", {"kind": "threads"})
-    r = CliRunner().invoke(main, ["run", str(threaded), "--progress", "none"])
+    r = CliRunner().invoke(main, ["--json", "run", str(threaded), "--progress", "none"])
     assert r.exit_code == 0, r.output
     spec = _spec(data, tmp_path / "cluster", {"scheduler": str(cluster.scheduler_file)})
-    proc = subprocess.Popen([*_command(), "run", str(spec), "--progress", "none"], env=_env(), cwd=REPO,
+    proc = subprocess.Popen([*_command(), "--json", "run", str(spec), "--progress", "none"], env=_env(), cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     result = _finish(proc, cluster)
     assert result["rows"] == {"fd": ROWS} and result["versions"] == {"fd": "v000001"}

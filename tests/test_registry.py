@@ -63,7 +63,8 @@ def test_the_registry_lists_it_for_the_cli_and_pipeline_specs(half_fd, rng, tmp_
     assert cli_models()["half_fd"] == ("GPTiltedDensity", {"method": "half_fd"})
     src = str(write_parquet(tmp_path / "x.parquet", rng.normal(size=(800, 2)), names=["a", "b"]))
     out = str(tmp_path / "m.zarr")
-    r = CliRunner().invoke(main, ["fit", src, "--model", "half_fd", "--out", out, "--n-features", "16", "--lam", "0.5",
+    r = CliRunner().invoke(main, ["--json", "fit", src, "--model", "half_fd", "--out", out, "--n-features", "16",
+                                  "--lam", "0.5",
                                   "--bandwidth", "1.0", "--progress", "none"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["method"] == "half_fd" and tgpflow.load(out).method == "half_fd"
@@ -111,7 +112,8 @@ def test_fit_refuses_an_option_the_model_would_ignore(tmp_path, model, option, u
     """Options given for another model were silently ignored; now one sentence naming the option and the
     models it applies to, exit 2, before any work (the source need not exist) and nothing written."""
     out = tmp_path / "m.zarr"
-    r = CliRunner().invoke(main, ["fit", str(tmp_path / "none.parquet"), "--model", model, "--out", str(out), *option])
+    r = CliRunner().invoke(main, ["--json", "fit", str(tmp_path / "none.parquet"), "--model", model, "--out",
+                                  str(out), *option])
     assert r.exit_code == 2, r.output
     assert f"{option[0]} does nothing with --model {model}; it applies to {users}" in r.output
     assert not out.exists()

@@ -1,4 +1,5 @@
-"""Root-Sobolev densities (MATH.md §8, seed 004): sampler, fixed point, scores, Hyvärinen loss, anomalies."""
+"""Root-Sobolev densities (docs/mathematics.md, "Root-Sobolev density", [Kozdoba et al.]): sampler, fixed point, scores,
+Hyvärinen loss, anomalies."""
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from tgpflow.stats.rsr import rsr_chunk_stats
 from tests.oracles import fd_divergence, phi_raw
 
 
-@pytest.mark.slow  # T = 100 000 (STYLE.md: ≤ 128): a Monte-Carlo tolerance 4 s.e., no T×T statistics (0.05 s)
+@pytest.mark.slow  # T = 100 000 (usual: ≤ 128): a Monte-Carlo tolerance 4 s.e., no T×T statistics (0.05 s)
 @pytest.mark.parametrize("d,m,a", [(2, 2, 0.5), (3, 2, 2.0)])
 def test_radial_sampler_matches_the_sdo_kernel_by_radial_integration(d, m, a):
     T = 100_000
@@ -44,7 +45,7 @@ def _f(est, X):
 def test_fixed_point_is_stationary_with_unit_norm_and_the_alpha_step_agrees(fitted):
     X, est = fitted
     w = est.coef_
-    assert est.fit_info_["converged"] and abs(np.linalg.norm(w) - 1) < 1e-5  # seed 004 Lemma 5
+    assert est.fit_info_["converged"] and abs(np.linalg.norm(w) - 1) < 1e-5  # [Kozdoba et al.] Lemma 5
     f, phi = _f(est, X)
     loss = lambda v: -np.mean(np.log((phi @ v) ** 2)) + v @ v  # noqa: E731
     h = 1e-6

@@ -1,4 +1,5 @@
-"""Root-Sobolev densities beyond one fit (MATH.md §8): KDE-SDO statistics, partial_fit, fit_from_stats."""
+"""Root-Sobolev densities beyond one fit (docs/mathematics.md, "Root-Sobolev density"): KDE-SDO statistics, partial_fit,
+fit_from_stats."""
 
 import numpy as np
 import pytest
@@ -149,9 +150,9 @@ def test_partial_fit_over_a_stream_approaches_the_batch_fit_on_all_rows(stream):
 
 
 def test_partial_fit_keeps_the_normalisation_of_the_root_sobolev_fit(stream):
-    """p = f²·W/‖w‖²: the features approximate k^a/W (W = k^a(x, x), MATH.md §8), so ‖w‖² = W‖f‖²_{H^a} ≥
-    W ∫f², with equality as a → 0; at the fixed point ‖w‖ = 1 (Lemma 5). W comes from integrating the
-    spectral density w^a(z), the mass from the trapezoid rule: both are independent of the model. The
+    """p = f²·W/‖w‖²: the features approximate k^a/W (W = k^a(x, x), docs/mathematics.md, "Root-Sobolev density"), so
+    ‖w‖² = W‖f‖²_{H^a} ≥ W ∫f², with equality as a → 0; at the fixed point ‖w‖ = 1 (Lemma 5). W comes from integrating
+    the spectral density w^a(z), the mass from the trapezoid rule: both are independent of the model. The
     RFF noise adds about ‖w‖²/T per unit length to ∫f² (measured W∫f²/‖w‖² = 1.06-1.08 for both fits)."""
     X, online, batch = stream["X"], stream["online"], stream["batch"]
     a, m = 0.01, online.order_

@@ -1,5 +1,6 @@
-"""Samplers and Stein diagnostics (MATH.md §9–§10, seeds 001 §5.2 and 002) against closed forms,
-Monte-Carlo error and finite-difference / brute-force oracles."""
+"""Samplers and Stein diagnostics (docs/mathematics.md, "SVGD, graphical SVGD and the kernel Stein discrepancy" and
+"Metrics", [Sutherland et al.] §5.2 and [Wang et al.]) against closed forms, Monte-Carlo error and finite-difference /
+brute-force oracles."""
 
 import numpy as np
 import pytest
@@ -99,7 +100,7 @@ def _quartic():
 
 @pytest.mark.parametrize("graph", [None, [[1], [0, 2], [1, 3], [2]]])
 def test_svgd_direction_equals_the_finite_difference_kl_descent_rate(graph):
-    """−d/dε KL(T_ε q ‖ p) at ε = 0 for T_ε(x) = x + ε k_i(x, x_l) e_i equals φ*_i(x_l) (seed 002 Thm 1).
+    """−d/dε KL(T_ε q ‖ p) at ε = 0 for T_ε(x) = x + ε k_i(x, x_l) e_i equals φ*_i(x_l) ([Wang et al.] Thm 1).
 
     With q the particles' empirical law, that rate is d/dε (1/n) Σ_j [log p(T_ε x_j) + log|det ∇T_ε(x_j)|]:
     computed here from the black-box log p, the kernel written from its definition, and a
@@ -136,7 +137,7 @@ def test_svgd_and_graphical_svgd_reproduce_gaussian_moments():
     _moments_within_mc_error(res.particles, MU, SIGMA)
     phi0, _ = svgd_direction(x0, GAUSS.score(x0))
     assert res.direction_norm < 0.1 * np.sqrt(np.mean(phi0**2))  # near a fixed point (AdaGrad keeps a jitter)
-    # graphical SVGD on a 3 × 3 grid Gaussian MRF (precision A generated as in seed 002 §4.1)
+    # graphical SVGD on a 3 × 3 grid Gaussian MRF (precision A generated as in [Wang et al.] §4.1)
     rng = np.random.default_rng(12)
     nb = grid_graph(3, 3)
     A = np.zeros((9, 9))

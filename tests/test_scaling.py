@@ -218,14 +218,14 @@ def test_the_cli_fits_with_scale_and_bounds_in_the_datas_units(tmp_path):
 
     X = _mixed(6000, seed=4)
     write_parquet(tmp_path / "d.parquet", X.to_numpy(), list(X.columns))
-    r = CliRunner().invoke(main, ["fit", str(tmp_path / "d.parquet"), "--model", "fd", "--scale", "--bounds",
+    r = CliRunner().invoke(main, ["--json", "fit", str(tmp_path / "d.parquet"), "--model", "fd", "--scale", "--bounds",
                                   "latency:0:,rate:0:", "--n-features", "64", "--lam", "1", "--bandwidth", "1",
                                   "--out", str(tmp_path / "m.zarr"), "--progress", "none"])
     assert r.exit_code == 0, r.output
     est = tgpflow.load(tmp_path / "m.zarr")
     assert est.scale and est.bounds_.to_dict() == {"latency": [0.0, None], "rate": [0.0, None]}
     np.testing.assert_allclose(est.scaling_.scale, X.std(ddof=0).to_numpy(), rtol=1e-12)  # all 6000 rows: the pilot
-    info = json.loads(CliRunner().invoke(main, ["info", str(tmp_path / "m.zarr")]).stdout)
+    info = json.loads(CliRunner().invoke(main, ["--json", "info", str(tmp_path / "m.zarr")]).stdout)
     assert info["preprocessing"]["standardized"] and info["bounds"] == {"latency": [0.0, None], "rate": [0.0, None]}
     assert (est.sample(2000, random_state=0) > [0, -np.inf, 0]).all()
 
@@ -246,7 +246,7 @@ def test_a_model_file_written_before_scalings_loads_and_info_says_it_has_none(tm
     back = tgpflow.load(old)
     assert back.scaling_ is None and back.scale is False
     np.testing.assert_array_equal(back.log_density(_mixed(50)), est.log_density(_mixed(50)))
-    info = json.loads(CliRunner().invoke(main, ["info", str(old)]).stdout)
+    info = json.loads(CliRunner().invoke(main, ["--json", "info", str(old)]).stdout)
     assert not info["preprocessing"]["standardized"]
     assert info["preprocessing"]["note"].startswith("written before model files carried a standardization")
 

@@ -1,5 +1,7 @@
 """Evaluation of fitted GP-tilted models (issue 20): the fused kernels and blocked FVPD solve against plain NumPy
-formulas written from MATH.md §1–§5, independent of the block size and of the thread count."""
+formulas written from docs/mathematics.md, "Features and the pilot pass", "Fisher divergence and base-measure learning",
+"Noise-conditional Fisher divergence", "The Fisher variational predictive distribution" and "MAP, baselines and
+sampling", independent of the block size and of the thread count."""
 
 import dask
 import dask.array as da
@@ -25,7 +27,9 @@ def parts(rng):
 
 
 def oracle(feats, base, x, theta=None, M=None, v=None, kde=None):
-    """log q, its score and ½‖s‖² + div s by the plain formulas of MATH.md §0, §2, §4, §5 (derivatives of φ, φ')."""
+    """log q, its score and ½‖s‖² + div s by the plain formulas of docs/mathematics.md, "Conventions", "Fisher
+    divergence and base-measure learning", "The Fisher variational predictive distribution" and "MAP, baselines and
+    sampling" (derivatives of φ, φ')."""
     Z, c, g = feats.Z, feats.c, feats.gamma
     ang = x @ Z.T / g + c  # the raw angle: no shift, no phase reduction
     phi = np.sqrt(2 / S) * np.cos(ang)

@@ -1,4 +1,5 @@
-"""Closed forms against independent oracles (MATH.md §2, §4)."""
+"""Closed forms against independent oracles (docs/mathematics.md, "Fisher divergence and base-measure learning" and "The
+Fisher variational predictive distribution")."""
 
 import numpy as np
 import pytest
@@ -22,7 +23,8 @@ def test_fd_theta_is_the_minimiser_of_the_black_box_objective(gaussian_mix):
     obj = lambda t: fd_objective(t, X, f.Z, f.c, f.gamma, mean, P, 0.1)  # noqa: E731
     theta, H, g, f0 = quadratic_minimiser(obj, f.n_features)
     assert np.linalg.norm(est.theta_ - theta) <= 1e-6 * np.linalg.norm(theta)
-    # the reported training objective is L(θ) − L(0) of the same black box (MATH.md §2)
+    # the reported training objective is L(θ) − L(0) of the same black box
+    # (docs/mathematics.md, "Fisher divergence and base-measure learning")
     assert est.objective_ == pytest.approx(obj(est.theta_) - f0, rel=1e-8)
 
 
@@ -70,7 +72,8 @@ def test_feature_moments_match_monte_carlo(gaussian_mix, rng):
 
 
 def test_fvpd_log_density_is_the_predictive_formula(gaussian_mix):
-    """½φᵀM⁻¹φ − φᵀM⁻¹m − ½(x−μ)ᵀP(x−μ) with M, m built here from the fitted pieces (MATH.md §4)."""
+    """½φᵀM⁻¹φ − φᵀM⁻¹m − ½(x−μ)ᵀP(x−μ) with M, m built here from the fitted pieces (docs/mathematics.md, "The Fisher
+    variational predictive distribution")."""
     est, f = _fit(gaussian_mix, "fvpd")
     mu_phi, cov_phi = feature_moments_under_base(f, _base(est))
     m = mu_phi - est.posterior_precision_ @ est.posterior_mean_

@@ -76,15 +76,16 @@ def test_the_toy_runs_in_a_pipeline_and_on_the_command_line(toy, tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "cli.zarr"
-    r = runner.invoke(main, ["fit", str(tmp_path / "data" / "*.parquet"), "--model", "column_gaussian", "-p", "lam=0.5",
+    r = runner.invoke(main, ["--json", "fit", str(tmp_path / "data" / "*.parquet"), "--model", "column_gaussian",
+                             "-p", "lam=0.5",
                              "--out", str(out), "--progress", "none"])
     assert r.exit_code == 0, r.output
     printed = json.loads(r.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(printed["mean"], mean, rtol=1e-10)
-    r = runner.invoke(main, ["fit", str(tmp_path / "data" / "*.parquet"), "--model", "column_gaussian",
+    r = runner.invoke(main, ["--json", "fit", str(tmp_path / "data" / "*.parquet"), "--model", "column_gaussian",
                              "-p", "n_features=8", "--out", str(tmp_path / "x.zarr"), "--progress", "none"])
     assert r.exit_code == 2 and "n_features" in r.output  # its table says what it takes
-    r = runner.invoke(main, ["info", str(out)])
+    r = runner.invoke(main, ["--json", "info", str(out)])
     assert r.exit_code == 0, r.output
     info = json.loads(r.stdout)
     assert info["columns"] == ["a", "b", "c"] and info["method"] == "column_gaussian" and info["rows"] == 3600

@@ -1,4 +1,4 @@
-"""Cluster files (``cluster/*.yaml``), validated by pydantic v2 like pipeline specs (STYLE.md habit 9).
+"""Cluster files (``cluster/*.yaml``), validated by pydantic v2 like pipeline specs.
 
 A file has ``type: local | cuda | slurm | scheduler`` and keyword arguments of the class it
 configures: ``distributed.LocalCluster`` (with the worker keywords it passes on to each

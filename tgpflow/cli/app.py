@@ -1,47 +1,26 @@
 """The ``tgpflow`` command group and what its commands share: logging, one-line errors, the common options.
 
-Exit codes: 0 success, 2 usage error (click, or an --out that may not be replaced), 1 runtime
-failure (bad data, unreadable model, numerical failure) with a one-line message on stderr; the
-Python traceback only with ``tgpflow --debug``.
+Exit codes (docs/cli.md, "Exit codes"): 0 success; 2 a usage error, before any work — click's, an --out that may not
+be replaced, a SOURCE, MODEL or SPEC that names nothing, a MODEL that is another kind of output, a --scheduler that
+names nothing; 1 a runtime failure (bad data, an unreadable model, a numerical failure, ``tgpflow run
+--fail-on-*``) with a one-line message on stderr; the Python traceback only with ``tgpflow --debug``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import click
 
+from tgpflow.cli.output import Group, quiet, setup_logging
 from tgpflow.cluster import DEFAULT_CONNECT_TIMEOUT
 from tgpflow.errors import TgpflowError
 
 
 _RUNTIME_ERRORS = (TgpflowError, ValueError, OSError, FloatingPointError, MemoryError, NotImplementedError, ImportError,
                    RuntimeError)
-
-
-def _setup_logging(level: str) -> None:
-    handler: logging.Handler
-    try:
-        if not sys.stderr.isatty():
-            raise ImportError
-        from rich.logging import RichHandler
-
-        handler = RichHandler(show_path=False)
-    except ImportError:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("tgpflow")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    # a model's diagnostic warnings (mass without data, tiny ESS) reach cron logs as log lines
-    logging.captureWarnings(True)
-    py_warnings = logging.getLogger("py.warnings")
-    py_warnings.handlers[:] = [handler]
-    py_warnings.propagate = False
 
 
 @contextlib.contextmanager
@@ -72,19 +51,90 @@ def _debug() -> bool:
 
 
 def load_model(path: str) -> Any:
+    """``tgpflow.load(path)``, after :func:`check_model_path`."""
     import tgpflow
 
-    return tgpflow.load(path)
+    check_model_path(path)
+    with runtime_errors():
+        return tgpflow.load(path)
 
 
-@click.group(name="tgpflow", context_settings={"help_option_names": ["-h", "--help"]})
+def check_model_path(path: str) -> None:
+    """Refuse (exit 2, before any work) a MODEL argument that names nothing, or names another tgpflow output — a
+    scores dataset, samples, a report, statistics or a store, a folder of model directories — saying what it is
+    and what to pass instead."""
+    problem = model_path_problem(path)
+    if problem is not None:
+        raise Refused(problem)
+
+
+def model_path_problem(path: str) -> str | None:
+    """Why ``path`` is not a model file or a pipeline's model directory, when it plainly is not; None otherwise
+    (a damaged model file is left for the reader to describe)."""
+    from tgpflow.io.atomic import as_path
+    from tgpflow.io.outputs import output_kind
+    from tgpflow.pipeline.versions import is_versions_dir
+
+    try:
+        where = as_path(path)
+        if not where.exists():
+            return f"{path}: no such file or directory (MODEL is a model file written by tgpflow fit, or a " \
+                   f"pipeline's model directory)"
+        if is_versions_dir(where):
+            return None
+        kind = output_kind(where)
+        if kind == "model":
+            return None
+        if kind is None and where.is_dir() and (where / "manifest.json").is_file():
+            kind = "store"
+        children = sorted(p.name for p in where.iterdir() if is_versions_dir(p)) if where.is_dir() else []
+    except OSError:
+        return None
+    what = {"scores": "a scores dataset (written by tgpflow score or a pipeline's scoring)",
+            "samples": "samples (written by tgpflow sample)", "report": "a report (written by tgpflow report)",
+            "store": "a pipeline's statistics store (outputs.store; tgpflow stats info describes it)"}
+    if children:
+        return (f"{path} is a pipeline's models folder (outputs.models), not a model: pass one of its model "
+                f"directories, e.g. {path.rstrip('/')}/{children[0]} ({', '.join(children)})")
+    if kind in what:
+        return (f"{path} is {what[kind]}, not a model: pass a model file written by tgpflow fit, or a pipeline's "
+                f"model directory (outputs.models/<model name>)")
+    return None
+
+
+@click.group(name="tgpflow", cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tgpflow")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON, for scripts (default: a short "
+              "summary for people).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--log-level", default="WARNING", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              help="INFO adds a line per step of a fit (pilot, pass, selection, solve) with its time; ERROR hides "
+                   "warnings.")
 @click.option("--debug", is_flag=True, help="On an error, raise it with its Python traceback instead of one line.")
-def main(log_level: str, debug: bool) -> None:
-    """tgpflow: fit densities and score functions to big tabular data on Dask."""
-    _setup_logging(log_level)
+@click.option("--storage-option", "storage_options", multiple=True, metavar="KEY=VALUE",
+              help="An option of the filesystem of the URLs on the command line (s3://…, gs://…), e.g. "
+                   "endpoint_url=http://localhost:9000 or anon=true (repeatable; a dotted key nests: "
+                   "client_kwargs.region_name=eu-west-1). A pipeline's spec has its own: storage_options.")
+@click.pass_context
+def main(ctx: click.Context, as_json: bool, quiet: bool, log_level: str, debug: bool,
+         storage_options: tuple[str, ...]) -> None:
+    """tgpflow: fit densities and score functions to big tabular data on Dask.
+
+    The options above may also follow the command (tgpflow fit data.parquet --out m.zarr --json)."""
+    setup_logging(log_level, silent=quiet)
+    if storage_options:
+        from tgpflow.io.storage import parse_options, storage_config
+
+        try:
+            options = parse_options(storage_options)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param_hint="--storage-option") from None
+        protocols = ctx.meta.get("tgpflow.url_protocols") or set()
+        if not protocols:
+            raise click.UsageError("--storage-option applies to the filesystem of a URL on the command line "
+                                   "(s3://bucket/…); none is given (a pipeline spec takes storage_options)", ctx=ctx)
+        ctx.with_resource(storage_config({protocol: options for protocol in protocols}))
 
 
 def _set_connect_timeout(ctx: click.Context, _param: click.Parameter, value: float) -> float:
@@ -111,8 +161,14 @@ def scheduler_options(fn: Any) -> Any:
     return _scheduler_address(scheduler_timeout_option(fn))
 
 
+def _progress_mode(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    return "none" if value == "auto" and quiet() else value
+
+
 progress_option = click.option("--progress", "progress_mode", default="auto", show_default=True,
-                             type=click.Choice(["auto", "bar", "log", "none"]))
+                               type=click.Choice(["auto", "bar", "log", "none"]), callback=_progress_mode,
+                               help="auto: a bar on a terminal, else a log line every 10 s (at --log-level INFO); "
+                                    "none with -q.")
 
 
 class Refused(click.ClickException):
@@ -135,6 +191,20 @@ overwrite_option = click.option("--overwrite", is_flag=True, help="Replace --out
 columns_option = click.option("--columns", default=None, help="Comma-separated column names.")
 bad_rows_option = click.option("--on-bad-rows", default="raise", show_default=True,
                                type=click.Choice(["raise", "drop"]))
+
+
+def check_source(source: str) -> None:
+    """Refuse (exit 2, before any work) a local SOURCE that names nothing: no such file, or a glob matching none."""
+    import glob
+    import os
+
+    if "://" in source or source.startswith("memory:"):
+        return  # a URL: its filesystem says what it lacks when read
+    if glob.has_magic(source):
+        if not glob.glob(source):
+            raise Refused(f"{source}: no file matches this pattern")
+    elif not os.path.exists(source):
+        raise Refused(f"{source}: no such file or directory")
 
 
 def split_columns(columns: str | None) -> list[str] | None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
 
-from tgpflow.cli.app import (check_out, columns_option, main, overwrite_option, progress_option, runtime_errors,
-                             scheduler_options, split_columns)
+from tgpflow.cli.app import (check_out, check_source, columns_option, main, overwrite_option, progress_option,
+                             runtime_errors, scheduler_options, split_columns)
 from tgpflow.cli.fit_options import FitCommand, ModelChoice, model_params
+from tgpflow.cli.human import fit_lines
+from tgpflow.cli.output import emit
 from tgpflow.cluster import progress_display
 
 
@@ -41,6 +42,7 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
     kind = model_kinds()[cli_models()[method][0]]
     params = model_params(ctx, method, options, param_pairs)
     check_out(out, "model", overwrite)  # after the options (usage errors first), before any work
+    check_source(source)
     with runtime_errors():
         est = kind.estimator_class()(**params)
         src = as_source(source, columns=split_columns(columns), on_bad_rows=est.on_bad_rows)
@@ -51,5 +53,5 @@ def fit(ctx: click.Context, source: str, method: str, out: str, columns: str | N
             est.fit(src, progress=progress)
         est.save(out, overwrite=overwrite)
     seconds = round(time.perf_counter() - t0, 2)
-    click.echo(json.dumps({"model": out, "method": method, "columns": src.columns, **kind.summarize(est),
-                           "seconds": seconds}, default=str))
+    emit({"model": out, "method": method, "columns": src.columns, **kind.summarize(est), "seconds": seconds},
+         fit_lines)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from typing import Any
 
@@ -53,8 +54,18 @@ class FitCommand(click.Command):
         return super().get_params(ctx)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        _write_parameters(formatter)
-        super().format_epilog(ctx, formatter)
+        with formatter.section("Examples"):
+            formatter.write_text("\b\n" + "\n".join(EXAMPLES))
+
+
+
+#: ``tgpflow fit --help``'s examples.
+EXAMPLES = (
+    "tgpflow fit data/ --out model.zarr                  # FVPD, every setting chosen from the data",
+    "tgpflow fit data.parquet --columns a,b,c --scale --out model.zarr",
+    "tgpflow fit data.zarr --model nkef --n-basis 500 -p lam=1e-3 --out kef.zarr",
+    "tgpflow params MODEL       # each parameter of --model MODEL: what it does, accepts, defaults to",
+)
 
 
 def _tables() -> dict[str, Any]:
@@ -80,34 +91,38 @@ def model_options() -> list[click.Option]:
         if not owners:
             raise RuntimeError(f"tgpflow fit {_flag(name)}: no model's parameter table has {name!r}")
         metavars = {t.metavar(name) for t in owners.values()}
-        groups: dict[tuple[str, str], list[str]] = {}
-        for kind, table in owners.items():
-            groups.setdefault((table.allowed(name), repr(table.defaults()[name])), []).extend(_users(kind, name))
-        where = " ".join(f"--model {', '.join(users)}: {allowed} (default {default})."
-                         for (allowed, default), users in groups.items() if users)
         help_text = next(iter(owners.values())).help_of(name)
         if all(t.type_of(name) is bool for t in owners.values()):  # a switch: --scale is scale=True
             options.append(click.Option([_flag(name), name], is_flag=True, flag_value="true", default=None,
-                                        help=f"{help_text} {where}"))
+                                        help=help_text))
             continue
         options.append(click.Option([_flag(name), name], default=None, metavar=metavars.pop() if len(metavars) == 1
-                                    else "VALUE", help=f"{help_text} {where}"))
+                                    else "VALUE", help=help_text))
     options.append(click.Option(["-p", "--param", "param_pairs"], multiple=True, metavar="NAME=VALUE",
-                                help="Any parameter of --model's estimator (listed below; repeatable): a list as a "
-                                     "comma list, None as none."))
+                                help="Any parameter of --model's estimator (tgpflow params MODEL lists them; "
+                                     "repeatable): a list as a comma list, None as none."))
     return options
 
 
-def _write_parameters(formatter: click.HelpFormatter) -> None:
-    """Every model's parameters, with their help, what they accept and their default (from the tables)."""
+def write_parameters(formatter: click.HelpFormatter, model: str | None = None) -> None:
+    """Every model's parameters (``model``'s family only, when given), with their help, what they accept and their
+    default (from the tables)."""
     from tgpflow.models.registry import cli_models
 
-    with formatter.section("Model parameters (-p NAME=VALUE)"):
+    wanted, preset = (None, {}) if model is None else cli_models()[model]
+    with formatter.section("Model parameters (tgpflow fit -p NAME=VALUE, or the flag of the same name)"):
         for kind, table in _tables().items():
+            if wanted is not None and kind != wanted:
+                continue
             models = [m for m, (k, _) in cli_models().items() if k == kind]
             rows = []
             for name in table.model_fields:
                 users = _users(kind, name)
+                if name in preset:  # --model MODEL sets it
+                    rows.append((name, f"{preset[name]!r}: set by --model {model}"))
+                    continue
+                if model is not None and model not in users:
+                    continue  # not used by this model
                 only = f"; --model {', '.join(users)}" if users != models else ""
                 rows.append((name, f"{table.help_of(name)} [{table.allowed(name)}; default "
                                    f"{table.defaults()[name]!r}{only}]"))
@@ -140,7 +155,9 @@ def model_params(ctx: click.Context, model: str, options: dict[str, Any], pairs:
         if not param_applies(kind, preset.get("method"), name):
             users = models_using(name)
             if not users:
-                raise click.UsageError(f"{how}: no model has a parameter {name!r}; --model {model} takes "
+                close = difflib.get_close_matches(name, list(table.model_fields), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise click.UsageError(f"{how}: no model has a parameter {name!r}{hint}; --model {model} takes "
                                        f"{', '.join(table.model_fields)}.", ctx=ctx)
             raise click.UsageError(f"{how} does nothing with --model {model}; it applies to --model "
                                    f"{', '.join(users)}.", ctx=ctx)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from tgpflow.cli.app import load_model, main, runtime_errors
+from tgpflow.cli.app import check_model_path, load_model, main, runtime_errors
+from tgpflow.cli.human import model_info_lines, versions_info_lines
+from tgpflow.cli.output import emit
 from tgpflow.models.fit_summaries import diagnostics_summary, discrete_columns
 
 
@@ -25,17 +26,17 @@ def info(model: str) -> None:
         with runtime_errors():
             vers = ModelVersions(model)
             current = vers.load() if vers.current() else None
-            click.echo(json.dumps({"model": model, "current": vers.current(),
-                                   "preprocessing": None if current is None else _preprocessing(current, {}),
-                                   "history": history(vers),
-                                   "versions": {v: vers.info(v) for v in vers.list()}}, indent=2, default=float))
+            emit({"model": model, "current": vers.current(),
+                  "preprocessing": None if current is None else _preprocessing(current, {}), "history": history(vers),
+                  "versions": {v: vers.info(v) for v in vers.list()}}, versions_info_lines, indent=2, default=float)
         return
+    check_model_path(model)
     with runtime_errors():
         kind, arrays, meta = read_artifact(model)
         est = load_model(model)
         draw = est.fitted().draw  # random features, a Nyström basis, or a family's own
-        click.echo(json.dumps({
-            "kind": kind, "method": cli_model_of(est), "rows": est.n_samples_seen_,
+        emit({
+            "model": model, "kind": kind, "method": cli_model_of(est), "rows": est.n_samples_seen_,
             "d": est.n_features_in_, "n_features": getattr(draw, "n_features", None),
             "n_basis": getattr(draw, "n_basis", None), "bandwidth": getattr(est, "bandwidth_", None),
             "smoothness": getattr(est, "smoothness_", None),
@@ -45,7 +46,7 @@ def info(model: str) -> None:
             "bounds": (meta.get("bounds") or {}).get("bounds"), "discrete": discrete_columns(est),
             "preprocessing": _preprocessing(est, meta),
             "created": meta.get("created"), "tgpflow_version": meta.get("tgpflow_version"),
-            "arrays": {k: list(v.shape) for k, v in arrays.items()}}, indent=2, default=str))
+            "arrays": {k: list(v.shape) for k, v in arrays.items()}}, model_info_lines, indent=2)
 
 
 def _preprocessing(est: Any, meta: dict[str, Any]) -> dict[str, Any]:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import click
 
-from tgpflow.cli.app import (bad_rows_option, check_out, columns_option, load_model, main, overwrite_option,
-                             runtime_errors, scheduler_options, split_columns)
+from tgpflow.cli.app import (bad_rows_option, check_model_path, check_out, check_source, columns_option, load_model,
+                             main, overwrite_option, runtime_errors, scheduler_options, split_columns)
+from tgpflow.cli.human import number
+from tgpflow.cli.output import emit, note
 
 
 @main.command()
 @click.argument("model")
 @click.argument("source", required=False)
-@click.option("--out", required=True, help="Report directory (metrics.json and PNG figures), written atomically.")
+@click.option("--out", required=True, help="Report directory, written atomically: metrics.json and PNG figures "
+              "(MODEL and SOURCE), or index.html, report.json and figures (a pipeline's model directory).")
 @overwrite_option
 @columns_option
 @click.option("--directions", default=500, show_default=True, type=click.IntRange(min=1),
@@ -35,6 +38,9 @@ def report(model: str, source: str | None, out: str, overwrite: bool, columns: s
     from tgpflow.pipeline.versions import is_versions_dir
 
     check_out(out, "report", overwrite)
+    check_model_path(model)
+    if source is not None:
+        check_source(source)
     if source is None:
         if not is_versions_dir(model):
             raise click.UsageError(f"{model} is not a pipeline's model directory (no CURRENT): give the rows to "
@@ -44,11 +50,11 @@ def report(model: str, source: str | None, out: str, overwrite: bool, columns: s
         with runtime_errors():
             summary = write_versions_report(model, out, store=store, n_samples=min(model_samples, 20_000),
                                             random_state=seed, overwrite=overwrite)
-        click.echo(f"wrote {out}/index.html: {len(summary['history'])} version(s), current {summary['current']}, "
-                   f"figures {', '.join(summary['figures'])}; latest drifted partition: "
-                   f"{summary['latest_drifted'] or 'none'}")
-        for note in summary["notes"]:
-            click.echo(f"note: {note}", err=True)
+        emit(summary, lambda s: [f"wrote {out}/index.html: {len(s['history'])} version(s), current {s['current']}, "
+                                 f"figures {', '.join(s['figures'])}; latest drifted partition: "
+                                 f"{s['latest_drifted'] or 'none'}"], default=float)
+        for text in summary["notes"]:
+            note(f"note: {text}")
         return
     with runtime_errors():
         est = load_model(model)
@@ -59,5 +65,11 @@ def report(model: str, source: str | None, out: str, overwrite: bool, columns: s
             metrics = write_report(est, source, out, n_directions=directions, n_model_samples=model_samples,
                                    random_state=seed, columns=split_columns(columns), on_bad_rows=on_bad_rows,
                                    overwrite=overwrite)
-        click.echo(json.dumps({"report": out, **metrics["sliced"], "hyvarinen_loss": metrics["hyvarinen_loss"],
-                               "figures": metrics["figures"]}))
+        emit({"report": out, **metrics["sliced"], "hyvarinen_loss": metrics["hyvarinen_loss"],
+              "figures": metrics["figures"]}, _model_report_lines)
+
+
+def _model_report_lines(r: dict[str, Any]) -> list[str]:
+    return [f"wrote {r['report']}: metrics.json and {len(r['figures'])} figure(s)",
+            f"  sliced KS median {number(r['ks_median'], 3)}, sliced Wasserstein median {number(r['wd_median'], 3)} "
+            f"over {r['n_directions']} directions; Hyvärinen loss {number(r['hyvarinen_loss'])}"]

@@ -8,11 +8,13 @@ import time
 import click
 
 from tgpflow.cli.app import main, progress_option, runtime_errors, scheduler_timeout_option
+from tgpflow.cli.human import gc_lines, plan_lines, run_lines, validate_lines
+from tgpflow.cli.output import emit, note
 from tgpflow.cluster import progress_display
 
 
 @main.command()
-@click.argument("spec_path", metavar="SPEC")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False))
 @click.option("--date", default=None, help="Run date substituted for {date} in the spec (default: today).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a spec field before validation, e.g. --set refit.policy=full (repeatable).")
@@ -35,12 +37,12 @@ def run(spec_path: str, date: str | None, overrides: tuple[str, ...], dry_run: b
     with runtime_errors():
         spec = load_spec(spec_path, date=date, overrides=list(overrides))
         if dry_run:
-            click.echo(json.dumps(dict(run_pipeline(spec, date=date, dry_run=True), spec=spec_path), indent=1))
+            emit(dict(run_pipeline(spec, date=date, dry_run=True), spec=spec_path), plan_lines, indent=1)
             return
         t0 = time.perf_counter()
         with spec_client(spec.cluster) as client, progress_display(progress_mode, client) as progress:
             result = run_pipeline(spec, date=date, progress=progress)
-        click.echo(json.dumps(dict(result, spec=spec_path, seconds=round(time.perf_counter() - t0, 2)), default=str))
+        emit(dict(result, spec=spec_path, seconds=round(time.perf_counter() - t0, 2)), run_lines)
     unhealthy = sorted(name for name, h in (result.get("health") or {}).items() if h["warnings"])
     drifted = sorted(key for key, v in (result.get("drift") or {}).items() if v["drifted"])
     if fail_on_warning and unhealthy:
@@ -54,7 +56,7 @@ def run(spec_path: str, date: str | None, overrides: tuple[str, ...], dry_run: b
 
 
 @main.command()
-@click.argument("spec_path", metavar="SPEC")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False))
 @click.option("--date", default=None)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
 def validate(spec_path: str, date: str | None, overrides: tuple[str, ...]) -> None:
@@ -69,14 +71,13 @@ def validate(spec_path: str, date: str | None, overrides: tuple[str, ...]) -> No
         cluster = describe_spec_cluster(spec.cluster)
         source = check_source(spec)
     for line in source.get("warnings", []):
-        click.echo(f"warning: {line}", err=True)
-    click.echo(json.dumps({"spec": spec_path, "valid": True, "name": spec.name,
-                           "models": [m.name for m in spec.models], "refit": spec.refit.policy, "cluster": cluster,
-                           "source": source}))
+        note(f"warning: {line}")
+    emit({"spec": spec_path, "valid": True, "name": spec.name, "models": [m.name for m in spec.models],
+          "refit": spec.refit.policy, "cluster": cluster, "source": source}, validate_lines)
 
 
 @main.command()
-@click.argument("spec_path", metavar="SPEC")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(exists=True, dir_okay=False))
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
 @click.option("--date", default=None, help="Run date substituted for {date} in the spec (default: today).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
@@ -89,7 +90,7 @@ def gc(spec_path: str, dry_run: bool, date: str | None, overrides: tuple[str, ..
     with runtime_errors():
         spec = load_spec(spec_path, date=date, overrides=list(overrides))
         removed = collect_pipeline(spec, dry_run=dry_run)
-    click.echo(json.dumps({"spec": spec_path, "dry_run": dry_run, "removed": removed}))
+    emit({"spec": spec_path, "dry_run": dry_run, "removed": removed}, gc_lines)
 
 
 @main.command()

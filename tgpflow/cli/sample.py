@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 import numpy as np
 
-from tgpflow.cli.app import (check_out, columns_option, load_model, main, overwrite_option, runtime_errors,
-                             scheduler_options, split_columns)
+from tgpflow.cli.app import (check_model_path, check_out, check_source, columns_option, load_model, main,
+                             overwrite_option, runtime_errors, scheduler_options, split_columns)
+from tgpflow.cli.human import sample_lines
+from tgpflow.cli.output import emit
 
 #: Draws each MCMC chain keeps at least (split-R̂ halves every chain).
 MIN_DRAWS_PER_CHAIN = 50
@@ -50,13 +51,17 @@ def sample(model: str, n_samples: int, out: str, overwrite: bool, method: str, s
     from tgpflow.io.atomic import atomic_path
 
     check_out(out, "samples", overwrite)
+    check_model_path(model)
+    if init_source not in (None, "base"):
+        check_source(init_source)
     with runtime_errors():
         est = load_model(model)
-        info: dict[str, Any] = {"samples": out, "rows": n_samples, "method": method}
+        info: dict[str, Any] = {"samples": out, "model": model, "rows": n_samples, "method": method}
         if method == "resample":
             if not hasattr(est, "sample"):
+                samplers = "langevin, mala or svgd" if hasattr(est, "log_density") else "langevin or svgd"
                 raise click.ClickException(f"{model}: a {type(est).__name__} has no resampler; use "
-                                           f"--method langevin, mala or svgd (they use its score)")
+                                           f"--method {samplers} (they use its score)")
             rows = est.sample(n_samples, random_state=seed)
             info.update(getattr(est, "last_sample_info_", {}))
         else:
@@ -68,7 +73,7 @@ def sample(model: str, n_samples: int, out: str, overwrite: bool, method: str, s
         table = pa.table({n: rows[:, j] for j, n in enumerate(names)})
         with atomic_path(out, "samples", overwrite=overwrite) as tmp, tmp.open("wb") as fh:
             pq.write_table(table.replace_schema_metadata({"tgpflow.output": "samples"}), fh)
-        click.echo(json.dumps(info))
+        emit(info, sample_lines)
 
 
 def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, chains: int, warmup: int,

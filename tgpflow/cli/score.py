@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
-from tgpflow.cli.app import (bad_rows_option, check_out, columns_option, load_model, main, overwrite_option,
-                             progress_option, runtime_errors, scheduler_options, split_columns)
+from tgpflow.cli.app import (bad_rows_option, check_model_path, check_out, check_source, columns_option, load_model,
+                             main, overwrite_option, progress_option, runtime_errors, scheduler_options, split_columns)
+from tgpflow.cli.human import score_lines
+from tgpflow.cli.output import emit
 from tgpflow.cluster import progress_display
 
 
@@ -31,10 +32,11 @@ from tgpflow.cluster import progress_display
 def score(model: str, source: str, out: str, overwrite: bool, columns: str | None, keep_columns: str | None,
           no_filters: bool, scheduler: str | None, on_bad_rows: str, progress_mode: str) -> None:
     """Stream SOURCE through MODEL and write, per row, its position in SOURCE (row), the --keep-columns, the log
-    density (normalised: the model's log density minus its log normaliser, as scikit-learn's score_samples, so
-    that scores of different models and versions compare; unnormalised for a model without one), the anomaly
-    score (−log density: larger is more anomalous) and, when the model learned a threshold at fit time, the
-    anomaly flag, as Parquet. Rows dropped by --on-bad-rows drop have no line."""
+    density (normalised: the model's log density minus its log normaliser, so that scores of different models and
+    versions compare — in Python est.log_density(X, normalized=True); unnormalised for a model without one), the
+    anomaly score (−log density: larger is more anomalous) and, when the model learned a threshold at fit time,
+    the anomaly flag (anomaly score above the threshold printed with --json), as Parquet. Rows dropped by
+    --on-bad-rows drop have no line."""
     import dask
 
     from tgpflow.cluster import dask_client
@@ -45,6 +47,8 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
     from tgpflow.models.anomaly import model_log_normalizer, score_table
 
     check_out(out, "scores", overwrite)
+    check_model_path(model)
+    check_source(source)
     with runtime_errors():
         est = load_model(model)
         if not hasattr(est, "log_density"):
@@ -57,7 +61,7 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
         if src.n_columns != est.n_features_in_:
             raise click.ClickException(f"{source}: X has {src.n_columns} features, but {model} (a "
                                        f"{type(est).__name__}) is expecting {est.n_features_in_} features as input; "
-                                       f"name its columns with --columns")
+                                       f"give --columns the model's columns, in its order")
         contexts = row_context(source, src, split_columns(keep_columns), filters=filters)
         work = float(src.n_rows or 0) * getattr(est, "n_features", 0) ** 2 if src.n_rows is not None else None
         with dask_client(scheduler, work=work) as client, progress_display(progress_mode, client) as progress, \
@@ -74,13 +78,26 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
             # still run, and a write landing after the atomic output's cleanup left a file behind (4 in 150)
             scored = dask.delayed(sum, pure=True)([dask.delayed(_rows_of, pure=True)(t) for t in tables])
             parts = [write(t, f"{tmp}/{_part_name(i, src.n_chunks)}", options, scored) for i, t in enumerate(tables)]
-            _, dropped = compute(parts, dask.delayed(sum, pure=True)(src.dropped_counts()), progress=progress)
-        info = {"scores": out, "model": model, "source": source, "rows_dropped": int(dropped),
-                "normalized": model_log_normalizer(est) is not None, "filters": filters}
+            written, dropped = compute(parts, dask.delayed(sum, pure=True)(src.dropped_counts()), progress=progress)
+        info = {"scores": out, "model": model, "source": source, "rows": sum(r for r, _ in written),
+                "flagged": None if args[1] is None else sum(f for _, f in written),
+                "rows_dropped": int(dropped), "normalized": model_log_normalizer(est) is not None,
+                "threshold": _column_threshold(est), "filters": filters}
         data = resolve(out)
         if not is_local(data):  # off the local filesystem the dataset is the version its pointer names
             info["data"] = str(data)
-        click.echo(json.dumps(info))
+        emit(info, score_lines)
+
+
+def _column_threshold(est: Any) -> float | None:
+    """The fit's anomaly threshold on the scale of the ``anomaly_score`` column: a row is flagged when its score is
+    above it (the threshold is learned on the unnormalised scale; the column is normalised where the model has a
+    normaliser, :func:`~tgpflow.models.anomaly.score_columns`)."""
+    from tgpflow.models.anomaly import model_log_normalizer
+
+    threshold = getattr(est, "anomaly_threshold_", None)
+    log_z = model_log_normalizer(est)
+    return None if threshold is None else float(threshold) + (log_z or 0.0)
 
 
 def _pipeline_filters(model: str, source: str) -> list[tuple[str, str, Any]] | None:
@@ -120,12 +137,16 @@ def _rows_of(table: Any) -> int:
     return int(table.num_rows)
 
 
-def _write_scores(table: Any, path: str, storage_options: dict[str, Any] | None, after: Any = None) -> int:
-    """Write one chunk's scores table (:func:`~tgpflow.models.anomaly.score_table`) to ``path``; returns its rows.
-    ``after``: a task this write waits for (every chunk scored)."""
+def _write_scores(table: Any, path: str, storage_options: dict[str, Any] | None,
+                  after: Any = None) -> tuple[int, int]:
+    """Write one chunk's scores table (:func:`~tgpflow.models.anomaly.score_table`) to ``path``; returns its rows and
+    how many of them are flagged as anomalies (0 without a threshold). ``after``: a task this write waits for (every
+    chunk scored)."""
     import fsspec
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     with fsspec.open(path, "wb", **(storage_options or {})) as fh:
         pq.write_table(table, fh)
-    return int(table.num_rows)
+    flagged = pc.sum(table["anomaly"]).as_py() if "anomaly" in table.column_names else 0
+    return int(table.num_rows), int(flagged or 0)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from tgpflow.cli.app import main, runtime_errors
+from tgpflow.cli.app import check_out, main, overwrite_option, runtime_errors
+from tgpflow.cli.human import number
+from tgpflow.cli.output import emit
 
 
 @main.group()
@@ -25,7 +25,8 @@ def stats_info(path: str) -> None:
         manifest = store.read_manifest()
         if manifest is None:
             st = load_stats(path)
-            click.echo(json.dumps({"kind": type(st).__name__, "rows": st.n, "fingerprint": st.fingerprint}))
+            emit({"kind": type(st).__name__, "rows": st.n, "fingerprint": st.fingerprint},
+                 lambda r: [f"{path}: {r['kind']} of {number(r['rows'])} rows (features {r['fingerprint']})"])
             return
         # a model without additive statistics (RSR) has no total: it is refitted on the partitions' rows
         totals = {m: {"rows": store.load(v["total"]).n if v.get("total") else None, "version": v.get("version")}
@@ -33,19 +34,26 @@ def stats_info(path: str) -> None:
         for part in manifest["partitions"].values():  # verifies every entry's checksums
             for rel in part["stats"].values():
                 store.load(rel)
-        click.echo(json.dumps({"store": path, "name": manifest["name"], "run": manifest["run"],
-                               "policy": manifest["policy"], "partitions": len(manifest["partitions"]),
-                               "models": totals, "updated": manifest["updated"]}, indent=2, default=float))
+        emit({"store": path, "name": manifest["name"], "run": manifest["run"], "policy": manifest["policy"],
+              "partitions": len(manifest["partitions"]), "models": totals, "updated": manifest["updated"]},
+             lambda r: [f"{path}: store of pipeline {r['name']}, run {r['run']} ({r['updated']}), "
+                        f"{r['partitions']} partition(s), policy {r['policy']}; checksums verified",
+                        *(f"  {m}: {v['version']}, " + (f"{number(v['rows'])} rows" if v["rows"] is not None else
+                                                         "no additive statistics (refitted on rows)")
+                          for m, v in r["models"].items())], indent=2, default=float)
 
 
 @stats.command("merge")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--out", required=True, help="The merged statistics artifact (.zarr or .npz), written atomically.")
-def stats_merge(paths: tuple[str, ...], out: str) -> None:
+@overwrite_option
+def stats_merge(paths: tuple[str, ...], out: str, overwrite: bool) -> None:
     """Add statistics artifacts of the same feature draw into one (refuses a mismatch)."""
     from tgpflow.pipeline.store import load_stats
 
+    check_out(out, "statistics", overwrite)
     with runtime_errors():
         total = sum(load_stats(p) for p in paths)
         total.save(out)
-    click.echo(json.dumps({"merged": list(paths), "out": out, "rows": total.n}, default=float))
+    emit({"merged": list(paths), "out": out, "rows": total.n},
+         lambda r: [f"added {len(paths)} statistics artifacts ({number(r['rows'])} rows) → {out}"], default=float)

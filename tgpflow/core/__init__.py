@@ -1,10 +1,11 @@
-"""The small core every other layer stands on (DESIGN.md, "Inside the estimators"; issue 16).
+"""The small core every other layer stands on (docs/architecture.md, "Inside the estimators").
 
 * :mod:`~tgpflow.core.engine` — the pass: chunk statistics, a bounded fan-in tree, one compute, with a
   progress callback parameter;
 * :mod:`~tgpflow.core.memory` — the memory planner (rows per block from a byte budget);
-* :mod:`~tgpflow.core.gaussian_base` — the Gaussian base measure N(μ, Σ) and drawing from it (MATH.md §1, §5),
-  and :mod:`~tgpflow.core.proposal` — the defensive importance-sampling proposal around it;
+* :mod:`~tgpflow.core.gaussian_base` — the Gaussian base measure N(μ, Σ) and drawing from it (docs/mathematics.md,
+  "Features and the pilot pass" and "MAP, baselines and sampling"), and :mod:`~tgpflow.core.proposal` — the defensive
+  importance-sampling proposal around it;
 * :mod:`~tgpflow.core.moments` and :mod:`~tgpflow.core.summable` — first and second moments as a
   mergeable value, and what every additive statistic shares (``AdditiveStats``: the field-by-field algebra of
   every statistics class);

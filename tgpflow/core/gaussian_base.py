@@ -1,11 +1,12 @@
 """The Gaussian base measure N(μ, Σ): built from the exact moments of a pass, refused in the data's terms
-when the data cannot carry it, and drawn from by importance resampling (MATH.md §1, §5).
+when the data cannot carry it, and drawn from by importance resampling (docs/mathematics.md, "Features and the pilot
+pass" and "MAP, baselines and sampling").
 
 Every model family with a Gaussian base (the GP-tilted density, a kernel model with ``base="gaussian"``)
 takes it from here, and so does a fitted model's ``sample``: proposals ζ from the base made defensive
-(:mod:`tgpflow.core.proposal`) are weighted by ``exp(log p̃(ζ) − log q(ζ))`` and resampled multinomially (the effective sample size of the weights
-says how good the proposal was). :func:`check_covariance` says why a covariance is singular — fewer rows
-than d + 1, a constant column, collinear columns — naming the columns and the ``columns=``/``--columns``
+(:mod:`tgpflow.core.proposal`) are weighted by ``exp(log p̃(ζ) − log q(ζ))`` and resampled multinomially (the effective
+sample size of the weights says how good the proposal was). :func:`check_covariance` says why a covariance is singular —
+fewer rows than d + 1, a constant column, collinear columns — naming the columns and the ``columns=``/``--columns``
 that drops them, before any linear algebra fails on it.
 """
 
@@ -162,7 +163,8 @@ def importance_resample(log_density: Callable[[np.ndarray], np.ndarray], mean: n
                         mixture: Any = None) -> tuple[np.ndarray, float]:
     """``n_samples`` rows resampled from ``n_proposals`` draws of the defensive proposal around N(``mean``,
     ``cov``) — or around a ``mixture`` base with that mean and covariance — (:mod:`tgpflow.core.proposal`),
-    weighted by ``exp(log_density − log q)`` (MATH.md §5); returns (rows, ESS of the weights)."""
+    weighted by ``exp(log_density − log q)`` (docs/mathematics.md, "MAP, baselines and sampling"); returns (rows, ESS of
+    the weights)."""
     if n_samples < 1 or n_proposals < 1:
         raise ValueError(f"n_samples and n_proposals must be >= 1; got {n_samples}, {n_proposals}")
     return resample(*weighted_draws(log_density, mean, cov, n_proposals, rng, mixture), n_samples, rng)

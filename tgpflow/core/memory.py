@@ -9,7 +9,7 @@ as a :class:`MemoryCost` derived from the arrays its chunk function allocates:
 * ``per_row`` bytes for each row of a block — the feature blocks (angles, sin, cos: 3·S
   floats a row for the random Fourier features, d·md for the curl-free blocks);
 * ``per_chunk_row`` bytes for each row of the chunk whatever the block — the centred copy of
-  the moments (MATH.md §1), the shifted copy of the rows.
+  the moments (docs/mathematics.md, "Features and the pilot pass"), the shifted copy of the rows.
 
 :func:`plan_blocks` turns a cost, the cap ``block_bytes`` on the per-row part and a budget (the
 bytes one task may use) into a :class:`BlockPlan`: ``rows`` per block, and ``planned`` =

@@ -1,4 +1,4 @@
-"""First and second moments as a mergeable value (MATH.md §1).
+"""First and second moments as a mergeable value (docs/mathematics.md, "Features and the pilot pass").
 
 Stored centred — ``n``, ``mean`` and ``m2 = Σ (x − mean)(x − mean)ᵀ`` — and merged with
 Chan et al.'s pairwise formula, the way ``dask.array.reductions.moment_combine`` does, so
@@ -54,7 +54,7 @@ class Moments(Summable):
 
     @property
     def covariance(self) -> np.ndarray:
-        """Population covariance Σ = m2 / n (MATH.md §1)."""
+        """Population covariance Σ = m2 / n (docs/mathematics.md, "Features and the pilot pass")."""
         if self.n < 1:
             raise ValueError("no rows: the covariance is undefined")
         return self.m2 / self.n

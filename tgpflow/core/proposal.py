@@ -1,8 +1,9 @@
-"""The importance-sampling proposal of every tilted density: the base, made defensive (MATH.md §5).
+"""The importance-sampling proposal of every tilted density: the base, made defensive (docs/mathematics.md, "MAP,
+baselines and sampling").
 
 A tilted density ``e^{T(x)} N(x | μ, Σ)`` is normalised, sampled and checked by importance sampling.
 Drawing from the base ``N(μ, Σ)`` alone cannot see mass the tilt puts far from the data: on MAGIC
-with bounds (seed 003's NCFD at λ = 0.1, γ = 3.0, d = 10), the tilt grows at Mahalanobis radius
+with bounds ([Paisley et al.]'s NCFD at λ = 0.1, γ = 3.0, d = 10), the tilt grows at Mahalanobis radius
 7–9, where the base puts 10⁻⁶ of its draws; 250 000 base draws gave an ESS of 4 % and a
 plausible log Z, while draws of N(μ, 4Σ) found that almost all of the model's mass lies out there
 (ESS 7 of 250 000). A fit can then look healthy and be wrong everywhere.
@@ -80,9 +81,9 @@ def _mixture_draws(mixture: Any, mean: np.ndarray, chol: np.ndarray, n: int,
 def weighted_draws(log_density: Callable[[np.ndarray], np.ndarray], mean: np.ndarray, cov: np.ndarray, n: int,
                    rng: np.random.Generator, mixture: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """``n`` draws ζ of the proposal around N(``mean``, ``cov``) and their self-normalised importance weights
-    ∝ exp(log p̃(ζ) − log q(ζ)) for an unnormalised ``log_density`` (MATH.md §5). A draw where the log
-    density is not finite (e.g. KDE-RFF's estimate ≤ 0) gets weight 0; none finite raises. ``mixture``: the
-    mixture base (with that mean and covariance) the proposal is built on."""
+    ∝ exp(log p̃(ζ) − log q(ζ)) for an unnormalised ``log_density`` (docs/mathematics.md, "MAP, baselines and
+    sampling"). A draw where the log density is not finite (e.g. KDE-RFF's estimate ≤ 0) gets weight 0; none finite
+    raises. ``mixture``: the mixture base (with that mean and covariance) the proposal is built on."""
     points, log_q = proposal_draws(mean, np.linalg.cholesky(cov), int(n), rng, mixture)
     log_w = log_density(points) - log_q
     finite = np.isfinite(log_w)

@@ -2,7 +2,7 @@
 (``dask.sizeof``) sees the bytes of its arrays, not a few bytes of object, and — for the statistics of a
 family (:class:`AdditiveStats`) — one algebra, written once, field by field from the dataclass fields.
 
-Statistics are values (DESIGN.md, "Statistics are values"): sums over rows, so the statistics of A ∪ B are
+Statistics are values (docs/architecture.md, "Statistics are values"): sums over rows, so the statistics of A ∪ B are
 those of A plus those of B, a partition is removed by subtraction (sliding windows), and a forgetting factor
 weights every row (:meth:`AdditiveStats.scaled`). Statistics carry the draw they were computed with (features,
 a Nyström basis, a projection grid: types of :mod:`tgpflow.features` and :mod:`tgpflow.stats`, layers above this

@@ -1,8 +1,9 @@
-"""Radial kernels and their curl-free matrix kernel (MATH.md §6–§7; seed 000 Example 3.8).
+"""Radial kernels and their curl-free matrix kernel (docs/mathematics.md, "Nyström kernel exponential family" and "Score
+estimators on a Nyström basis"; [Zhou et al.] Example 3.8).
 
 A radial kernel is ``k(x, y) = ψ(u)``, ``u = ‖r‖²``, ``r = x − y``:
 
-* ``"gaussian"``: ``ψ(u) = exp(−u/σ_k)`` (σ_k is a bandwidth, MATH.md §0);
+* ``"gaussian"``: ``ψ(u) = exp(−u/σ_k)`` (σ_k is a bandwidth, docs/mathematics.md, "Conventions");
 * ``"imq"`` (inverse multiquadric): ``ψ(u) = (1 + u/σ_k)^{−1/2}``.
 
 Everything the estimators need follows from ψ and its first three derivatives:
@@ -13,7 +14,8 @@ Everything the estimators need follows from ψ and its first three derivatives:
   ``−2ψ' v − 4ψ'' r (rᵀv)`` — the d×d block is never formed in a mat-vec;
 * ``f_β(x) = Σ_a ∂_{y}k(Y_a, x)ᵀβ_a = Σ_a −2ψ'(u_a) r_aᵀβ_a`` has ``∇f = Σ_a K_cf(x, Y_a) β_a`` and
   ``Δf = Σ_a ℓ_a(x)ᵀβ_a`` with ``ℓ_a = −r_a [8ψ'''(u_a) u_a + 4(d + 2) ψ''(u_a)]``
-  (Gaussian: ``(4/σ_k²) k r (2u/σ_k − d − 2)``, MATH.md §6 with r = x − Y_a).
+  (Gaussian: ``(4/σ_k²) k r (2u/σ_k − d − 2)``, docs/mathematics.md, "Nyström kernel exponential family" with r = x −
+  Y_a).
 
 The bandwidth default is the median heuristic on the pilot sample: σ_k = median ‖x_i − x_j‖²
 over pairs (the squared distance, since k = exp(−‖r‖²/σ_k)). All float64.
@@ -71,7 +73,7 @@ class RadialKernel:
         return -2.0 * d1, -4.0 * d2, -(8.0 * d3 * u + 4.0 * (d + 2) * d2)
 
     def curl_free_matvec(self, X: np.ndarray, Y: np.ndarray, V: np.ndarray, block_rows: int | None = None) -> np.ndarray:
-        """Σ_a K_cf(X_i, Y_a) V_a for every row i, (n, d), in O(n m d) (seed 000 Ex. 3.8).
+        """Σ_a K_cf(X_i, Y_a) V_a for every row i, (n, d), in O(n m d) ([Zhou et al.] Ex. 3.8).
 
         With r_a = x − Y_a: ``Σ_a α_a V_a + Σ_a w_a (x − Y_a)``, ``w_a = κ_a (xᵀV_a − Y_aᵀV_a)`` —
         three GEMMs on (rows × m) blocks; neither the d×d blocks nor the (n, m, d) differences
@@ -110,9 +112,9 @@ def curl_free_columns(x: np.ndarray, Y: np.ndarray, alpha: np.ndarray, kappa: np
                       index: np.ndarray) -> np.ndarray:
     """The columns ``index`` (flat a·d + j) of the stacked blocks: ``out[n, i, c] = K_cf(x_n, Y_a)_{ij}`` for
     c ↔ (a, j), shape (n, d, |I|) — :func:`curl_free_blocks` restricted to the index set I of dimension
-    subsampling (MATH.md §6), without forming the other m·d − |I| columns (they cost more than the SYRK
-    once |I| is small) or the differences r for all m·d. ``index`` must be grouped by component,
-    ``index % d`` non-decreasing, so that the α δ_ij term is d slice additions (a scattered
+    subsampling (docs/mathematics.md, "Nyström kernel exponential family"), without forming the other m·d − |I| columns
+    (they cost more than the SYRK once |I| is small) or the differences r for all m·d. ``index`` must be grouped by
+    component, ``index % d`` non-decreasing, so that the α δ_ij term is d slice additions (a scattered
     addition costs as much as the rest). α, κ: (n, m) from :meth:`RadialKernel.curl_free_weights`.
     """
     d = x.shape[1]

@@ -1,5 +1,5 @@
 """Local kernels on closed Markov blankets, shared by graphical SVGD and the kernel Stein discrepancy
-(MATH.md §9–§10, seed 002 §3–§4).
+(docs/mathematics.md, "SVGD, graphical SVGD and the kernel Stein discrepancy" and "Metrics", [Wang et al.] §3–§4).
 
 For a graph on the d coordinates, C_i = {i} ∪ N(i) is the closed Markov blanket of coordinate i and
 

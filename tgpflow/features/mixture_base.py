@@ -122,7 +122,8 @@ class GaussianMixtureBase:
         return 0.5 * (cov + cov.T)
 
     def at_level(self, sigma: float) -> GaussianMixtureBase:
-        """The mixture convolved with N(0, σ²I): every Σ_k + σ²I (the noise-conditional base, MATH.md §3)."""
+        """The mixture convolved with N(0, σ²I): every Σ_k + σ²I (the noise-conditional base, docs/mathematics.md,
+        "Noise-conditional Fisher divergence")."""
         if sigma == 0:
             return self
         return GaussianMixtureBase(self.weights, self.means, self.covariances + sigma * sigma * np.eye(self.n_dims))

@@ -1,8 +1,9 @@
-"""Noise schedules of the noise-conditional GP-tilted density (MATH.md §1, §3).
+"""Noise schedules of the noise-conditional GP-tilted density (docs/mathematics.md, "Features and the pilot pass" and
+"Noise-conditional Fisher divergence").
 
 Levels ``σ_h = (h−1) σ_max / H``, ``h = 1..H`` (σ_1 = 0, the data level); the paper's
-``σ_max = √(tr Σ)/d`` is implemented as printed (MATH.md §11 A5) and can be overridden.
-Level h uses the same draw (Z, c) at width ``γ_h = √(γ² + σ_h²)``.
+``σ_max = √(tr Σ)/d`` is implemented as printed (docs/mathematics.md, "Where the papers differ", item A5) and can be
+overridden. Level h uses the same draw (Z, c) at width ``γ_h = √(γ² + σ_h²)``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ LADDER_PREFIX_SHARES = (0.25, 0.5)
 
 
 def paper_sigma_max(cov: np.ndarray) -> float:
-    """σ_max = (1/d)√tr Σ, seed 003 §IV as printed (MATH.md §11 A5)."""
+    """σ_max = (1/d)√tr Σ, [Paisley et al.] §IV as printed (docs/mathematics.md, "Where the papers differ", item A5)."""
     cov = np.atleast_2d(cov)
     return math.sqrt(float(np.trace(cov))) / cov.shape[0]
 

@@ -2,8 +2,8 @@
 
 A basis is a value like :class:`~tgpflow.features.rff.RandomFourierFeatures`: Y, the kernel
 name, σ_k and the pilot shift x₀ (about which the moment-type sums of a Gaussian base are
-accumulated, MATH.md §1) define it; its fingerprint identifies it and is stored with every
-statistics object and model computed from it. Y is drawn uniformly (seeded) from the pilot
+accumulated, docs/mathematics.md, "Features and the pilot pass") define it; its fingerprint identifies it and is stored
+with every statistics object and model computed from it. Y is drawn uniformly (seeded) from the pilot
 sample, or given by the user. float64.
 """
 
@@ -24,7 +24,7 @@ __all__ = ["NystromBasis"]
 class NystromBasis:
     """Basis points ``Y`` (m, d) with ``kernel`` ("gaussian" or "imq") of bandwidth σ_k.
 
-    ``components`` (optional, (m, d) bool): seed 001's dimension subsampling — only the
+    ``components`` (optional, (m, d) bool): [Sutherland et al.]'s dimension subsampling — only the
     derivative basis functions ∂_i k(Y_a, ·) with ``components[a, i]`` are used (the index set I).
     """
 
@@ -86,8 +86,9 @@ class NystromBasis:
         return NystromBasis(self.Y, bandwidth, self.kernel_name, self.shift, self.components)
 
     def with_components(self, n_components: int, rng: np.random.Generator) -> NystromBasis:
-        """This basis with seed 001's dimension subsampling (MATH.md §6): exactly ``n_components`` of the d
-        components of each basis point, uniformly without replacement, drawn from ``rng`` point by point."""
+        """This basis with [Sutherland et al.]'s dimension subsampling (docs/mathematics.md, "Nyström kernel exponential
+        family"): exactly ``n_components`` of the d components of each basis point, uniformly without replacement, drawn
+        from ``rng`` point by point."""
         if not 1 <= int(n_components) <= self.n_dims:
             raise ValueError(f"n_components must be in 1..{self.n_dims} (d); got {n_components}")
         mask = np.zeros(self.Y.shape, dtype=bool)

@@ -1,12 +1,12 @@
-"""Random Fourier features of the GP-tilted density (MATH.md §1).
+"""Random Fourier features of the GP-tilted density (docs/mathematics.md, "Features and the pilot pass").
 
 ``φ(x) = √(2/S) cos(Z x/γ + c)``, ``φ'(x) = −√(2/S) sin(Z x/γ + c)`` with
 ``z_s ~ N(0, Σ_z)``, ``c_s ~ U[0, 2π)``. A draw is a value: Z, c, γ and the pilot shift
 x₀ define it, its fingerprint identifies it, and it is saved with every model and every
 statistics object computed from it.
 
-Numerics (MATH.md §1): features are evaluated at ``x − x₀`` with the shifted phase
-``c' = (c + Z x₀/γ) mod 2π`` formed in float64, since ``cos(Zx/γ + c) = cos(Z(x−x₀)/γ + c')``;
+Numerics (docs/mathematics.md, "Features and the pilot pass"): features are evaluated at ``x − x₀`` with the shifted
+phase ``c' = (c + Z x₀/γ) mod 2π`` formed in float64, since ``cos(Zx/γ + c) = cos(Z(x−x₀)/γ + c')``;
 at ``‖x‖ ~ 10⁶`` the raw angle would lose its phase. All arithmetic here is float64.
 """
 
@@ -94,8 +94,8 @@ class RandomFourierFeatures:
     c : (S,) array — phases in [0, 2π).
     gamma : float — kernel width γ > 0.
     shift : (d,) array, optional — pilot shift x₀ about which the moment-type sums are
-        accumulated (MATH.md §1); zeros when not given. It is part of the fingerprint,
-        because statistics accumulated about different shifts do not add up.
+        accumulated (docs/mathematics.md, "Features and the pilot pass"); zeros when not given. It is part of the
+        fingerprint, because statistics accumulated about different shifts do not add up.
     seed : int, optional — the seed the draw came from (informational only).
     """
 
@@ -165,7 +165,7 @@ class RandomFourierFeatures:
 
     @cached_property
     def phase(self) -> np.ndarray:
-        """Shifted phase c' = (c + Z x₀/γ) mod 2π, in float64 (MATH.md §1)."""
+        """Shifted phase c' = (c + Z x₀/γ) mod 2π, in float64 (docs/mathematics.md, "Features and the pilot pass")."""
         p = np.mod(self.c + self.frequencies @ self.shift, 2.0 * np.pi)
         p.setflags(write=False)
         return p
@@ -214,7 +214,8 @@ class RandomFourierFeatures:
         return cls(Z=Z, c=c, gamma=float(bandwidth), shift=shift, seed=None if seed is None else int(seed))
 
     def with_bandwidth(self, gamma: float) -> RandomFourierFeatures:
-        """The same draw (Z, c, x₀) at another width γ — e.g. γ_σ = √(γ² + σ²) of NCFD (MATH.md §3)."""
+        """The same draw (Z, c, x₀) at another width γ — e.g. γ_σ = √(γ² + σ²) of NCFD (docs/mathematics.md,
+        "Noise-conditional Fisher divergence")."""
         return RandomFourierFeatures(self.Z, self.c, gamma, self.shift, seed=self.seed)
 
     # -- evaluation -------------------------------------------------------------------
@@ -324,7 +325,7 @@ class RandomFourierFeatures:
         return bound < _max_angle()
 
     def transform(self, X: Any) -> tuple[Any, Any]:
-        """φ(X) and φ'(X) as (n, S) arrays (MATH.md §0)."""
+        """φ(X) and φ'(X) as (n, S) arrays (docs/mathematics.md, "Conventions")."""
         xp = namespace(X)
         scale = math.sqrt(2.0 / self.n_features)
         sin, cos = self.sincos(X - xp.asarray(self.shift, device=device_of(X)))
@@ -346,7 +347,8 @@ def _max_angle() -> float:
 
 
 def scott_bandwidth(n_rows: int, cov: np.ndarray) -> float:
-    """Scott's rule of seed 003 §IV: γ = N^{−1/(d+4)} √(tr Σ / d) (MATH.md §1)."""
+    """Scott's rule of [Paisley et al.] §IV: γ = N^{−1/(d+4)} √(tr Σ / d) (docs/mathematics.md, "Features and the pilot
+    pass")."""
     d = cov.shape[0]
     tr = float(np.trace(cov))
     if not tr > 0:
@@ -355,6 +357,7 @@ def scott_bandwidth(n_rows: int, cov: np.ndarray) -> float:
 
 
 def paper_kernel_cov(cov: np.ndarray) -> np.ndarray:
-    """Σ_z = d Σ / tr Σ, seed 003 §IV (MATH.md §1, §11 A6)."""
+    """Σ_z = d Σ / tr Σ, [Paisley et al.] §IV (docs/mathematics.md, "Features and the pilot pass" and "Where the papers
+    differ", item A6)."""
     d = cov.shape[0]
     return d * cov / float(np.trace(cov))

@@ -1,4 +1,5 @@
-"""Random features of the SDO kernel of root-Sobolev densities (MATH.md §8, seed 004; errata D1, D4).
+"""Random features of the SDO kernel of root-Sobolev densities (docs/mathematics.md, "Root-Sobolev density", [Kozdoba et
+al.]; errata D1, D4).
 
 ``k^a(x, y) = ∫ cos(2π⟨y − x, z⟩) w^a(z) dz``, ``w^a(z) = 1/(1 + a(2π)^{2m_s}‖z‖^{2m_s})``, m_s > d/2.
 Frequencies come from the EXACT radial sampler (the paper's finite radial grid truncates the
@@ -77,8 +78,8 @@ class SDODraw:
 
     ``Z`` (T, d): the a = 1 frequencies 2π z(1) times the whitening matrix; ``phase`` (T,): b, the phases
     of ``x − centre``; ``centre`` (d,): μ; ``order``: m_s; ``rank``: the whitened dimension (the d of
-    MATH.md §8); ``columns``: the input columns the whitening kept; ``seed``: informational.
-    The features at smoothness a are ``cos(Z(x − μ)/γ + b)``, ``γ = a^{1/2m_s}``, stored as a
+    docs/mathematics.md, "Root-Sobolev density"); ``columns``: the input columns the whitening kept; ``seed``:
+    informational. The features at smoothness a are ``cos(Z(x − μ)/γ + b)``, ``γ = a^{1/2m_s}``, stored as a
     :class:`RandomFourierFeatures` with ``c = b − Zμ/γ`` and shift μ: drawing b for ``x − μ`` rather than
     for x makes the draw itself, not only its kernel, invariant to a shift of the data.
     """
@@ -135,7 +136,8 @@ class SDODraw:
                           (self.Z, self.phase, self.centre)).hexdigest()
 
     def at(self, a: float) -> RandomFourierFeatures:
-        """The features at smoothness a: width γ = a^{1/2m_s} (MATH.md §8's scaling law)."""
+        """The features at smoothness a: width γ = a^{1/2m_s} (docs/mathematics.md, "Root-Sobolev density"'s scaling
+        law)."""
         gamma = sdo_width(a, self.order)
         c = np.mod(self.phase - (self.Z @ self.centre) / gamma, 2 * np.pi)
         return RandomFourierFeatures(Z=self.Z, c=c, gamma=gamma, shift=self.centre, seed=self.seed)

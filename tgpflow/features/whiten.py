@@ -1,4 +1,5 @@
-"""Whitening of a kernel's input from pilot rows: the Mahalanobis SDO kernel of RSR (MATH.md §8).
+"""Whitening of a kernel's input from pilot rows: the Mahalanobis SDO kernel of RSR (docs/mathematics.md, "Root-Sobolev
+density").
 
 ``u = W(x − μ)`` with ``W = L⁻¹ D^{−1/2}`` restricted to a numerically independent set of columns:
 μ and D = diag(var) are the mean and variances of a set of rows, and ``P R P^T = L Lᵀ`` is the pivoted

@@ -303,6 +303,10 @@ def _directory_commit(target: UPath, kind: str, overwrite: bool, marker: bool) -
     try:
         tmp.mkdir(parents=True, exist_ok=True)  # a pseudo-directory where the filesystem keeps them
         yield tmp
+        # the writes may have gone through another instance of the filesystem (Zarr's asynchronous one), whose
+        # listings this one has not seen: list afresh (an object store's listing cache would miss them)
+        target.fs.invalidate_cache(tmp.path)
+        target.fs.invalidate_cache(target.path)
         if not tmp.is_dir() or not any(tmp.iterdir()):
             raise RuntimeError(f"nothing was written to {tmp} for {target}")
         if marker:

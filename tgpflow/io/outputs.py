@@ -13,7 +13,7 @@ user's data before it replaces anything:
   directory output (a Zarr artifact too) has one, and it is also the pointer to the current version
   (:mod:`tgpflow.io.atomic`).
 
-:func:`check_replace` is the rule (DESIGN.md, bad input and faults: never delete anything the user
+:func:`check_replace` is the rule (docs/architecture.md, "Bad input and faults": never delete anything the user
 did not ask to replace): a path that does not exist may be written; one that holds a tgpflow output
 of the same kind may be replaced when the caller says so (the CLI's ``--overwrite``); anything else
 — a user's directory, a data file, the model passed as input, a tgpflow output of another kind — is

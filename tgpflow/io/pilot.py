@@ -1,7 +1,7 @@
 """The pilot sample: a bounded, uniform, seeded sample of rows read before the pass.
 
-It sets only what the feature draw depends on (MATH.md §1): Scott's bandwidth γ (with N
-from metadata), Σ_z = dΣ/tr Σ and the shift x₀. The design is two-stage and
+It sets only what the feature draw depends on (docs/mathematics.md, "Features and the pilot pass"): Scott's bandwidth γ
+(with N from metadata), Σ_z = dΣ/tr Σ and the shift x₀. The design is two-stage and
 self-weighting, so every row has the same inclusion probability:
 
 * with chunk sizes known (Parquet row groups, Zarr/dask/NumPy chunks) and at most

@@ -1,5 +1,6 @@
-"""Metrics: sliced KS/Wasserstein (seed 003 §IV), the held-out Hyvärinen loss and log-likelihood, KSD and MMD
-(MATH.md §9–§10), and the check that a model's samples match held-out data."""
+"""Metrics: sliced KS/Wasserstein ([Paisley et al.] §IV), the held-out Hyvärinen loss and log-likelihood, KSD and MMD
+(docs/mathematics.md, "SVGD, graphical SVGD and the kernel Stein discrepancy" and "Metrics"), and the check that a
+model's samples match held-out data."""
 
 from tgpflow.metrics.hyvarinen import heldout_loglik, hyvarinen_loss
 from tgpflow.metrics.sample_check import SampleCheck, sample_check

@@ -1,4 +1,4 @@
-"""Held-out scores of a fitted density, streamed over any source (MATH.md §0, §10).
+"""Held-out scores of a fitted density, streamed over any source (docs/mathematics.md, "Conventions" and "Metrics").
 
 * :func:`hyvarinen_loss` — ``J(s) = mean_i [½‖s(x_i)‖² + div s(x_i)]`` with the model's closed-form
   divergence; lower is better; equals the Fisher divergence to the data up to a model-free constant.

@@ -3,7 +3,7 @@
 :func:`sample_check` draws samples from a fitted model (or takes given ones, e.g. MCMC draws) and
 compares them with a uniform sample of held-out rows (≤ ``max_rows`` rows of any source):
 
-* sliced KS and Wasserstein distances (seed 003 §IV) between the samples and one half of the
+* sliced KS and Wasserstein distances ([Paisley et al.] §IV) between the samples and one half of the
   held-out rows, beside the same distances between the two halves — the distance two draws of
   the data itself are apart, at the same sizes;
 * per column, the samples' mean error in held-out standard deviations and their spread ratio;
@@ -12,7 +12,7 @@ compares them with a uniform sample of held-out rows (≤ ``max_rows`` rows of a
 * the effective sample size of the draw (importance resampling), as a share of the proposals.
 
 The default thresholds are the ones that separated good from broken fits (demo mixture at 200k
-rows, and a 2M-row dataset of seed 003's Table II): ESS ≥ 1 % of the proposals; mass outside the
+rows, and a 2M-row dataset of [Paisley et al.]'s Table II): ESS ≥ 1 % of the proposals; mass outside the
 box ≤ max(5 × the held-out share, 3 %); |mean error| ≤ 0.1 sd; spread ratio in [0.9, 1.1]; and,
 when ``max_ks`` is given, a sliced KS median at most that.
 

@@ -1,4 +1,4 @@
-"""Sliced Kolmogorov–Smirnov and Wasserstein distances (seed 003 §IV; MATH.md §10).
+"""Sliced Kolmogorov–Smirnov and Wasserstein distances ([Paisley et al.] §IV; docs/mathematics.md, "Metrics").
 
 For directions v uniform on the unit sphere, compare the data's marginal CDF P_N along v
 with the model's marginal CDF Q along v on a grid of ``n_grid`` points α over the data's range (the paper: 10⁴):

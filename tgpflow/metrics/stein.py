@@ -1,6 +1,7 @@
-"""Kernel Stein discrepancy and maximum mean discrepancy (MATH.md §9–§10, seed 002 Theorem 2).
+"""Kernel Stein discrepancy and maximum mean discrepancy (docs/mathematics.md, "SVGD, graphical SVGD and the kernel
+Stein discrepancy" and "Metrics", [Wang et al.] Theorem 2).
 
-KSD² of a sample {x_j} against a target with score s, in its per-coordinate form (seed 002
+KSD² of a sample {x_j} against a target with score s, in its per-coordinate form ([Wang et al.]
 Thm 2; vanilla: one RBF kernel on all coordinates, graphical: k_i on the closed blanket C_i):
 
     KSD² = Σ_i (1/n²) Σ_{j,l} u_i(x_j, x_l),
@@ -10,7 +11,7 @@ with s = s(x_j), s' = s(x_l). The V-statistic keeps j = l; the U-statistic drops
 by n(n−1) (unbiased, can be negative). h_i = med_i² on C_i, as in SVGD.
 
 MMD² with k(x, y) = exp(−‖x − y‖²/h), h = the squared median pairwise distance of the pooled
-sample (the median trick of seed 002 §4.1): biased (V) or unbiased (U) estimate.
+sample (the median trick of [Wang et al.] §4.1): biased (V) or unbiased (U) estimate.
 
 Both run over blocks of rows (memory O(n · block · d)), float64 accumulators.
 """

@@ -1,4 +1,4 @@
-"""Row-blocked score and Hyvärinen terms shared by the fitted-model evaluators (MATH.md §10).
+"""Row-blocked score and Hyvärinen terms shared by the fitted-model evaluators (docs/mathematics.md, "Metrics").
 
 An evaluator supplies ``_blocks(x)`` (start, block) and ``_score_block(xb, with_div)`` → (score,
 divergence or None); this base turns them into ``grad_log_density`` and ``hyvarinen_terms``.
@@ -31,7 +31,8 @@ class BlockedScore:
         return out
 
     def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
-        """½‖s(x)‖² + div s(x) per row (the summand of the Hyvärinen loss, MATH.md §0, §10)."""
+        """½‖s(x)‖² + div s(x) per row (the summand of the Hyvärinen loss, docs/mathematics.md, "Conventions" and
+        "Metrics")."""
         out = np.empty(x.shape[0])
         for start, xb in self._blocks(x):
             score, div = self._score_block(xb)

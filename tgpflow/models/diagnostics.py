@@ -1,4 +1,5 @@
-"""Fit diagnostics: does a fitted density put mass where there are no data? (DESIGN.md "A model says when it is wrong").
+"""Fit diagnostics: does a fitted density put mass where there are no data? (docs/architecture.md, "A model says when it
+is wrong").
 
 Score matching never sees the space without data, so a tilt can grow there unchecked; the fit
 then looks fine on its own objective and is wrong where users look (samples, tails, anomaly
@@ -16,7 +17,7 @@ sampling estimate of its normaliser (:mod:`tgpflow.solve.normalizer`):
 * ``theta_norm`` ‖θ‖ (the tilt's size), and for MAP the convergence and ESS of its fixed draws.
 
 The thresholds are the ones that separated good from broken fits when they were measured (on
-the demo mixture at 200k rows and a 2M-row, 7-column dataset of seed 003's Table II): broken
+the demo mixture at 200k rows and a 2M-row, 7-column dataset of [Paisley et al.]'s Table II): broken
 fits had ESS 0.016–0.63 % of the proposals and 23–62 % of their mass outside the box, good ones
 ESS ≥ 14 % and mass outside within a few times the data's own rate. A crossing warns with the fix
 (:class:`DiagnosticWarning`) and is listed in the diagnostics under ``"warnings"``.

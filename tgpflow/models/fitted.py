@@ -1,22 +1,26 @@
-"""Fitted models as values: a solution and its evaluation, without the statistics (DESIGN.md, "Inside the estimators").
+"""Fitted models as values: a solution and its evaluation, without the statistics (docs/architecture.md, "Inside
+the estimators").
 
 A :class:`Fitted` value holds what evaluating one solved model needs — its draw (random Fourier
 features or a Nyström basis), the coefficients the solve produced, its base measure — and gives
 
 * ``log_density`` (unnormalised), ``grad_log_density`` (the score) and ``hyvarinen_terms``
-  (``½‖s‖² + div s`` per row with the closed-form divergence, MATH.md §10);
-* ``sample`` (importance resampling from the Gaussian base, MATH.md §5), ``base_draws`` and
-  ``reference_sample`` (the weighted proposal draws of the sliced metrics, seed 003 §IV);
+  (``½‖s‖² + div s`` per row with the closed-form divergence, docs/mathematics.md, "Metrics");
+* ``sample`` (importance resampling from the Gaussian base, docs/mathematics.md, "MAP, baselines and sampling"),
+  ``base_draws`` and ``reference_sample`` (the weighted proposal draws of the sliced metrics, [Paisley et al.] §IV);
 * ``to_arrays``/``to_meta`` and ``from_arrays``: numeric arrays plus a small JSON dict, never a pickle.
 
 Rows are (n, d) float64 NumPy arrays; there are no input checks (the estimators make them).
 Building a value from its arrays does no linear algebra: this is what makes a model file load in
 the time it takes to read it. Metrics, reports, samplers and the pipeline evaluate a model through
 ``est.fitted()``. The kinds: :class:`~tgpflow.models.tgp_fitted.TGPFitted` (FD, NCFD, FVPD, MAP,
-KDE-RFF; MATH.md §2–§5), :class:`~tgpflow.models.tgp_fitted.BoundedFitted` (one of them on bounded
-columns), :class:`~tgpflow.models.scaled_fitted.ScaledFitted` (any of them on standardized columns),
-:class:`~tgpflow.models.kernel_fitted.KernelFitted` (NKEF, lite and the score estimators; §6–§7) and
-:class:`~tgpflow.models.rsr_fitted.RSRFitted` (RSR and KDE-SDO; §8).
+KDE-RFF; docs/mathematics.md, "Fisher divergence and base-measure learning", "Noise-conditional Fisher divergence", "The
+Fisher variational predictive distribution" and "MAP, baselines and sampling"),
+:class:`~tgpflow.models.tgp_fitted.BoundedFitted` (one of them on bounded columns),
+:class:`~tgpflow.models.scaled_fitted.ScaledFitted` (any of them on standardized columns),
+:class:`~tgpflow.models.kernel_fitted.KernelFitted` (NKEF, lite and the score estimators; "Nyström kernel exponential
+family" and "Score estimators on a Nyström basis") and :class:`~tgpflow.models.rsr_fitted.RSRFitted` (RSR and KDE-SDO;
+"Root-Sobolev density").
 """
 
 from __future__ import annotations
@@ -92,7 +96,8 @@ class Fitted(abc.ABC):
     def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Fitted:
         """The value back from :meth:`to_arrays` and :meth:`to_meta` (no linear algebra)."""
 
-    # -- drawing from the base (MATH.md §5) ------------------------------------------------
+    # -- drawing from the base (docs/mathematics.md, "MAP, baselines and sampling")
+    # ------------------------------------------------
     def _gaussian_base(self) -> Any:
         if getattr(self, "base", None) is None:
             raise ValueError(f"a {type(self).__name__} without a Gaussian base has nothing to propose from: sample "
@@ -101,8 +106,8 @@ class Fitted(abc.ABC):
 
     def sample(self, n_samples: int, random_state: Any = None, *, n_proposals: int | None = None,
                return_ess: bool = False) -> np.ndarray | tuple[np.ndarray, float]:
-        """``n_samples`` rows by importance resampling from the base N(μ, Σ), made defensive (MATH.md §5;
-        :mod:`tgpflow.core.proposal`).
+        """``n_samples`` rows by importance resampling from the base N(μ, Σ), made defensive (docs/mathematics.md, "MAP,
+        baselines and sampling"; :mod:`tgpflow.core.proposal`).
 
         ``n_proposals`` defaults to max(20·n_samples, 10 000); with ``return_ess`` the effective
         sample size of the weights is returned too.
@@ -119,7 +124,7 @@ class Fitted(abc.ABC):
 
     def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0) -> tuple[np.ndarray, np.ndarray]:
         """Draws ζ of the defensive proposal q around the base (:mod:`tgpflow.core.proposal`) and their
-        normalised weights ∝ exp(log p̃(ζ) − log q(ζ)) (seed 003 §IV compares a model with data through
+        normalised weights ∝ exp(log p̃(ζ) − log q(ζ)) ([Paisley et al.] §IV compares a model with data through
         them); draws where the log density is not finite (KDE-RFF's estimate ≤ 0) get weight 0."""
         base = self._gaussian_base()
         return weighted_draws(self.log_density, base.mean, base.cov, int(n_samples),

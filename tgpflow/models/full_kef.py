@@ -1,4 +1,5 @@
-"""The full kernel exponential family (seed 001 eqs 4–5, Sriperumbudur et al.; MATH.md §6) — small n.
+"""The full kernel exponential family ([Sutherland et al.] eqs 4–5, Sriperumbudur et al.; docs/mathematics.md, "Nyström
+kernel exponential family") — small n.
 
 The reference the Nyström model approximates: the minimiser of ``Ĵ(f) + (λ/2)‖f‖²_H`` over all
 of H lies in span{ξ̂, ∂_i k(X_a, ·)}, with
@@ -10,7 +11,7 @@ of H lies in span{ξ̂, ∂_i k(X_a, ·)}, with
 With a radial k = ψ(‖r‖²), r = x − X_a: ``Σ_i ∂²_{y_i}k = 4ψ''u + 2dψ'``, its x-gradient is
 ``r(8ψ'''u + 4(d+2)ψ'')`` and ``∇_x[∂_y k · g] = K_cf(x, X_a) g``. ``solver="direct"`` factors the
 nd × nd system (memory O(n²d²), time O(n³d³) — the cost the seeds report); ``solver="cg"``
-(KEF-CG) runs conjugate gradients with the O(n²d) structured mat-vec of seed 000 Ex. 3.8 and
+(KEF-CG) runs conjugate gradients with the O(n²d) structured mat-vec of [Zhou et al.] Ex. 3.8 and
 never forms G. ``solver="auto"`` (the default) factors where the system fits and switches to CG,
 with an INFO log line, where it does not.
 
@@ -23,9 +24,9 @@ at the relative residual ‖b − Aβ‖/‖b‖ ≤ ``cg_tol`` (the CG recursio
 reports ``iterations``, ``residual`` and ``converged``.
 
 **The full-sample iterations** (``regularizer="landweber"`` or ``"nu"``): s = a∇ξ̂ + Σ_a K_cf(·, X_a)β_a
-(∇ξ̂ = ζ̂) by t products with G (:mod:`tgpflow.solve.full_sample`; MATH.md §7, seed 000 §3.2 and
-Example 3.8): no eigendecomposition and no nd × nd matrix. ``solver`` is then unused. ``xi_coef_`` is a:
-−1/λ for Tikhonov (the KEF), −tη for Landweber.
+(∇ξ̂ = ζ̂) by t products with G (:mod:`tgpflow.solve.full_sample`; docs/mathematics.md, "Score estimators on a Nyström
+basis", [Zhou et al.] §3.2 and Example 3.8): no eigendecomposition and no nd × nd matrix. ``solver`` is then unused.
+``xi_coef_`` is a: −1/λ for Tikhonov (the KEF), −tη for Landweber.
 
 **Where the direct solve stops fitting.** It holds two float64 (nd)² matrices (G, built in
 place into G + nλI, and the temporary of its block layout; LAPACK factors in place):

@@ -1,4 +1,5 @@
-"""Exact kernel density baseline on a bounded subsample (seed 003 §IV; MATH.md §5).
+"""Exact kernel density baseline on a bounded subsample ([Paisley et al.] §IV; docs/mathematics.md, "MAP, baselines and
+sampling").
 
 ``p(x) = (1/n) Σ_i k(x, x_i)`` with the TGP's kernel ``k = exp(−δᵀΣ_zδ/2γ²)`` normalised
 (``Σ_z = dΣ/trΣ`` or I, γ by Scott's rule), fitted on a pilot subsample of at most

@@ -1,15 +1,18 @@
-"""The fitted kernel models as a value: ``s = Σ_a K(·, Y_a)c_a + ∇log q0`` on a Nyström basis (MATH.md §6–§7).
+"""The fitted kernel models as a value: ``s = Σ_a K(·, Y_a)c_a + ∇log q0`` on a Nyström basis (docs/mathematics.md,
+"Nyström kernel exponential family" and "Score estimators on a Nyström basis").
 
 :class:`KernelFitted` holds the basis, the coefficients and the base q0 (None: flat), and evaluates
 
 * ``model="curl_free"`` (NKEF, the curl-free score estimators): ``log p = f + log q0`` with
-  ``f = Σ_a −2ψ'(u_a) r_aᵀc_a`` and the score ``∇f + ∇log q0`` (MATH.md §6);
-* ``model="lite"``: ``f = Σ_a α_a k(Y_a, ·)`` (MATH.md §6, lite);
+  ``f = Σ_a −2ψ'(u_a) r_aᵀc_a`` and the score ``∇f + ∇log q0`` (docs/mathematics.md, "Nyström kernel exponential
+  family");
+* ``model="lite"``: ``f = Σ_a α_a k(Y_a, ·)`` (docs/mathematics.md, "Nyström kernel exponential family", lite);
 * ``model="diagonal"`` (Stein, SSGE): the score ``Σ_a k(·, Y_a)c_a + ∇log q0`` only — it is not a
-  gradient field, so there is no log density (MATH.md §7).
+  gradient field, so there is no log density (docs/mathematics.md, "Score estimators on a Nyström basis").
 
-The divergence is closed-form (MATH.md §6 third derivatives; §10). With a Gaussian base a density
-model samples by importance resampling from q0 (weights e^f, MATH.md §5).
+The divergence is closed-form (docs/mathematics.md, "Nyström kernel exponential family": third derivatives; "Metrics").
+With a Gaussian base a density model samples by importance resampling from q0 (weights e^f, docs/mathematics.md, "MAP,
+baselines and sampling").
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 :class:`~tgpflow.models.kernel_fitted.KernelFitted` given a :class:`~tgpflow.core.backend.DeviceTarget` computes
 ``log_density`` and ``grad_log_density`` here, per block of rows on the device in float64, from the differences
 ``r_a = x − Y_a`` (rows, m, d) as the host does (no expanded ‖x‖² − 2xᵀY + ‖Y‖², which loses digits far from the
-basis' shift) and GEMMs with the coefficients (MATH.md §6, §7):
+basis' shift) and GEMMs with the coefficients (docs/mathematics.md, "Nyström kernel exponential family" and "Score
+estimators on a Nyström basis"):
 
 * curl-free: ``f = Σ_a α_a r_aᵀc_a`` and ``∇f = Σ_a α_a c_a + Σ_a κ_a (r_aᵀc_a) r_a``;
 * lite: ``f = Σ_a k_a α_a`` and ``∇f = Σ_a 2ψ'(u_a) α_a r_a``;

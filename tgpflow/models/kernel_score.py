@@ -1,11 +1,13 @@
-"""Kernel exponential families and kernel score estimators on a Nyström basis (seeds 001, 000).
+"""Kernel exponential families and kernel score estimators on a Nyström basis ([Sutherland et al.],
+[Zhou et al.]).
 
 ``ScoreEstimator(kernel, regularizer)`` fits ``s(x) = Σ_a K(x, Y_a) c_a + ∇log q0(x)`` from one
 pass of :class:`~tgpflow.stats.kef.KEFStats` (curl-free K) or
 :class:`~tgpflow.stats.kef.DiagStats` (diagonal K = k I_d), then applies a regularizer after
-the pass (MATH.md §7). :class:`~tgpflow.models.nystrom_kef.NystromKEF` is the curl-free Tikhonov case
-with seed 001's solve and a log density ``f(x) + log q0(x)`` (MATH.md §6). Named presets
-(``ScoreEstimator.preset("stein")`` …) follow MATH.md §7.
+the pass (docs/mathematics.md, "Score estimators on a Nyström basis"). :class:`~tgpflow.models.nystrom_kef.NystromKEF`
+is the curl-free Tikhonov case with [Sutherland et al.]'s solve and a log density ``f(x) + log q0(x)``
+(docs/mathematics.md, "Nyström kernel exponential family"). Named presets (``ScoreEstimator.preset("stein")`` …) follow
+docs/mathematics.md, "Score estimators on a Nyström basis".
 
 The basis Y is ``n_basis`` rows drawn uniformly (seeded) from the pilot sample, or given
 (``fit(X, basis=Y)``); σ_k is the median heuristic on the pilot sample unless given; the
@@ -55,13 +57,14 @@ DEFAULT_KERNEL_LAM_GRID = tuple(float(v) for v in np.logspace(-6, 0, 13))
 #: Landweber's default grid stops at this λ (t = ⌊1/λ⌋ = 10⁴ steps).
 LANDWEBER_MIN_LAM = 1e-4
 
-#: Named estimators of MATH.md §7 (kernel, regularizer).
+#: Named estimators of docs/mathematics.md, "Score estimators on a Nyström basis" (kernel, regularizer).
 PRESETS = {"stein": ("diagonal", "tikhonov"), "ssge": ("diagonal", "cutoff"), "nkef": ("curl_free", "tikhonov"),
            "nu_method": ("curl_free", "nu"), "landweber": ("curl_free", "landweber")}
 
 
 class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
-    """Kernel score estimator on a Nyström basis (seed 000 in the streamed form of MATH.md §7).
+    """Kernel score estimator on a Nyström basis ([Zhou et al.] in the streamed form of docs/mathematics.md, "Score
+    estimators on a Nyström basis").
 
     The parameters below are read off its table, :class:`~tgpflow.models.params.ScoreParams`, which checks them.
     """
@@ -102,34 +105,38 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
 
     @classmethod
     def preset(cls, name: str, **params: Any) -> Any:
-        """A named estimator of seed 000 (Zhou, Shi & Zhu, *Nonparametric Score Estimators*; MATH.md §7) on a
-        Nyström basis of ``n_basis`` points (seed 000 §3.4's P_Z projection; with ``basis=X`` it is the paper's
-        full-sample estimator at the samples). ``params`` are passed on. Each paper's hyperparameters, converted
-        (k(x, y) = exp(−‖x − y‖²/σ_k) throughout: a length-scale ℓ in exp(−‖x − y‖²/2ℓ²) is σ_k = 2ℓ²):
+        """A named estimator of [Zhou et al.] (Zhou, Shi & Zhu, *Nonparametric Score Estimators*; docs/mathematics.md,
+        "Score estimators on a Nyström basis") on a Nyström basis of ``n_basis`` points ([Zhou et al.] §3.4's P_Z
+        projection; with ``basis=X`` it is the paper's full-sample estimator at the samples). ``params`` are passed on.
+        Each paper's hyperparameters, converted (k(x, y) = exp(−‖x − y‖²/σ_k) throughout: a length-scale ℓ in exp(−‖x −
+        y‖²/2ℓ²) is σ_k = 2ℓ²):
 
-        * ``"stein"`` — the Stein gradient estimator (Li & Turner 2018; seed 000 Example 3.7, Table 1):
+        * ``"stein"`` — the Stein gradient estimator (Li & Turner 2018; [Zhou et al.] Example 3.7, Table 1):
           diagonal kernel k I_d, Tikhonov. Li & Turner's ridge η in ``(K + ηI)⁻¹`` is ``lam = η/N``
           (N rows); at the samples with ``basis=X`` the fit is their ``−(K + ηI)⁻¹⟨∇, K⟩``, and out of sample
-          seed 000's principled extension ``k(x, X)c``.
-        * ``"ssge"`` — the spectral Stein gradient estimator (Shi et al. 2018; seed 000 Example 3.6, eq 15):
+          [Zhou et al.]'s principled extension ``k(x, X)c``.
+        * ``"ssge"`` — the spectral Stein gradient estimator (Shi et al. 2018; [Zhou et al.] Example 3.6, eq 15):
           diagonal kernel, spectral cut-off. Keeping Shi et al.'s J leading eigenfunctions of the Gram K
-          is ``lam`` in (λ_{J+1}(K)/N, λ_J(K)/N] (the threshold is on the eigenvalues of K/N: MATH.md §11 C4).
-        * ``"nkef"`` — the Nyström kernel exponential family (Sutherland et al. 2018 = seed 001; seed 000
-          §3.4, Table 1 "NKEF"): curl-free kernel, Tikhonov. Seed 001's λ in ``Ĵ(f) + (λ/2)‖f‖²`` is ``lam``
-          unchanged (MATH.md §7); its ε = 1e-5 ridge is ``ridge=1e-5`` (off by default); m = ``n_basis``.
-        * ``"nu_method"`` — the iterative curl-free estimator with the ν-method (seed 000 §3.2, §3.5 Example 3.8,
+          is ``lam`` in (λ_{J+1}(K)/N, λ_J(K)/N] (the threshold is on the eigenvalues of K/N: docs/mathematics.md,
+          "Where the papers differ", item C4).
+        * ``"nkef"`` — the Nyström kernel exponential family (Sutherland et al. 2018 = [Sutherland et al.]; [Zhou et
+          al.] §3.4, Table 1 "NKEF"): curl-free kernel, Tikhonov. [Sutherland et al.]'s λ in ``Ĵ(f) + (λ/2)‖f‖²`` is
+          ``lam`` unchanged (docs/mathematics.md, "Score estimators on a Nyström basis"); its ε = 1e-5 ridge is
+          ``ridge=1e-5`` (off by default); m = ``n_basis``.
+        * ``"nu_method"`` — the iterative curl-free estimator with the ν-method ([Zhou et al.] §3.2, §3.5 Example 3.8,
           appendix C.4.3; Engl, Hanke & Neubauer Alg 6.13): t iterations are ``lam = 1/t²`` (t = ⌊λ^{−1/2}⌋),
           ν is ``nu``; the paper's ρ ≥ ‖T‖ is 1.05 × ‖T‖ by Lanczos.
-        * ``"landweber"`` — Landweber iteration (seed 000 §3.2 eq 13, Theorem 3.4 with the sign of MATH.md §11
-          C1), curl-free kernel: t iterations are ``lam = 1/t`` (t = ⌊1/λ⌋); the step η = 1/(1.05‖T‖).
+        * ``"landweber"`` — Landweber iteration ([Zhou et al.] §3.2 eq 13, Theorem 3.4 with the sign of
+          docs/mathematics.md, "Where the papers differ", item C1), curl-free kernel: t iterations are ``lam = 1/t`` (t
+          = ⌊1/λ⌋); the step η = 1/(1.05‖T‖).
 
           Both iterations apply T by mat-vecs with the stored C and the Cholesky factor of G (no
           eigendecomposition where G is numerically definite: :func:`~tgpflow.solve.kef.spectral_solve`).
           With ``basis=X`` the pass still builds the (nd)² matrix C and G is usually numerically singular;
-          seed 000's full-sample estimator by kernel mat-vecs alone (no pass, no nd × nd matrix, O(n²d) a
+          [Zhou et al.]'s full-sample estimator by kernel mat-vecs alone (no pass, no nd × nd matrix, O(n²d) a
           step) is :class:`FullKEF` with ``regularizer="nu"`` or ``"landweber"``.
         * ``"kef"`` / ``"kef_cg"`` — the full (non-Nyström, in-memory, small n) kernel exponential family
-          (Sriperumbudur et al. 2017; seed 000 Example 3.5, §3.5 KEF-CG), as :class:`FullKEF` with
+          (Sriperumbudur et al. 2017; [Zhou et al.] Example 3.5, §3.5 KEF-CG), as :class:`FullKEF` with
           ``solver="auto"`` (direct where it fits in memory, else CG, logged) or ``"cg"``; its λ is ``lam``.
         """
         if name in ("kef", "kef_cg"):

@@ -1,6 +1,6 @@
-"""The kernel estimators' held-out selection of λ at each kernel bandwidth σ_k (MATH.md §7): the
-:class:`~tgpflow.models.selection.Selector` of :class:`~tgpflow.models.kernel_score.ScoreEstimator` and
-:class:`~tgpflow.models.nystrom_kef.NystromKEF`.
+"""The kernel estimators' held-out selection of λ at each kernel bandwidth σ_k (docs/mathematics.md, "Score estimators
+on a Nyström basis"): the :class:`~tgpflow.models.selection.Selector` of
+:class:`~tgpflow.models.kernel_score.ScoreEstimator` and :class:`~tgpflow.models.nystrom_kef.NystromKEF`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ __all__ = ["KernelSelector"]
 
 @dataclasses.dataclass(frozen=True)
 class KernelSelector(Selector):
-    """λ at each σ_k by the held-out Hyvärinen loss of its solve on the training part (MATH.md §7), the smallest
-    loss chosen (:func:`~tgpflow.models.selection.select`). ``solve(stats, basis, base, lam)`` gives the
-    coefficients; ``gaussian_base``: each part's base is N(μ, Σ) of its own moments, else flat."""
+    """λ at each σ_k by the held-out Hyvärinen loss of its solve on the training part (docs/mathematics.md, "Score
+    estimators on a Nyström basis"), the smallest loss chosen (:func:`~tgpflow.models.selection.select`). ``solve(stats,
+    basis, base, lam)`` gives the coefficients; ``gaussian_base``: each part's base is N(μ, Σ) of its own moments, else
+    flat."""
 
     kind: str
     lams: list[float]

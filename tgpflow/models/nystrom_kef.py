@@ -1,5 +1,6 @@
-"""The Nyström kernel exponential family (seed 001): :class:`NystromKEF`, the curl-free Tikhonov
-:class:`~tgpflow.models.kernel_score.ScoreEstimator` with a log density ``f(x) + log q0(x)`` (MATH.md §6).
+"""The Nyström kernel exponential family ([Sutherland et al.]): :class:`NystromKEF`, the curl-free Tikhonov
+:class:`~tgpflow.models.kernel_score.ScoreEstimator` with a log density ``f(x) + log q0(x)`` (docs/mathematics.md,
+"Nyström kernel exponential family").
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ __all__ = ["NystromKEF"]
 
 
 class NystromKEF(AnomalyMixin, DensityEvaluation, ScoreEstimator):
-    """Nyström kernel exponential family (seed 001 Theorem 1; MATH.md §6).
+    """Nyström kernel exponential family ([Sutherland et al.] Theorem 1; docs/mathematics.md, "Nyström kernel
+    exponential family").
 
     ``log p(x) = f(x) + log q0(x)`` with ``f = Σ_a ∂_y k(Y_a, ·)ᵀβ_a`` and
-    ``β = −(C/N + λG)⁺ h/N`` (seed 001 adds εI, ε = 1e-5: ``ridge``; none by default). The score-matching
-    loss includes the cross term ∂f·∂log q0 (MATH.md §11 B1). The kernel is curl-free; ``regularizer`` may be
-    changed for the spectral variants. ``anomaly_score`` is −log p; ``is_anomaly`` needs a threshold, which its fit
-    does not learn: ``calibrate_threshold(X, quantile)`` (a pipeline's version has one).
+    ``β = −(C/N + λG)⁺ h/N`` ([Sutherland et al.] adds εI, ε = 1e-5: ``ridge``; none by default). The score-matching
+    loss includes the cross term ∂f·∂log q0 (docs/mathematics.md, "Where the papers differ", item B1). The kernel is
+    curl-free; ``regularizer`` may be changed for the spectral variants. ``anomaly_score`` is −log p; ``is_anomaly``
+    needs a threshold, which its fit does not learn: ``calibrate_threshold(X, quantile)`` (a pipeline's version has
+    one).
     """
 
     kernel = "curl_free"  # fixed: a class attribute, not a parameter
@@ -72,11 +75,11 @@ class NystromKEF(AnomalyMixin, DensityEvaluation, ScoreEstimator):
         basis = super()._make_basis(source, given, lazy)
         if self.n_components is None or isinstance(given, NystromBasis) or self.n_components >= basis.n_dims:
             return basis
-        # seed 001 §3: exactly ℓ of the d components of each basis point, uniformly, seeded
+        # [Sutherland et al.] §3: exactly ℓ of the d components of each basis point, uniformly, seeded
         return basis.with_components(self.n_components,
                                      np.random.default_rng(np.random.SeedSequence(self.random_state).spawn(2)[1]))
 
     @property
     def beta_(self) -> np.ndarray:
-        """β of MATH.md §6, (m, d) (α, (m,), for lite)."""
+        """β of docs/mathematics.md, "Nyström kernel exponential family", (m, d) (α, (m,), for lite)."""
         return self.coef_

@@ -213,7 +213,9 @@ class StreamingParams(ParamTable):
 
 
 class GPTiltedParams(StreamingParams):
-    """:class:`~tgpflow.models.gp_tilted.GPTiltedDensity` (seed 003; MATH.md §2–§5)."""
+    """:class:`~tgpflow.models.gp_tilted.GPTiltedDensity` ([Paisley et al.]; docs/mathematics.md, "Fisher divergence and
+    base-measure learning", "Noise-conditional Fisher divergence", "The Fisher variational predictive distribution" and
+    "MAP, baselines and sampling")."""
 
     estimator: ClassVar[str] = "GPTiltedDensity"
 
@@ -247,8 +249,8 @@ class GPTiltedParams(StreamingParams):
     map_max_iter: PositiveInt = param(100, "MAP: Newton iterations at most.", applies="solve_draws")
     map_points: Literal["proposal", "base"] = param(
         "proposal", "MAP: its expectation on draws of the defensive proposal weighted by N/q, or on plain base "
-                    "draws (seed 003 Alg 1, for reproduction).", applies="solve_draws")
-    kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (seed 003 §IV) or the identity.")
+                    "draws (Paisley et al., Algorithm 1, for reproduction).", applies="solve_draws")
+    kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (Paisley et al., §IV) or the identity.")
     bounds: Bounds = param("auto", "Hard column bounds, fitted after a log/logit transform; 'auto': those the pilot "
                                    "shows (non-negative columns, shares, rows piled against an edge), just beyond "
                                    "its extreme values; None: none.")
@@ -281,7 +283,8 @@ class GPTiltedParams(StreamingParams):
 
 
 class _KernelParams(StreamingParams):
-    """What the Nyström kernel models share (seeds 000, 001; MATH.md §6–§7)."""
+    """What the Nyström kernel models share ([Zhou et al.], [Sutherland et al.]; docs/mathematics.md, "Nyström kernel exponential family"
+    and "Score estimators on a Nyström basis")."""
 
     renamed: ClassVar[dict[str, str]] = {
         "eps": "it was split into ridge (the direct solve's ridge, now 0 by default; eps's default was 1e-5) and "
@@ -302,7 +305,7 @@ class _KernelParams(StreamingParams):
     nu: PositiveNumber = param(1.0, "ν of the ν-method.")
     ridge: NonNegativeNumber = param(
         0.0, "Extra ridge ε of the direct Tikhonov solve, (C/N + λG + εI); 0: none (a rank-deficient G is solved in "
-             "the pseudo-inverse limit). Seed 001 used 1e-5.")
+             "the pseudo-inverse limit). Sutherland et al. used 1e-5.")
     rank_tol: Fraction = param(
         DEFAULT_RANK_TOL, "Eigenvalues of G below rank_tol × the largest are cut (the spectral solves and the "
                           "pseudo-inverse fallback).")
@@ -325,7 +328,8 @@ class NystromKEFParams(_KernelParams):
 
     estimator: ClassVar[str] = "NystromKEF"
 
-    lite: bool = param(False, "The lite model (seed 001): coefficients on the basis points, its own Tikhonov solve.")
+    lite: bool = param(False, "The lite model of Sutherland et al.: coefficients on the basis points, its own "
+                              "Tikhonov solve.")
     n_components: Union[None, PositiveInt] = param(
         None, "Dimension subsampling: this many of the d components of each basis point.")
 
@@ -341,7 +345,8 @@ class NystromKEFParams(_KernelParams):
 
 
 class RootSobolevParams(StreamingParams):
-    """:class:`~tgpflow.models.root_sobolev.RootSobolevDensity` (seed 004; MATH.md §8)."""
+    """:class:`~tgpflow.models.root_sobolev.RootSobolevDensity` ([Kozdoba et al.]; docs/mathematics.md, "Root-Sobolev
+    density")."""
 
     estimator: ClassVar[str] = "RootSobolevDensity"
 
@@ -386,6 +391,6 @@ class ExactKDEParams(ParamTable):
     estimator: ClassVar[str] = "ExactKDE"
 
     bandwidth: Union[Literal["scott"], PositiveNumber] = param("scott", "γ, or Scott's rule.")
-    kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (seed 003 §IV) or the identity.")
+    kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (Paisley et al., §IV) or the identity.")
     max_rows: at_least(2) = param(20_000, "Rows of the subsample the estimate keeps.")  # type: ignore[valid-type]
     random_state: Seed = param(0, "Seed of the subsample.")

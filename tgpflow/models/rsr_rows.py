@@ -1,4 +1,5 @@
-"""The rows a root-Sobolev iteration maps over, once per pass (MATH.md §8: one map-reduce per iteration).
+"""The rows a root-Sobolev iteration maps over, once per pass (docs/mathematics.md, "Root-Sobolev density": one
+map-reduce per iteration).
 
 :class:`IterationRows` keeps a source's blocks in memory between passes when they fit
 ``persist_bytes`` (persisted on the workers under a distributed client, computed once otherwise)

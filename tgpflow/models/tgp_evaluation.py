@@ -32,7 +32,8 @@ class TGPEvaluation(DensityEvaluation):
 
     def log_normalizer(self, *, sigma: float | None = None, n_draws: int | None = None,
                        random_state: Any = None) -> NormalizerEstimate:
-        """log Z of the fitted (unnormalised) density by importance sampling from its base (MATH.md §5).
+        """log Z of the fitted (unnormalised) density by importance sampling from its base (docs/mathematics.md, "MAP,
+        baselines and sampling").
 
         Returns a :class:`~tgpflow.solve.normalizer.NormalizerEstimate`: ``log_z``, its standard
         error, the ESS of the proposal draws, the model's mean and spread and (when the fit recorded
@@ -53,7 +54,8 @@ class TGPEvaluation(DensityEvaluation):
     def fitted(self, sigma: float | None = None) -> Fitted:
         """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value, on rows in the data's units:
         ``log_density``, ``grad_log_density``, ``hyvarinen_terms``, ``sample``, ``to_arrays``. ``sigma``
-        (NCFD only): the model at noise level σ ≥ 0 (MATH.md §3), in the standardized units with a scaling."""
+        (NCFD only): the model at noise level σ ≥ 0 (docs/mathematics.md, "Noise-conditional Fisher divergence"), in the
+        standardized units with a scaling."""
         cells = getattr(self, "discrete_", None)
         if cells is not None and sigma:  # the calibration matched the data's codes at σ = 0, not a noisier level
             cells = cells.uncalibrated()
@@ -80,7 +82,8 @@ class TGPEvaluation(DensityEvaluation):
 
     def sample(self, n_samples: int = 1, random_state: int | None = None, *, n_proposals: int | None = None,
                sigma: float | None = None) -> np.ndarray:
-        """Draw rows by importance resampling from the base N(μ, Σ) (MATH.md §5).
+        """Draw rows by importance resampling from the base N(μ, Σ) (docs/mathematics.md, "MAP, baselines and
+        sampling").
 
         ``n_proposals`` defaults to max(20·n_samples, 10 000); the effective sample size of
         the weights is kept in ``last_sample_ess_``. ``sigma``: NCFD level to sample from.
@@ -105,6 +108,7 @@ class TGPEvaluation(DensityEvaluation):
     def reference_sample(self, n_samples: int = 250_000, random_state: Any = 0,
                          sigma: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Base draws (in the data's units) and their normalised importance weights ∝ q̃(ζ)/N(ζ|μ,Σ):
-        the weighted reference sample of the sliced metrics (seed 003 §IV; MATH.md §5)."""
+        the weighted reference sample of the sliced metrics ([Paisley et al.] §IV; docs/mathematics.md, "MAP, baselines
+        and sampling")."""
         return self.fitted(sigma).reference_sample(n_samples, random_state)
 

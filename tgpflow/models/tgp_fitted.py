@@ -1,4 +1,6 @@
-"""The fitted GP-tilted density as a value: evaluation on blocks of rows (MATH.md §2–§5, §10), float64.
+"""The fitted GP-tilted density as a value: evaluation on blocks of rows (docs/mathematics.md, "Fisher divergence and
+base-measure learning", "Noise-conditional Fisher divergence", "The Fisher variational predictive distribution", "MAP,
+baselines and sampling" and "Metrics"), float64.
 
 A :class:`TGPFitted` holds only what evaluation needs (features, base, and θ, the FVPD
 predictive terms, or ψ/N for KDE-RFF) — not the S×S statistics — so that it is cheap to
@@ -6,14 +8,16 @@ ship to Dask workers and to store. Rows are processed in blocks sized from the s
 budget as the pass. Three kinds of tilt:
 
 * ``theta`` (FD, NCFD at a level σ, MAP): ``T(x) = θᵀφ(x)``;
-* ``M_chol, v`` (FVPD): ``T(x) = ½φᵀM⁻¹φ − φᵀv`` (MATH.md §4);
-* ``kde_weights = ψ/N`` (KDE-RFF baseline, MATH.md §5): ``log p(x) = log(φ(x)ᵀψ/N)`` with no
-  base (−inf where the RFF estimate is ≤ 0).
+* ``M_chol, v`` (FVPD): ``T(x) = ½φᵀM⁻¹φ − φᵀv`` (docs/mathematics.md, "The Fisher variational predictive
+  distribution");
+* ``kde_weights = ψ/N`` (KDE-RFF baseline, docs/mathematics.md, "MAP, baselines and sampling"): ``log p(x) =
+  log(φ(x)ᵀψ/N)`` with no base (−inf where the RFF estimate is ≤ 0).
 
 ``hyvarinen_terms`` gives ``½‖s(x)‖² + div s(x)`` per row with the closed-form divergence
-(MATH.md §2, §4, §10), for the streamed score-matching loss. :class:`BoundedFitted` is such a
-model fitted to transformed columns, evaluated in the data's units (:mod:`tgpflow.features.bounds`).
-Both are :class:`~tgpflow.models.fitted.Fitted` values (``to_arrays``/``from_arrays``).
+(docs/mathematics.md, "Fisher divergence and base-measure learning", "The Fisher variational predictive distribution"
+and "Metrics"), for the streamed score-matching loss. :class:`BoundedFitted` is such a model fitted to transformed
+columns, evaluated in the data's units (:mod:`tgpflow.features.bounds`). Both are :class:`~tgpflow.models.fitted.Fitted`
+values (``to_arrays``/``from_arrays``).
 """
 
 from __future__ import annotations
@@ -123,8 +127,8 @@ class TGPFitted(BlockedScore, Fitted):
                    **tilts)
 
     def at_level(self, sigma: float) -> TGPFitted:
-        """The noise-conditional model at level σ ≥ 0 (NCFD, MATH.md §3): width γ_σ = √(γ² + σ²), base
-        N(μ, Σ + σ²I), the same θ."""
+        """The noise-conditional model at level σ ≥ 0 (NCFD, docs/mathematics.md, "Noise-conditional Fisher
+        divergence"): width γ_σ = √(γ² + σ²), base N(μ, Σ + σ²I), the same θ."""
         if sigma == 0:
             return self
         if self.theta is None:
@@ -201,7 +205,8 @@ class TGPFitted(BlockedScore, Fitted):
         return "panels" if not main and gemm_is_safe() else "dtrmm"
 
     def _inv_chol_norms(self, phi_t: np.ndarray, way: str, work: np.ndarray | None) -> np.ndarray:
-        """‖L⁻¹φ‖² per column of ``phi_t`` (S, n), which "dtrmm" overwrites (M = LLᵀ, MATH.md §4), by ``way``:
+        """‖L⁻¹φ‖² per column of ``phi_t`` (S, n), which "dtrmm" overwrites (M = LLᵀ, docs/mathematics.md, "The Fisher
+        variational predictive distribution"), by ``way``:
 
         * "dtrmm": the triangular product with the cached L⁻¹ (BLAS ``dtrmm``, in place): S² flops a row, half a
           GEMM's with M⁻¹; measured at S = 1000, 2790 rows, 2 threads: 0.051 s against the GEMM's 0.079 s
@@ -258,7 +263,8 @@ class TGPFitted(BlockedScore, Fitted):
         return self.features.cos_sin_sums(x, C, B, block_rows=self._block_rows)
 
     def _fused_score(self, x: np.ndarray, with_div: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """(score, divergence or None) of a θ or KDE-RFF tilt on all rows of x, by the fused kernel (MATH.md §2, §5)."""
+        """(score, divergence or None) of a θ or KDE-RFF tilt on all rows of x, by the fused kernel
+        (docs/mathematics.md, "Fisher divergence and base-measure learning" and "MAP, baselines and sampling")."""
         Z, g, w = self.features.Z, self.features.gamma, self._weights
         wZ = w[:, None] * Z / g
         if self.kde_weights is not None:
@@ -282,8 +288,9 @@ class TGPFitted(BlockedScore, Fitted):
         return self._fused_score(x, with_div=False)[0]
 
     def _fvpd_score(self, x: np.ndarray) -> np.ndarray:
-        """FVPD's score ``(1/γ) Zᵀ(φ' ⊙ (M⁻¹φ − v)) − P(x − μ)`` (MATH.md §4), per block from the (S, n) sin and
-        cos blocks: M⁻¹φ by :meth:`_minv_times`; no (n, S) copy of φ or φ' is formed."""
+        """FVPD's score ``(1/γ) Zᵀ(φ' ⊙ (M⁻¹φ − v)) − P(x − μ)`` (docs/mathematics.md, "The Fisher variational
+        predictive distribution"), per block from the (S, n) sin and cos blocks: M⁻¹φ by :meth:`_minv_times`; no (n, S)
+        copy of φ or φ' is formed."""
         S, g = self.features.n_features, self.features.gamma
         scale = math.sqrt(2.0 / S)
         v = self.v[:, None]
@@ -298,14 +305,15 @@ class TGPFitted(BlockedScore, Fitted):
         return out
 
     def hyvarinen_terms(self, x: np.ndarray) -> np.ndarray:
-        """½‖s(x)‖² + div s(x) per row (MATH.md §10)."""
+        """½‖s(x)‖² + div s(x) per row (docs/mathematics.md, "Metrics")."""
         if self.M_chol is not None:
             return super().hyvarinen_terms(x)
         score, div = self._fused_score(np.asarray(x, dtype=np.float64), with_div=True)
         return 0.5 * np.einsum("nd,nd->n", score, score) + div
 
     def _score_block(self, xb: np.ndarray, with_div: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
-        """(score, divergence of the score or None) for one block: ∇ log q (MATH.md §2, §4; KDE-RFF: ∇f/f)."""
+        """(score, divergence of the score or None) for one block: ∇ log q (docs/mathematics.md, "Fisher divergence and
+        base-measure learning" and "The Fisher variational predictive distribution"; KDE-RFF: ∇f/f)."""
         if self.M_chol is None:  # θ and KDE-RFF tilts
             return self._fused_score(xb, with_div)
         Z, g = self.features.Z, self.features.gamma  # FVPD
@@ -324,7 +332,8 @@ class TGPFitted(BlockedScore, Fitted):
         return scipy.linalg.cho_solve((self.M_chol, True), np.eye(self.M_chol.shape[0]))
 
     def score_hessian_diag(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The score and the diagonal of its Jacobian, ``∂s_j/∂x_j``, each (n, d) (MATH.md §2, §4).
+        """The score and the diagonal of its Jacobian, ``∂s_j/∂x_j``, each (n, d) (docs/mathematics.md, "Fisher
+        divergence and base-measure learning" and "The Fisher variational predictive distribution").
 
         ``∂s_j/∂x_j = −(1/γ²) Σ_s φ_s w_s z_sj² − P_jj`` (+ FVPD's ``(1/γ²) Σ_st φ'_s z_sj M⁻¹_st φ'_t z_tj``);
         KDE-RFF: ``∂_j²f/f − s_j²``. Its row sums are the divergence of :meth:`hyvarinen_terms`; the

@@ -1,4 +1,6 @@
-"""GP-tilted inference methods as values, and their registry (seed 003; MATH.md §2–§5).
+"""GP-tilted inference methods as values, and their registry ([Paisley et al.]; docs/mathematics.md, "Fisher divergence
+and base-measure learning", "Noise-conditional Fisher divergence", "The Fisher variational predictive distribution" and
+"MAP, baselines and sampling").
 
 A method is a small object: the statistics type its pass accumulates and the chunk function that
 makes them (:meth:`TGPMethod.chunk_stats`), the held-out scores of its (λ, η) grid
@@ -92,7 +94,8 @@ class TGPMethod:
     learns_base: ClassVar[bool] = False
     #: Whether ``base="mixture"`` applies (its statistics sum the base's score: docs/gp_tilted.md, "A mixture base").
     mixture_base: ClassVar[bool] = False
-    #: Whether the model is noise-conditional (a ladder of levels, evaluated at any σ ≥ 0; MATH.md §3).
+    #: Whether the model is noise-conditional (a ladder of levels, evaluated at any σ ≥ 0; docs/mathematics.md,
+    # "Noise-conditional Fisher divergence").
     noise_conditional: ClassVar[bool] = False
     #: Whether it has the FVPD temperature η.
     uses_eta: ClassVar[bool] = False

@@ -66,7 +66,8 @@ class TGPModelFile:
         params = dict(meta["params"])
         if "discrete" not in meta:  # written before discrete columns: fitted on every column as continuous
             params["discrete"] = None
-        if params.get("method") == "map":  # files before map_points solved MAP on base draws (seed 003 Alg 1)
+        # files before map_points solved MAP on base draws ([Paisley et al.] Algorithm 1)
+        if params.get("method") == "map":
             params.setdefault("map_points", "base")
         est = cls(**params)
         est._read_solution(arrays, meta, path, verify)

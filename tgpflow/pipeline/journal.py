@@ -244,8 +244,12 @@ def collect(spec: PipelineSpec, store: StatsStore, manifest: dict[str, Any] | No
 
 def collect_pipeline(spec: PipelineSpec, *, dry_run: bool = False) -> list[str]:
     """``tgpflow gc``: :func:`collect` under the store's lock; the store must exist (it is never created)."""
-    store = StatsStore(spec.outputs.store)
-    if not (store.root / "zarr.json").is_file():
-        raise TgpflowError(f"{store.root}: no statistics store here (outputs.store of the spec); nothing to collect")
-    with store.lock(spec.lock_timeout):
-        return collect(spec, store, store.read_manifest(), dry_run=dry_run)
+    from tgpflow.io.storage import storage_config
+
+    with storage_config(spec.storage_options):
+        store = StatsStore(spec.outputs.store)
+        if not (store.root / "zarr.json").is_file():
+            raise TgpflowError(f"{store.root}: no statistics store here (outputs.store of the spec); nothing to "
+                               f"collect")
+        with store.lock(spec.lock_timeout):
+            return collect(spec, store, store.read_manifest(), dry_run=dry_run)

@@ -1,9 +1,9 @@
-"""``tgpflow report``: metrics JSON and the figures a person looks at (seed 003 Figs 2–5).
+"""``tgpflow report``: metrics JSON and the figures a person looks at ([Paisley et al.] Figs 2–5).
 
 Writes, into one directory that appears whole or not at all (``atomic_path``):
 
-* ``metrics.json`` — sliced KS/WD summaries (seed 003 §IV) and the per-direction values'
-  quantiles, the Hyvärinen loss and the normalised log-likelihood over the source (MATH.md §10),
+* ``metrics.json`` — sliced KS/WD summaries ([Paisley et al.] §IV) and the per-direction values'
+  quantiles, the Hyvärinen loss and the normalised log-likelihood over the source (docs/mathematics.md, "Metrics"),
   the fit's diagnostics, the sample check against the source's rows
   (:func:`tgpflow.metrics.sample_check`), model facts;
 * ``density.png`` (d = 2) — density contours over the data (Figs 2/5);

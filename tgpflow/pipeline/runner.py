@@ -61,6 +61,7 @@ from tgpflow.core.logs import phase
 from tgpflow.errors import TgpflowError
 from tgpflow.features.scaling import Scaling
 from tgpflow.io.atomic import absolute, as_path
+from tgpflow.io.storage import storage_config
 from tgpflow.models.anomaly import model_log_normalizer
 from tgpflow.pipeline.arrivals import Arrivals, arrivals
 from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
@@ -94,23 +95,24 @@ def run_pipeline(spec: PipelineSpec, *, date: str | None = None, progress: Progr
     """Run one refit of ``spec`` (see the module docstring); returns what it did — or, with ``dry_run``,
     what it would do, writing nothing. ``progress`` is called with the futures of each distributed compute
     of the run (:data:`tgpflow.core.engine.Progress`)."""
-    store = StatsStore(spec.outputs.store)
-    if dry_run:
-        return _dry_run(spec, store)
-    with store.lock(spec.lock_timeout):
-        parts = discover(spec.source.path, spec.source.partition_by, spec.source.array)
-        manifest, migrated = migrate_keys(store.read_manifest(), parts, spec.source.fingerprint)
-        if migrated:  # once: the same commit, its partitions keyed relative to the source's root
-            store.write_manifest(manifest)
-            logger.info("%s: the store's partition keys are now relative to %s", spec.name, parts.root)
-        collect(spec, store, manifest)  # what a killed run left uncommitted
-        owed = finish(spec, manifest, progress=progress)  # what the last committed run left undone
-        arrived = arrivals(spec, store, parts, manifest)  # empty ones, and those not ready to read
-        result = _run(spec, store, manifest, parts, date or datetime.date.today().isoformat(), owed,
-                      progress, arrived)
-        result["held_back"] = arrived.held
-        result["warnings"] = arrived.warnings() + result.get("warnings", [])
-        return result
+    with storage_config(spec.storage_options):  # the filesystems of the spec's URLs
+        store = StatsStore(spec.outputs.store)
+        if dry_run:
+            return _dry_run(spec, store)
+        with store.lock(spec.lock_timeout):
+            parts = discover(spec.source.path, spec.source.partition_by, spec.source.array)
+            manifest, migrated = migrate_keys(store.read_manifest(), parts, spec.source.fingerprint)
+            if migrated:  # once: the same commit, its partitions keyed relative to the source's root
+                store.write_manifest(manifest)
+                logger.info("%s: the store's partition keys are now relative to %s", spec.name, parts.root)
+            collect(spec, store, manifest)  # what a killed run left uncommitted
+            owed = finish(spec, manifest, progress=progress)  # what the last committed run left undone
+            arrived = arrivals(spec, store, parts, manifest)  # empty ones, and those not ready to read
+            result = _run(spec, store, manifest, parts, date or datetime.date.today().isoformat(), owed,
+                          progress, arrived)
+            result["held_back"] = arrived.held
+            result["warnings"] = arrived.warnings() + result.get("warnings", [])
+            return result
 
 
 def _dry_run(spec: PipelineSpec, store: StatsStore) -> RunResult:

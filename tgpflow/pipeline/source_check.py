@@ -40,6 +40,13 @@ def _missing(where: str, what: str, name: str, names: list[str]) -> SourceError:
 def check_source(spec: PipelineSpec) -> dict[str, Any]:
     """Check ``spec`` against its newest partition's metadata (module docstring); returns what was checked and
     the warnings, or raises a :class:`~tgpflow.errors.SourceError`."""
+    from tgpflow.io.storage import storage_config
+
+    with storage_config(spec.storage_options):
+        return _check_source(spec)
+
+
+def _check_source(spec: PipelineSpec) -> dict[str, Any]:
     try:
         parts = discover(spec.source.path, spec.source.partition_by, spec.source.array)
     except TgpflowError as exc:

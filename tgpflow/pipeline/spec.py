@@ -1,4 +1,4 @@
-"""Pipeline specs: YAML validated by pydantic v2 (STYLE.md habit 9; DESIGN.md ``pipeline/``).
+"""Pipeline specs: YAML validated by pydantic v2 (docs/architecture.md, "Layout").
 
 A spec is data, one-to-one with the Python API, no code. Unknown keys are refused
 (``extra="forbid"``) and every error names the path to the bad field. Model parameters are
@@ -230,6 +230,24 @@ class PipelineSpec(_Strict):
     cluster: ClusterSpec = ClusterSpec(kind="threads")
     lock_timeout: float = Field(default=0.0, ge=0, description="Seconds to wait for another run's lock (0: fail).")
     drift: DriftSpec = DriftSpec()
+    storage_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Options of the filesystems of the spec's URLs, by protocol, e.g. {s3: "
+        "{endpoint_url: 'http://minio:9000'}} (fsspec's; credentials are better left to the environment).")
+
+    @field_validator("storage_options")
+    @classmethod
+    def _known_protocols(cls, options: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        import difflib
+
+        from fsspec.registry import known_implementations, registry
+
+        known = {*known_implementations, *registry}
+        for protocol in options:
+            if protocol not in known:
+                close = difflib.get_close_matches(protocol, sorted(known), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"storage_options: {protocol!r} is not a filesystem protocol fsspec knows{hint}")
+        return options
 
     @field_validator("models")
     @classmethod

@@ -1,11 +1,12 @@
-"""Samplers over fitted models and score functions (DESIGN.md: sample/).
+"""Samplers over fitted models and score functions (docs/architecture.md, "Layout").
 
-* :func:`resample` — importance resampling from a GP-tilted density's base (MATH.md §5;
-  :func:`~tgpflow.core.gaussian_base.importance_resample`, which a fitted model's ``sample`` uses);
+* :func:`resample` — importance resampling from a GP-tilted density's base (docs/mathematics.md, "MAP, baselines and
+  sampling"; :func:`~tgpflow.core.gaussian_base.importance_resample`, which a fitted model's ``sample`` uses);
 * :func:`langevin`, :func:`mala` — unadjusted / Metropolis-adjusted Langevin chains on a score;
 * :func:`mcmc_sample` — MALA chains started at the model's base, with R̂ and ESS across chains;
-* :func:`kernel_hmc` — gradient-free HMC with a learned score (seed 001 §5.2);
-* :func:`svgd` — vanilla and graphical SVGD (MATH.md §9, seed 002 Algorithm 1);
+* :func:`kernel_hmc` — gradient-free HMC with a learned score ([Sutherland et al.] §5.2);
+* :func:`svgd` — vanilla and graphical SVGD (docs/mathematics.md, "SVGD, graphical SVGD and the kernel Stein
+  discrepancy", [Wang et al.] Algorithm 1);
 * :func:`start_points` — where chains and particles start (the model's base, rows of a source, …).
 
 Samplers take a :class:`Target` (:mod:`tgpflow.models.target`): a fitted model, a ``Fitted`` value or a

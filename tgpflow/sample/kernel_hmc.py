@@ -1,4 +1,4 @@
-"""Gradient-free Hamiltonian Monte Carlo with a learned score (seed 001 §5.2, after Strathmann et al. 2015).
+"""Gradient-free Hamiltonian Monte Carlo with a learned score ([Sutherland et al.] §5.2, after Strathmann et al. 2015).
 
 The target π is known only through an unnormalised log density (no gradient). Warm-up runs
 adaptive random-walk Metropolis chains (Haario et al. 2001: proposal covariance
@@ -74,7 +74,7 @@ def trajectory_acceptance(log_density: LogDensity, score: Callable[[np.ndarray],
                           random_state: int | np.random.Generator | None = 0) -> np.ndarray:
     """Mean over each trajectory of the hypothetical acceptance at each of its ``n_steps`` steps.
 
-    Rows of ``x0`` are independent starts; returns one average per start (seed 001 §5.2).
+    Rows of ``x0`` are independent starts; returns one average per start ([Sutherland et al.] §5.2).
     """
     rng = np.random.default_rng(random_state)
     x0 = np.array(x0, dtype=np.float64, ndmin=2)

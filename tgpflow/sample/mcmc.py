@@ -92,13 +92,12 @@ def mcmc_sample(model: Any, n_samples: int, *, method: str = "mala", n_chains: i
     diag = chain_diagnostics(chains.samples)
     problems = []
     if float(diag["rhat"].max()) > RHAT_MAX:
-        where = "at the model's base" if how == "base" else "at the given rows"
-        problems.append(f"MCMC chains started {where} disagree: R̂ up to {diag['rhat'].max():.3g} "
+        problems.append(f"MCMC chains disagree: R̂ up to {diag['rhat'].max():.4g} "
                         f"(> {RHAT_MAX}); the model may have separated modes, or the chains need more steps "
-                        f"(raise n_warmup or thin)")
+                        f"(raise n_warmup or thin; tgpflow sample: --warmup, --steps)")
     if float(diag["ess_bulk"].min()) < ESS_MIN:
         problems.append(f"MCMC bulk ESS is {diag['ess_bulk'].min():.0f} (< {ESS_MIN:.0f}): the draws are strongly "
-                        f"correlated; raise thin or n_chains")
+                        f"correlated; raise thin or n_chains (tgpflow sample: --steps, --chains)")
     if warn:
         for message in problems:
             warnings.warn(message, DiagnosticWarning, stacklevel=2)

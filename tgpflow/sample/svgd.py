@@ -1,4 +1,5 @@
-"""Stein variational gradient descent, vanilla and graphical (MATH.md §9, seed 002 Algorithm 1).
+"""Stein variational gradient descent, vanilla and graphical (docs/mathematics.md, "SVGD, graphical SVGD and the kernel
+Stein discrepancy", [Wang et al.] Algorithm 1).
 
 Particles x¹…xⁿ move along the Stein variational direction, coordinate by coordinate,
 
@@ -7,7 +8,7 @@ Particles x¹…xⁿ move along the Stein variational direction, coordinate by c
 
 with C_i = {i} ∪ N(i) the closed Markov blanket of node i (graphical SVGD) or all coordinates
 with one shared h (vanilla SVGD). h_i = med_i², the squared median pairwise distance of the
-particles on C_i, recomputed every iteration (seed 002 §4; on at most ``median_rows`` particles
+particles on C_i, recomputed every iteration ([Wang et al.] §4; on at most ``median_rows`` particles
 drawn with the run's seed when n is larger).
 
 Steps: AdaGrad as in the authors' reference SVGD code — per-coordinate
@@ -16,8 +17,8 @@ G ← αG + (1−α)φ² (G ← φ² at the first step), x ← x + ε φ/(10⁻�
 
 Cost O(n² Σ_i |C_i|) per iteration. The sums over j run over blocks of target particles l
 (``block`` rows at a time, by default sized so one block's tables stay below ~4 MiB: on the
-benchmark machine fresh multi-MB temporaries cost more in page faults than the arithmetic); given a Dask ``client`` the blocks
-are tasks on the cluster, with the particles and their scores broadcast once per iteration.
+benchmark machine fresh multi-MB temporaries cost more in page faults than the arithmetic); given a Dask ``client`` the
+blocks are tasks on the cluster, with the particles and their scores broadcast once per iteration.
 Float64 throughout.
 """
 
@@ -103,7 +104,7 @@ def svgd(target, x0: np.ndarray, n_iter: int = 1000, *, step_size: float = 0.1, 
     """Move the particles ``x0`` (n, d) for ``n_iter`` SVGD iterations towards ``target``.
 
     ``target`` is a fitted model, a :class:`~tgpflow.models.target.Target` or a score callable;
-    only its score is used. ``graph`` switches on graphical SVGD (seed 002 Algorithm 1). ``scale``: a
+    only its score is used. ``graph`` switches on graphical SVGD ([Wang et al.] Algorithm 1). ``scale``: a
     diagonal preconditioner, as :func:`~tgpflow.sample.langevin.langevin`'s (the particles move, and the kernel's
     bandwidth is taken, in ``x / scale``; by default a standardized model's scales).
     """
@@ -136,7 +137,7 @@ def svgd(target, x0: np.ndarray, n_iter: int = 1000, *, step_size: float = 0.1, 
 
 
 def grid_graph(rows: int, cols: int) -> list[Sequence[int]]:
-    """Neighbour lists of a rows × cols 4-neighbourhood grid (node r·cols + c), as in seed 002 §4.1."""
+    """Neighbour lists of a rows × cols 4-neighbourhood grid (node r·cols + c), as in [Wang et al.] §4.1."""
     nb: list[list[int]] = [[] for _ in range(rows * cols)]
     for r in range(rows):
         for c in range(cols):

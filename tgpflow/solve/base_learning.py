@@ -1,4 +1,5 @@
-"""The full FD objective and base-measure learning (MATH.md §2, seed 003 eqs 12–16), float64.
+"""The full FD objective and base-measure learning (docs/mathematics.md, "Fisher divergence and base-measure learning",
+[Paisley et al.] eqs 12–16), float64.
 
 ``fd_loss`` is the complete Fisher-divergence objective of the tilted density as a function
 of θ AND the base (μ, P), from the one-pass statistics alone:
@@ -45,7 +46,8 @@ def update_mean(stats: TGPStats, features: RandomFourierFeatures, base: Base, th
 
 
 def solve_lyapunov(Sbar: np.ndarray, Q: np.ndarray) -> np.ndarray:
-    """P with Σ̄P + PΣ̄ = Q for symmetric Σ̄ ≻ 0, by Σ̄'s eigenvectors in O(d³) (MATH.md §11 A4)."""
+    """P with Σ̄P + PΣ̄ = Q for symmetric Σ̄ ≻ 0, by Σ̄'s eigenvectors in O(d³) (docs/mathematics.md, "Where the papers
+    differ", item A4)."""
     lam, V = np.linalg.eigh(Sbar)
     P = V @ ((V.T @ Q @ V) / (lam[:, None] + lam[None, :])) @ V.T
     return 0.5 * (P + P.T)

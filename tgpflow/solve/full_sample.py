@@ -1,14 +1,16 @@
-"""Full-sample Landweber and ν-method on the kernel matrix of all n rows (MATH.md §7, "Full-data iterations";
-seed 000 §3.2 eq 13, Theorem 3.4 with the sign of MATH.md §11 C1, §3.5 Example 3.8), float64.
+"""Full-sample Landweber and ν-method on the kernel matrix of all n rows (docs/mathematics.md, "Score estimators on a
+Nyström basis", "Full-sample iterations"; [Zhou et al.] §3.2 eq 13, Theorem 3.4 with the sign of docs/mathematics.md,
+"Where the papers differ", item C1, §3.5 Example 3.8), float64.
 
-The iterations of MATH.md §7 run on the operator ``L̂s = (1/n) Σ_b K(·, X_b) s(X_b)`` and the function ζ̂
-(``ζ̂ = ∇ξ̂`` for the curl-free kernel, MATH.md §6 full KEF). Every iterate lies in span{ζ̂, K(·, X_b)e_j}:
-``s = aζ̂ + Σ_b K(·, X_b)β_b``, and on those coefficients ``L̂s = Σ_b K(·, X_b)[(aζ̂(X) + Gβ)/n]_b`` (a → 0),
-``ζ̂ = (a = 1, β = 0)``. So Landweber and the ν-method of :mod:`tgpflow.solve.kef` run unchanged on the
-stacked vector ``(a, β)`` (1 + nd numbers) with the operator ``(a, β) ↦ (0, (aζ̂(X) + Gβ)/n)`` — one product
-with the nd × nd Gram G a step, by :class:`~tgpflow.solve.matfree.CurlFreeGram` (O(n²d), G never formed) —
-giving seed 000's forms: Landweber ``a_t = −tη``, ``β_{k+1} = β_k − (η/n)(a_kζ̂(X) + Gβ_k)``; the ν-method
-``a_k = a_{k−1} + u_k(a_{k−1} − a_{k−2}) − ω_k/ρ`` and the same recursion on β with ``(a_{k−1}ζ̂(X) + Gβ_{k−1})/n``.
+The iterations of docs/mathematics.md, "Score estimators on a Nyström basis" run on the operator ``L̂s = (1/n) Σ_b K(·,
+X_b) s(X_b)`` and the function ζ̂ (``ζ̂ = ∇ξ̂`` for the curl-free kernel, docs/mathematics.md, "Nyström kernel
+exponential family" full KEF). Every iterate lies in span{ζ̂, K(·, X_b)e_j}: ``s = aζ̂ + Σ_b K(·, X_b)β_b``, and on
+those coefficients ``L̂s = Σ_b K(·, X_b)[(aζ̂(X) + Gβ)/n]_b`` (a → 0), ``ζ̂ = (a = 1, β = 0)``. So Landweber and the
+ν-method of :mod:`tgpflow.solve.kef` run unchanged on the stacked vector ``(a, β)`` (1 + nd numbers) with the operator
+``(a, β) ↦ (0, (aζ̂(X) + Gβ)/n)`` — one product with the nd × nd Gram G a step, by
+:class:`~tgpflow.solve.matfree.CurlFreeGram` (O(n²d), G never formed) — giving [Zhou et al.]'s forms: Landweber ``a_t =
+−tη``, ``β_{k+1} = β_k − (η/n)(a_kζ̂(X) + Gβ_k)``; the ν-method ``a_k = a_{k−1} + u_k(a_{k−1} − a_{k−2}) − ω_k/ρ`` and
+the same recursion on β with ``(a_{k−1}ζ̂(X) + Gβ_{k−1})/n``.
 
 Scale: the nonzero spectrum of L̂ is that of G/n, so ‖L̂‖ = ‖G/n‖ is estimated by the Lanczos iteration of
 :func:`~tgpflow.solve.kef.operator_norm` with the same products; the step is 1/(1.05‖G/n‖) as in the Nyström
@@ -17,7 +19,7 @@ solves. λ means the same: t = ⌊1/λ⌋ Landweber steps, t = ⌊λ^{−½}⌋ 
 **Relation to the Nyström estimator with basis = all rows** (``ScoreEstimator.fit(X, basis=X)``): that one
 is ``P_V g(P_V L̂ P_V) P_V ζ̂`` with V = span{K(·, X_b)e_j}; since L̂ maps into V, the two agree at the rows
 (up to G's eigenvalues cut by ``rank_tol``) and differ off them by ``g(0)(ζ̂ − P_Vζ̂)`` (tη for Landweber):
-this is seed 000's full-sample estimator, which keeps ζ̂ itself instead of its projection.
+this is [Zhou et al.]'s full-sample estimator, which keeps ζ̂ itself instead of its projection.
 
 Memory: the Gram operator's α, κ (16·n² bytes when kept) and a few (n, d) vectors.
 """

@@ -1,8 +1,10 @@
-"""Solves of the kernel models after the pass (MATH.md §6, §7), float64.
+"""Solves of the kernel models after the pass (docs/mathematics.md, "Nyström kernel exponential family" and "Score
+estimators on a Nyström basis"), float64.
 
 * ``kef_h`` / ``diag_h``: the linear term h of the curl-free (md, flattened (a, i) → a·d + i) or
   diagonal (m × d) model, with the base q0 — "flat" (uniform: no term) or "gaussian"
-  N(μ0, Σ0) with μ0, Σ0 the exact moments, combined after the pass (MATH.md §6).
+  N(μ0, Σ0) with μ0, Σ0 the exact moments, combined after the pass (docs/mathematics.md, "Nyström kernel exponential
+  family").
 * ``tikhonov_direct``: ``c = −(C/N + λG + εI)⁻¹ h/N`` by Cholesky, with **no ridge by default**
   (ε = ``ridge`` = 0): λG already regularises on range(G), and null(G) ⊆ null(C) with h ⊥ null(G)
   (a coefficient vector in null(G) is the zero field), so the system is consistent. When G is
@@ -10,7 +12,7 @@
   (reciprocal condition below :data:`SINGULAR_RCOND`); the solve then takes the pseudo-inverse
   limit ε → 0 — the Tikhonov filter ``1/(σ+λ)`` on the projected operator below, with G's
   eigenvalues under ``rank_tol``·κ_max cut — and says so in its info (``method``, ``fallback``).
-  Seed 001's ε = 1e-5 (``ridge=1e-5``) adds a second penalty ε‖β‖²: another estimator than the
+  [Sutherland et al.]'s ε = 1e-5 (``ridge=1e-5``) adds a second penalty ε‖β‖²: another estimator than the
   paper's, most at small λ (issue 18: benchmarks/kernel_ridge.py).
   LAPACK's ``dpotrf`` is a blocked Cholesky; the working set is three (md)² float64 matrices —
   9.6 GB at md = 20 000 — and ``check_memory`` raises a ``MemoryError`` with the numbers when
@@ -24,8 +26,8 @@
   shows it gives the same c), so neither G nor T is eigendecomposed unless G is not numerically definite
   (``method="eigh"`` keeps the eigendecomposition path). Full-sample (basis = all rows) iterations
   never form C or G: :mod:`tgpflow.solve.full_sample` and :class:`~tgpflow.models.full_kef.FullKEF`.
-* The iterations' scale (MATH.md §7): λ sets the number of steps — t = ⌊1/λ⌋ for Landweber,
-  t = ⌊λ^{−1/2}⌋ for the ν-method — and the step comes from ‖T‖ alone, estimated by
+* The iterations' scale (docs/mathematics.md, "Score estimators on a Nyström basis"): λ sets the number of steps — t =
+  ⌊1/λ⌋ for Landweber, t = ⌊λ^{−1/2}⌋ for the ν-method — and the step comes from ‖T‖ alone, estimated by
   :func:`operator_norm` (Lanczos from a seeded start, about :data:`POWER_ITERATIONS` mat-vecs at
   most) times the safety factor :data:`NORM_SAFETY`: Landweber's step η = 1/(1.05‖T‖), the
   ν-method's ρ = 1.05‖T‖ (both need ‖T‖ ≤ 1/η = ρ; a Lanczos estimate is from below).
@@ -82,7 +84,8 @@ def check_memory(n_matrices: int, size: int, what: str) -> None:
 
 
 def kef_h(stats: KEFStats, basis: NystromBasis, base: Base | None) -> np.ndarray:
-    """h (m, d) of the curl-free model: Laplacian part plus Σ_x K_cf(x, Y_a)∇log q0(x) (MATH.md §6)."""
+    """h (m, d) of the curl-free model: Laplacian part plus Σ_x K_cf(x, Y_a)∇log q0(x) (docs/mathematics.md, "Nyström
+    kernel exponential family")."""
     h = stats.h_lap.copy()
     if base is not None:
         P0 = base.precision
@@ -92,7 +95,8 @@ def kef_h(stats: KEFStats, basis: NystromBasis, base: Base | None) -> np.ndarray
 
 
 def diag_h(stats: DiagStats, basis: NystromBasis, base: Base | None) -> np.ndarray:
-    """h (m, d) of the diagonal model: Σ_x ∇_x k(Y_a, x) + Σ_x k(Y_a, x)∇log q0(x) (MATH.md §7)."""
+    """h (m, d) of the diagonal model: Σ_x ∇_x k(Y_a, x) + Σ_x k(Y_a, x)∇log q0(x) (docs/mathematics.md, "Score
+    estimators on a Nyström basis")."""
     h = stats.h_grad.copy()
     if base is not None:
         h -= (stats.S1 - np.outer(stats.S0, base.mean - basis.shift)) @ base.precision.T
@@ -100,7 +104,8 @@ def diag_h(stats: DiagStats, basis: NystromBasis, base: Base | None) -> np.ndarr
 
 
 def lite_r(stats: LiteStats, basis: NystromBasis, base: Base | None) -> np.ndarray:
-    """r_l (m,) of the lite model: Σ_x Δ_x k(Y_a, x) + Σ_x ∇_x k(Y_a, x)·∇log q0(x) (MATH.md §6)."""
+    """r_l (m,) of the lite model: Σ_x Δ_x k(Y_a, x) + Σ_x ∇_x k(Y_a, x)·∇log q0(x) (docs/mathematics.md, "Nyström
+    kernel exponential family")."""
     r = stats.lap.copy()
     if base is not None:
         P0 = base.precision
@@ -146,7 +151,8 @@ def tikhonov_direct(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: fl
 
 
 def nu_method_coeffs(k: int, nu: float) -> tuple[float, float]:
-    """u_k, ω_k of the ν-method (MATH.md §7); u_1 = 0 (it multiplies w_0 − w_{−1}; its formula is 0/0 at ν = ½)."""
+    """u_k, ω_k of the ν-method (docs/mathematics.md, "Score estimators on a Nyström basis"); u_1 = 0 (it multiplies w_0
+    − w_{−1}; its formula is 0/0 at ν = ½)."""
     u = 0.0 if k == 1 else (k - 1) * (2 * k - 3) * (2 * k + 2 * nu - 1) / ((k + 2 * nu - 1) * (2 * k + 4 * nu - 1) * (2 * k + 2 * nu - 3))
     w = 4 * (2 * k + 2 * nu - 1) * (k + nu - 1) / ((k + 2 * nu - 1) * (2 * k + 4 * nu - 1))
     return u, w
@@ -211,8 +217,8 @@ def _power_norm(apply: Callable[[np.ndarray], np.ndarray], v: np.ndarray, iterat
 
 def landweber(T: Operator, z: np.ndarray, steps: int, step: float) -> np.ndarray:
     """w_t of t = ``steps`` Landweber steps w ← w − η(Tw + z) from w_0 = 0, i.e. w_t = −Σ_{k<t} η(I − ηT)^k z
-    = −g(T) z with g(σ) = (1 − (1 − ησ)^t)/σ (MATH.md §7; the corrected recursion of §11 C1).
-    T: a matrix or a mat-vec function; one product a step."""
+    = −g(T) z with g(σ) = (1 − (1 − ησ)^t)/σ (docs/mathematics.md, "Score estimators on a Nyström basis"; the corrected
+    recursion, "Where the papers differ", item C1). T: a matrix or a mat-vec function; one product a step."""
     apply = _applier(T)
     w = np.zeros_like(z)
     for _ in range(int(steps)):
@@ -221,8 +227,8 @@ def landweber(T: Operator, z: np.ndarray, steps: int, step: float) -> np.ndarray
 
 
 def nu_method(T: Operator, z: np.ndarray, steps: int, rho: float, nu: float) -> np.ndarray:
-    """w_t of t = ``steps`` ν-method steps (MATH.md §7): w_0 = 0, w_1 = −ω_1 z/ρ,
-    w_k = w_{k−1} + u_k(w_{k−1} − w_{k−2}) − ω_k(z + Tw_{k−1})/ρ; ρ ≥ ‖T‖. T: a matrix or a mat-vec
+    """w_t of t = ``steps`` ν-method steps (docs/mathematics.md, "Score estimators on a Nyström basis"): w_0 = 0, w_1 =
+    −ω_1 z/ρ, w_k = w_{k−1} + u_k(w_{k−1} − w_{k−2}) − ω_k(z + Tw_{k−1})/ρ; ρ ≥ ‖T‖. T: a matrix or a mat-vec
     function; t − 1 products."""
     apply = _applier(T)
     if steps < 1:
@@ -323,7 +329,8 @@ def kernel_heldout_loss(kind: str, val: KEFStats | DiagStats | LiteStats, basis:
                         coef: np.ndarray) -> float:
     """Mean Hyvärinen loss ``mean_x[½‖s(x)‖² + div s(x)]`` of a fitted kernel model over the rows of
     ``val``, from their statistics alone: ``(½ cᵀC c + cᵀh + Σ[½‖∇log q0‖² + Δ log q0]) / N``
-    (MATH.md §7: the objective is quadratic in c with the pass's C and h)."""
+    (docs/mathematics.md, "Score estimators on a Nyström basis": the objective is quadratic in c with the pass's C and
+    h)."""
     n = val.n
     if n == 0:
         raise ValueError("the validation part has no rows; raise validation_fraction or add rows")
@@ -354,11 +361,11 @@ def kernel_solve(kind: str, stats: KEFStats | DiagStats | LiteStats, basis: Nyst
                  nu: float) -> tuple[np.ndarray, dict[str, Any]]:
     """The coefficients of a kernel model of ``kind`` ("curl_free", "diagonal" or "lite") from a pass's
     statistics at ``lam``, (m, d) ((m,) for lite), and the solver's report: Tikhonov by :func:`tikhonov_direct`
-    (``ridge``: seed 001's ε), else the spectral ``regularizer`` (:func:`spectral_solve`, with ``nu``). With
+    (``ridge``: [Sutherland et al.]'s ε), else the spectral ``regularizer`` (:func:`spectral_solve`, with ``nu``). With
     dimension subsampling (``basis.index``) the solve is on the kept entries and the others are 0."""
     m, d, n = basis.n_basis, basis.n_dims, stats.n
     Y = basis.Y
-    if kind == "lite":  # α = −(Cl/N + λ(K_YY + I))⁻¹ r_l/N (seed 001's lite, λ/2 scaling: B3)
+    if kind == "lite":  # α = −(Cl/N + λ(K_YY + I))⁻¹ r_l/N ([Sutherland et al.]'s lite, λ/2 scaling: B3)
         G = basis.kernel(Y, Y) + np.eye(m)
         alpha, info = tikhonov_direct(stats.Cl, lite_r(stats, basis, base), G, n, lam, 0.0, rank_tol=rank_tol)
         return alpha, {"regularizer": "tikhonov", **info, "model": "lite"}

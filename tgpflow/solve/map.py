@@ -1,14 +1,16 @@
-"""MAP estimate of the GP-tilted density (MATH.md §5, seed 003 Alg 1), float64.
+"""MAP estimate of the GP-tilted density (docs/mathematics.md, "MAP, baselines and sampling", [Paisley et al.] Algorithm
+1), float64.
 
 Maximises ``F(θ) = θᵀψ − N log E_{N(μ,Σ)} e^{θᵀφ} − (λ/2)‖θ‖²`` from the pass's ``ψ, N``
 only. The expectation is a fixed weighted point set ``(ζ_j, a_j)`` —
 ``E f ≈ Σ_j e^{a_j} f(ζ_j)`` — sampled once and reused (the paper's speed-up): S₂ seeded base
-draws with ``a_j = −log S₂`` (Alg 1's sampler, :func:`base_draws`), S₂ draws of the defensive
+draws with ``a_j = −log S₂`` ([Paisley et al.] Algorithm 1's sampler, :func:`base_draws`), S₂ draws of the defensive
 proposal q with ``a_j = log N(ζ_j | μ, Σ) − log q(ζ_j) − log S₂`` (:func:`proposal_point_set`, what
-the estimator uses: it also reaches where a runaway tilt puts mass), or a quadrature rule (tests). For a fixed point set F is concave and smooth, so Alg 1's plain ascent step (whose
-raw factor N makes it unstable for large N, MATH.md §11 A9) is replaced by Newton steps
-``θ ← θ + t (N Ĉov_w φ + λI)⁻¹ ∇F`` with backtracking on F; ``Ĉov_w`` is the weighted
-covariance of φ under ``w ∝ e^{a_j + θᵀφ(ζ_j)}``. Convergence is reported, not assumed.
+the estimator uses: it also reaches where a runaway tilt puts mass), or a quadrature rule (tests). For a fixed point set
+F is concave and smooth, so Alg 1's plain ascent step (whose raw factor N makes it unstable for large N,
+docs/mathematics.md, "Where the papers differ", item A9) is replaced by Newton steps ``θ ← θ + t (N Ĉov_w φ + λI)⁻¹ ∇F``
+with backtracking on F; ``Ĉov_w`` is the weighted covariance of φ under ``w ∝ e^{a_j + θᵀφ(ζ_j)}``. Convergence is
+reported, not assumed.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def _weighted_moments(phi: _Phi, w: np.ndarray, second: bool) -> tuple[np.ndarra
 
 def map_gradient(theta: np.ndarray, psi: np.ndarray, n: int, features: RandomFourierFeatures, points: PointSet,
                  lam: float) -> np.ndarray:
-    """∇F(θ) = ψ − N E_w φ − λθ, w ∝ e^{a_j + θᵀφ(ζ_j)} (MATH.md §5)."""
+    """∇F(θ) = ψ − N E_w φ − λθ, w ∝ e^{a_j + θᵀφ(ζ_j)} (docs/mathematics.md, "MAP, baselines and sampling")."""
     phi = _Phi(features, points.points, DEFAULT_BLOCK_BYTES, 0)
     lw = _log_w(phi, theta, points.log_weights)
     mean_phi, _ = _weighted_moments(phi, np.exp(lw - logsumexp(lw)), second=False)

@@ -1,4 +1,5 @@
-"""Matrix-free pieces of the kernel solves (MATH.md §6–§7; seed 000 §3.2, §3.5 Example 3.8), float64.
+"""Matrix-free pieces of the kernel solves (docs/mathematics.md, "Nyström kernel exponential family" and "Score
+estimators on a Nyström basis"; [Zhou et al.] §3.2, §3.5 Example 3.8), float64.
 
 * :class:`CurlFreeGram` — the nd × nd curl-free Gram ``G = [K_cf(X_a, X_b)]`` of n rows as an operator:
   ``(GV)_a = Σ_b K_cf(X_a, X_b) V_b = Σ_b α_ab V_b + (Σ_b w_ab) X_a − Σ_b w_ab X_b``,
@@ -9,10 +10,10 @@
   fit in ``budget_bytes``; otherwise each product recomputes them in row blocks of about ``block_bytes``
   (streamed: O(n·rows) memory, the kernel evaluated again every product). A product reads α (and κ) once:
   it is bound by memory bandwidth, ~0.1 s at n = 5000 on one core.
-* :class:`WhitenedOperator` — the projected operator ``T = R⁻ᵀ(C/N)R⁻¹`` of MATH.md §7 with the
-  Cholesky factor ``G = R_cᵀR_c`` (R_c upper) in place of the eigen-square-root ``R = κ_r^{½}V_rᵀ``:
-  ``T' = R_c⁻ᵀ(C/N)R_c⁻¹``, ``z' = R_c⁻ᵀh/N``, ``c = R_c⁻¹w'``. When G is definite both are square roots of
-  G (``RᵀR = R_cᵀR_c``), so ``Q = R_cR⁻¹`` is orthogonal, ``T' = QTQᵀ``, ``g(T') = Qg(T)Qᵀ`` for every filter
+* :class:`WhitenedOperator` — the projected operator ``T = R⁻ᵀ(C/N)R⁻¹`` of docs/mathematics.md, "Score estimators on a
+  Nyström basis" with the Cholesky factor ``G = R_cᵀR_c`` (R_c upper) in place of the eigen-square-root ``R =
+  κ_r^{½}V_rᵀ``: ``T' = R_c⁻ᵀ(C/N)R_c⁻¹``, ``z' = R_c⁻ᵀh/N``, ``c = R_c⁻¹w'``. When G is definite both are square roots
+  of G (``RᵀR = R_cᵀR_c``), so ``Q = R_cR⁻¹`` is orthogonal, ``T' = QTQᵀ``, ``g(T') = Qg(T)Qᵀ`` for every filter
   g and ``c = R_c⁻¹g(T')z' = R⁻¹g(T)z``:
   the same coefficients. Un-whitened, Landweber reads ``c ← c − ηG⁻¹(Cc + h)/N`` (the two triangular
   solves are G⁻¹ in halves). A product is one GEMV with the stored C and two triangular solves, O((md)²);

@@ -1,10 +1,11 @@
-"""Closed-form NCFD solve after the pass (MATH.md §3, seed 003 Alg 3), float64.
+"""Closed-form NCFD solve after the pass (docs/mathematics.md, "Noise-conditional Fisher divergence", [Paisley et al.]
+Algorithm 3), float64.
 
 ``(λ H I + ZZᵀ ⊙ Ā) θ = b``,
 ``b = Σ_h [ (1/γ_h) δ_h ⊙ ψ'_h + (1/γ_h²) κ_h ⊙ δ_h ⊙ ψ_h ]`` with
 ``δ_h(s) = exp(−½ r_h ‖z_s‖²)``, ``r_h = σ_h²/γ_h²``, ``κ_h(s) = z_sᵀ P_h Σ z_s``,
 ``P_h = (Σ + σ_h² I)⁻¹`` and ``ψ'_h = rowsum((U_h − u_h(μ − x₀)ᵀ) ⊙ Z P_h)``.
-H = 1 (σ = 0 only) is exactly FD (Alg 2) scaled by 1/γ².
+H = 1 (σ = 0 only) is exactly FD ([Paisley et al.] Algorithm 2) scaled by 1/γ².
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ def level_base(base: Base, sigma: float) -> Base:
 
 
 def ncfd_system(stats: NCFDStats, features: RandomFourierFeatures, base: Base, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """A = λH I + ZZᵀ ⊙ Ā and b of Alg 3 (MATH.md §3); under a mixture base, b is that of the Gaussian with the
-    mixture's mean and covariance (``base.mean``, ``base.cov``) plus the pass's estimate of the rest."""
+    """A = λH I + ZZᵀ ⊙ Ā and b of Alg 3 (docs/mathematics.md, "Noise-conditional Fisher divergence"); under a mixture
+    base, b is that of the Gaussian with the mixture's mean and covariance (``base.mean``, ``base.cov``) plus the pass's
+    estimate of the rest."""
     stats.check_features(features)
     Z, H = features.Z, stats.n_levels
     A = (Z @ Z.T) * stats.abar

@@ -1,4 +1,5 @@
-"""The log normaliser of a tilted Gaussian density by importance sampling (MATH.md §5).
+"""The log normaliser of a tilted Gaussian density by importance sampling (docs/mathematics.md, "MAP, baselines and
+sampling").
 
 Every GP-tilted density (and a kernel exponential family with a Gaussian base) has the form
 ``q̃(x) = e^{T(x)} N(x | μ, Σ) · (2π)^{d/2}|Σ|^{1/2}`` — an unnormalised log density
@@ -8,8 +9,8 @@ Every GP-tilted density (and a kernel exponential family with a Gaussian base) h
 
 estimated from M seeded draws of the proposal ``q`` — the base made defensive against mass far
 from the data (:mod:`tgpflow.core.proposal`) — by ``Ẑ = (1/M) Σ_j w_j``,
-``log w_j = log q̃(ζ_j) − log q(ζ_j)`` (the importance weights of the resampler, MATH.md §5). With
-the effective sample size ``ESS = (Σw)²/Σw²`` the delta-method standard error of ``log Ẑ`` is
+``log w_j = log q̃(ζ_j) − log q(ζ_j)`` (the importance weights of the resampler, docs/mathematics.md, "MAP, baselines
+and sampling"). With the effective sample size ``ESS = (Σw)²/Σw²`` the delta-method standard error of ``log Ẑ`` is
 ``√(1/ESS − 1/M)``. The same self-normalised weights give the model's mean, spread and the mass it
 puts outside a box.
 

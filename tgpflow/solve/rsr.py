@@ -1,4 +1,5 @@
-"""The root-Sobolev natural-gradient iteration (MATH.md §8), for a batch fit and for an online update.
+"""The root-Sobolev natural-gradient iteration (docs/mathematics.md, "Root-Sobolev density"), for a batch fit and for an
+online update.
 
 Batch: minimise ``L(w) = −(1/N) Σ log f(x_i)² + ‖w‖²`` by ``w ← (1 − 2η)w + 2η g/N``, ``g = Σ φ(x_i)/f(x_i)``.
 
@@ -66,7 +67,7 @@ def natural_gradient_iterate(reduce: Callable[[np.ndarray], RSRIterStats], w0: n
     eta, converged, rejected, streak, it = eta_max, False, 0, 0, 0
     history = [loss]
     while it < int(max_iter):
-        # one pass per candidate. The plain fixed-point step of seed 004 leaves the sign cone on the RFF
+        # one pass per candidate. The plain fixed-point step of [Kozdoba et al.] leaves the sign cone on the RFF
         # kernel, whose negative values make g = Σφ/f jump (measured: L 2.37 → 5.82 in one step)
         it += 1
         cand = (1 - 2 * eta) * w + 2 * eta * (pull + rho * st.g / st.n)

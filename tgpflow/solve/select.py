@@ -1,4 +1,5 @@
-"""Held-out selection of λ (and η) from validation statistics — no extra pass (MATH.md §2–§4).
+"""Held-out selection of λ (and η) from validation statistics — no extra pass (docs/mathematics.md, "Fisher divergence
+and base-measure learning", "Noise-conditional Fisher divergence" and "The Fisher variational predictive distribution").
 
 The held-out loss of a tilted density with parameter θ is the mean Hyvärinen score-matching
 loss over the validation rows, ``J_val(θ) = fd_loss(val, θ; λ=0)/N_val``: a quadratic in θ
@@ -48,7 +49,8 @@ DEFAULT_LOGLIK_LAM_GRID = tuple(float(v) for v in np.logspace(-3, 4, 22))
 #: Decades (three values each, the default grid's spacing) by which ``lam="auto"`` extends its default grid
 #: upwards while a bandwidth's best candidate is the grid's largest λ. Measured on MAGIC with bounds (seed 0,
 #: grid to 10⁷): FD chose λ = 2154 (interior); FVPD, whose λ acts as λ/γ² on the FD-equivalent scale
-#: (MATH.md §4, η = 1/γ²; γ = 2.1 in the log/logit space), needs ≈ 10⁴ and sat on the default grid's top.
+#: (docs/mathematics.md, "The Fisher variational predictive distribution", η = 1/γ²; γ = 2.1 in the log/logit space),
+# needs ≈ 10⁴ and sat on the default grid's top.
 GRID_EXTENSION_DECADES = 3
 
 
@@ -153,7 +155,7 @@ class GridScorer:
 #: Candidates whose normaliser rests on fewer effective draws than this share of the proposals are
 #: not selected: their log Z is too uncertain (and biased low), and their samples would be too.
 #: 1 % separated good fits (≥ 14 %) from broken ones (0.016–0.63 %) on the demo mixture and on a
-#: 2M-row, 7-column dataset of seed 003's Table II.
+#: 2M-row, 7-column dataset of [Paisley et al.]'s Table II.
 MIN_SELECT_ESS_FRACTION = 0.01
 #: The standard error of a median of K sliced KS distances, in units of √((1/n + 1/m)/K) for samples of
 #: effective sizes n and m from one distribution: 1/(2 f(median)) of the Kolmogorov distribution (f its
@@ -207,8 +209,8 @@ def score_tilts(val: TGPStats, features: RandomFourierFeatures, base: Base, thet
     """Held-out scores of the normalised densities ``e^{θ_kᵀφ} N(μ, Σ)``, one per row θ_k.
 
     ``mean_val log p = θᵀψ_val/N_val − mean_val ½(x−μ)ᵀP(x−μ) − log Z(θ)`` with every log Z on the
-    same seeded draws of the defensive proposal around the base (:mod:`tgpflow.solve.normalizer`); with the held-out rows' projection
-    counts, also the sliced KS between them and each candidate's importance-weighted draws; with the
+    same seeded draws of the defensive proposal around the base (:mod:`tgpflow.solve.normalizer`); with the held-out
+    rows' projection counts, also the sliced KS between them and each candidate's importance-weighted draws; with the
     training rows' support ``box`` (in the data's units, ``data_units`` mapping the draws there),
     each candidate's normalised mass outside it.
     """
@@ -232,8 +234,8 @@ def score_fvpd(val: TGPStats, features: RandomFourierFeatures, base: Base, A0: n
                projections: ProjectionCounts | None = None, grid: ProjectionGrid | None = None,
                box: SupportBox | None = None,
                data_units: Callable[[np.ndarray], np.ndarray] | None = None) -> list[dict[str, float]]:
-    """Held-out scores of the normalised FVPD predictive densities at η for every λ (MATH.md §4), as
-    :func:`score_tilts`.
+    """Held-out scores of the normalised FVPD predictive densities at η for every λ (docs/mathematics.md, "The Fisher
+    variational predictive distribution"), as :func:`score_tilts`.
 
     ``mean_val log q = ½ tr(M⁻¹ Σ_val φφᵀ)/N_val − vᵀψ_val/N_val − mean_val ½(x−μ)ᵀP(x−μ) − log Z``
     with ``M_λ = C + λI``, ``C = Σ_φ + A0/(γ²η)``, ``m = μ_φ − b/(γ²η)`` (:func:`fvpd_predictive`):

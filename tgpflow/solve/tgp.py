@@ -1,8 +1,10 @@
-"""Closed-form solves of the GP-tilted density after the pass (MATH.md §2, §4), float64.
+"""Closed-form solves of the GP-tilted density after the pass (docs/mathematics.md, "Fisher divergence and base-measure
+learning" and "The Fisher variational predictive distribution"), float64.
 
 All inputs are the one-pass :class:`~tgpflow.stats.tgp.TGPStats`, the feature draw and the base
 N(μ, Σ) (:mod:`tgpflow.core.gaussian_base`; by default the exact full-data moments of the pass), so
-nothing needs μ, Σ before the pass. ψ' is formed from ``U − u(μ − x₀)ᵀ`` (MATH.md §1).
+nothing needs μ, Σ before the pass. ψ' is formed from ``U − u(μ − x₀)ᵀ`` (docs/mathematics.md, "Features and the pilot
+pass").
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ __all__ = ["psi_prime", "base_log_sum", "base_hyvarinen_sum", "fd_system", "solv
 
 
 def psi_prime(stats: TGPStats, features: RandomFourierFeatures, base: Base) -> np.ndarray:
-    """ψ' = rowsum((U − u(μ − x₀)ᵀ) ⊙ Z P) = Σ_i φ'(x_i) ⊙ Z P (x_i − μ)  (MATH.md §2); under a mixture base,
-    ψ' = −Σ_i φ'(x_i) ⊙ Z s₀(x_i) = −rowsum(V ⊙ Z) with the pass's V = Σ φ' s₀ᵀ (docs/gp_tilted.md, "A mixture
-    base"): the same sum, since a Gaussian's s₀ is −P(x − μ)."""
+    """ψ' = rowsum((U − u(μ − x₀)ᵀ) ⊙ Z P) = Σ_i φ'(x_i) ⊙ Z P (x_i − μ)  (docs/mathematics.md, "Fisher divergence and
+    base-measure learning"); under a mixture base, ψ' = −Σ_i φ'(x_i) ⊙ Z s₀(x_i) = −rowsum(V ⊙ Z) with the pass's V = Σ
+    φ' s₀ᵀ (docs/gp_tilted.md, "A mixture base"): the same sum, since a Gaussian's s₀ is −P(x − μ)."""
     stats.check_mixture(base.mixture)
     if base.mixture is not None:
         return -np.einsum("sd,sd->s", stats.V, features.Z)
@@ -59,7 +61,8 @@ def base_hyvarinen_sum(stats: TGPStats, base: Base) -> float:
 
 
 def fd_system(stats: TGPStats, features: RandomFourierFeatures, base: Base, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """A = λγ² I + (ZZᵀ) ⊙ Φ',  b = γ ψ' + ‖Z‖² ⊙ ψ  (MATH.md §2)."""
+    """A = λγ² I + (ZZᵀ) ⊙ Φ',  b = γ ψ' + ‖Z‖² ⊙ ψ  (docs/mathematics.md, "Fisher divergence and base-measure
+    learning")."""
     stats.check_features(features)
     Z, g = features.Z, features.gamma
     A = (Z @ Z.T) * stats.gram
@@ -77,9 +80,9 @@ def solve_fd(stats: TGPStats, features: RandomFourierFeatures, base: Base, lam: 
 
 
 def feature_moments_under_base(features: RandomFourierFeatures, base: Base) -> tuple[np.ndarray, np.ndarray]:
-    """μ_φ = E φ(x) and Σ_φ = Cov φ(x) for x ~ N(μ, Σ), exactly (MATH.md §4, eqs 32–33); under a mixture base,
-    the mixture of its components' first and second moments: μ_φ = Σ π_k μ_φ,k and
-    Σ_φ = Σ π_k (Σ_φ,k + μ_φ,k μ_φ,kᵀ) − μ_φ μ_φᵀ."""
+    """μ_φ = E φ(x) and Σ_φ = Cov φ(x) for x ~ N(μ, Σ), exactly (docs/mathematics.md, "The Fisher variational predictive
+    distribution", eqs 32–33); under a mixture base, the mixture of its components' first and second moments: μ_φ = Σ
+    π_k μ_φ,k and Σ_φ = Σ π_k (Σ_φ,k + μ_φ,k μ_φ,kᵀ) − μ_φ μ_φᵀ."""
     if base.mixture is None:
         mu_phi, second = _feature_moments(features, base.mean, base.cov)
     else:
@@ -95,7 +98,7 @@ def feature_moments_under_base(features: RandomFourierFeatures, base: Base) -> t
 
 def _feature_moments(features: RandomFourierFeatures, mean: np.ndarray,
                      cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(E φ, E φφᵀ) for x ~ N(mean, cov) (MATH.md §4)."""
+    """(E φ, E φφᵀ) for x ~ N(mean, cov) (docs/mathematics.md, "The Fisher variational predictive distribution")."""
     Z, g = features.Z, features.gamma
     K = Z @ cov @ Z.T
     q = np.diag(K).copy()
@@ -122,7 +125,8 @@ class FVPDSolution:
 
 
 def solve_fvpd(stats: TGPStats, features: RandomFourierFeatures, base: Base, lam: float, eta: float) -> FVPDSolution:
-    """FVPD (Alg 4, MATH.md §4) with the sum convention of eq 29."""
+    """FVPD ([Paisley et al.] Algorithm 4, docs/mathematics.md, "The Fisher variational predictive distribution") with
+    the sum convention of eq 29."""
     A_eta, b = fd_system(stats, features, base, lam * eta)  # μ̂ = θ_FD with λ → λη
     post_mean, info = spd_solve(A_eta, b, what="FVPD posterior")
     post_precision = A_eta / (features.gamma**2 * eta)  # Σ̂⁻¹ = λI + ZZᵀ⊙Φ'/(γ²η)
@@ -143,7 +147,8 @@ def _predictive_factor(M: np.ndarray) -> SPDFactor:
 
 def fvpd_predictive(A0: np.ndarray, b: np.ndarray, mu_phi: np.ndarray, cov_phi: np.ndarray, lam: float, eta: float,
                     g2: float) -> tuple[np.ndarray, np.ndarray]:
-    """(Cholesky factor of M, v = M⁻¹m) of FVPD at (λ, η) from ``A0 = ZZᵀ⊙Φ'`` and ``b`` (MATH.md §4).
+    """(Cholesky factor of M, v = M⁻¹m) of FVPD at (λ, η) from ``A0 = ZZᵀ⊙Φ'`` and ``b`` (docs/mathematics.md, "The
+    Fisher variational predictive distribution").
 
     ``Σ̂⁻¹ = λI + A0/(γ²η)`` and, since ``(λγ²η I + A0) μ̂ = b``, ``Σ̂⁻¹μ̂ = b/(γ²η)``: so
     ``M = Σ_φ + λI + A0/(γ²η)`` and ``m = μ_φ − b/(γ²η)`` need no solve for μ̂ (a selection grid).
@@ -155,7 +160,7 @@ def fvpd_predictive(A0: np.ndarray, b: np.ndarray, mu_phi: np.ndarray, cov_phi: 
 
 
 def eta_default(features: RandomFourierFeatures) -> float:
-    """η = 1/γ² (seed 003 §IV)."""
+    """η = 1/γ² ([Paisley et al.] §IV)."""
     return 1.0 / features.gamma**2
 
 

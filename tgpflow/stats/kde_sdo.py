@@ -1,4 +1,5 @@
-"""Statistics of the KDE-SDO baseline, and of the root-Sobolev start: ``Σ φ(x_i)`` and N (MATH.md §8).
+"""Statistics of the KDE-SDO baseline, and of the root-Sobolev start: ``Σ φ(x_i)`` and N (docs/mathematics.md,
+"Root-Sobolev density").
 
 KDE-SDO is ``p ∝ φ(x)ᵀ Σ_i φ(x_i)/N`` on SDO random features, so ``g = Σ_i φ(x_i)`` (T) and the row
 count N are its sufficient statistics: sums over rows, hence a value with ``+`` (``sum(parts)``),

@@ -1,13 +1,14 @@
-"""One-pass statistics of the kernel models on a Nyström basis (MATH.md §6, §7).
+"""One-pass statistics of the kernel models on a Nyström basis (docs/mathematics.md, "Nyström kernel exponential family"
+and "Score estimators on a Nyström basis").
 
 ``KEFStats`` (curl-free kernel: Nyström KEF and the curl-free score estimators — the same
-statistics, MATH.md §7), sums over rows x with ``r_a = x − Y_a``:
+statistics, docs/mathematics.md, "Score estimators on a Nyström basis"), sums over rows x with ``r_a = x − Y_a``:
 
 * ``C = Σ_x B(x)ᵀB(x)`` (md × md), ``B(x) = [K_cf(x, Y_1) … K_cf(x, Y_m)]`` (d × md) — per
   block of rows one SYRK of the stacked (rows·d × md) matrix;
 * ``h_lap[a] = Σ_x ℓ_a(x)`` (m × d), the Laplacian part of h (all of h for a flat base);
-* for a Gaussian base known only after the pass (MATH.md §6): ``E0[a] = Σ_x K_cf(x, Y_a)``
-  (m × d × d) and ``F[a, :, :, l] = Σ_x K_cf(x, Y_a)(x − x₀)_l`` (m × d × d × d), about the
+* for a Gaussian base known only after the pass (docs/mathematics.md, "Nyström kernel exponential family"): ``E0[a] =
+  Σ_x K_cf(x, Y_a)`` (m × d × d) and ``F[a, :, :, l] = Σ_x K_cf(x, Y_a)(x − x₀)_l`` (m × d × d × d), about the
   basis shift x₀;
 * the moments (N, mean, m2).
 
@@ -93,8 +94,8 @@ class KEFStats(_ArrayStats):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LiteStats(_ArrayStats):
-    """Statistics of the lite model f = Σ_a α_a k(Y_a, ·) (MATH.md §6): ``Cl = Σ_x D(x)ᵀD(x)`` (m × m),
-    ``D(x) = [∇_x k(Y_a, x)]_a``; ``lap[a] = Σ_x Δ_x k(Y_a, x)``; for a Gaussian base
+    """Statistics of the lite model f = Σ_a α_a k(Y_a, ·) (docs/mathematics.md, "Nyström kernel exponential family"):
+    ``Cl = Σ_x D(x)ᵀD(x)`` (m × m), ``D(x) = [∇_x k(Y_a, x)]_a``; ``lap[a] = Σ_x Δ_x k(Y_a, x)``; for a Gaussian base
     ``L1[a] = Σ_x ∇_x k(Y_a, x)`` and ``L2[a] = Σ_x ∇_x k(Y_a, x)(x − x₀)ᵀ``."""
 
     draw: NystromBasis | None
@@ -188,7 +189,8 @@ def _check(x: Any, basis: NystromBasis) -> np.ndarray:
 
 
 def kef_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> KEFStats:
-    """Curl-free statistics of one chunk of rows (MATH.md §6), in row blocks; float64.
+    """Curl-free statistics of one chunk of rows (docs/mathematics.md, "Nyström kernel exponential family"), in row
+    blocks; float64.
 
     With dimension subsampling only the |I| columns of the index set are formed (not all m·d, then
     sliced) and ``E0``, ``F`` only on the rows (a, i) ∈ I that h is used on (:class:`KEFStats`).
@@ -210,7 +212,8 @@ def kef_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOC
 
 
 def _add_subsampled(x: np.ndarray, basis: NystromBasis, rows: int, out: KEFStats) -> None:
-    """Fill ``out`` (zero) with the chunk's statistics on the index set I (MATH.md §6, dimension subsampling).
+    """Fill ``out`` (zero) with the chunk's statistics on the index set I (docs/mathematics.md, "Nyström kernel
+    exponential family", dimension subsampling).
 
     The columns are built grouped by component (:func:`curl_free_columns`), so C, E0 and F are summed in
     that order and put back in the flat order a·d + i once per chunk (an |I|² gather, not per block)."""
@@ -239,7 +242,8 @@ def _add_subsampled(x: np.ndarray, basis: NystromBasis, rows: int, out: KEFStats
 
 
 def _add_full_block(xb: np.ndarray, basis: NystromBasis, out: KEFStats, prod: np.ndarray) -> None:
-    """Add one block's C, h_lap, E0, F on all m·d components to ``out`` (MATH.md §6)."""
+    """Add one block's C, h_lap, E0, F on all m·d components to ``out`` (docs/mathematics.md, "Nyström kernel
+    exponential family")."""
     m, d = basis.n_basis, basis.n_dims
     r, alpha, kappa, omega = basis.kernel.curl_free_parts(xb, basis.Y)
     blocks = curl_free_blocks(r, alpha, kappa)  # (nb, d, m, d)
@@ -252,8 +256,8 @@ def _add_full_block(xb: np.ndarray, basis: NystromBasis, out: KEFStats, prod: np
 
 
 def diag_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> DiagStats:
-    """Diagonal-kernel statistics of one chunk of rows (MATH.md §7), in row blocks; float64 (on the chunk's device,
-    :mod:`tgpflow.stats.kef_on_device`)."""
+    """Diagonal-kernel statistics of one chunk of rows (docs/mathematics.md, "Score estimators on a Nyström basis"), in
+    row blocks; float64 (on the chunk's device, :mod:`tgpflow.stats.kef_on_device`)."""
     if on_a_device(x):
         return _from_device(DiagStats, diag_sums_on_device, x, basis, diag_memory, block_bytes)
     x = _check(x, basis)
@@ -272,8 +276,8 @@ def diag_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLO
 
 
 def lite_chunk_stats(x: Any, basis: NystromBasis, block_bytes: int = DEFAULT_BLOCK_BYTES) -> LiteStats:
-    """Lite statistics of one chunk of rows (MATH.md §6), in row blocks; float64 (on the chunk's device,
-    :mod:`tgpflow.stats.kef_on_device`)."""
+    """Lite statistics of one chunk of rows (docs/mathematics.md, "Nyström kernel exponential family"), in row blocks;
+    float64 (on the chunk's device, :mod:`tgpflow.stats.kef_on_device`)."""
     if on_a_device(x):
         return _from_device(LiteStats, lite_sums_on_device, x, basis, lite_memory, block_bytes)
     x = _check(x, basis)

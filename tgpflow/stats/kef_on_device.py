@@ -1,12 +1,12 @@
 """The Nyström statistics of :mod:`tgpflow.stats.kef` for a chunk on a device (docs/gpu.md, "Kernel models").
 
-The same sums as the NumPy path (MATH.md §6, §7), written with array-API calls so that they run where the chunk
-is (CuPy, or ``array_api_strict``'s second device in the tests): the basis goes to the device once per chunk, the
-sums stay there across the chunk's blocks and come back to the host once, in float64
-(:func:`tgpflow.core.backend.to_numpy`). The md × md product of the curl-free statistics is cuBLAS ``dsyrk``
-on CuPy (half the flops of a GEMM; :func:`tgpflow.stats.tgp_cupy.syrk_add`), a matmul elsewhere. ``F`` is summed
-as one GEMM of the stacked blocks with the rows, in the order (i, a, j, l), and put in the order (a, i, j, l)
-once per chunk. Dimension subsampling (``basis.components``) has no device form: it is refused here
+The same sums as the NumPy path (docs/mathematics.md, "Nyström kernel exponential family" and "Score estimators on a
+Nyström basis"), written with array-API calls so that they run where the chunk is (CuPy, or ``array_api_strict``'s
+second device in the tests): the basis goes to the device once per chunk, the sums stay there across the chunk's blocks
+and come back to the host once, in float64 (:func:`tgpflow.core.backend.to_numpy`). The md × md product of the curl-free
+statistics is cuBLAS ``dsyrk`` on CuPy (half the flops of a GEMM; :func:`tgpflow.stats.tgp_cupy.syrk_add`), a matmul
+elsewhere. ``F`` is summed as one GEMM of the stacked blocks with the rows, in the order (i, a, j, l), and put in the
+order (a, i, j, l) once per chunk. Dimension subsampling (``basis.components``) has no device form: it is refused here
 (the estimators resolve ``device`` to the CPU for it).
 """
 

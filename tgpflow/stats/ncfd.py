@@ -1,4 +1,5 @@
-"""Sufficient statistics of the noise-conditional GP-tilted density (MATH.md §3, Alg 3).
+"""Sufficient statistics of the noise-conditional GP-tilted density (docs/mathematics.md, "Noise-conditional Fisher
+divergence", [Paisley et al.] Algorithm 3).
 
 One pass accumulates, as sums over rows, for H noise levels σ_h (same Z, c; width γ_h):
 
@@ -24,8 +25,8 @@ One pass accumulates, as sums over rows, for H noise levels σ_h (same Z, c; wid
   not depend on where or when it is computed. At σ = 0 there is no noise, and :attr:`NCFDStats.fd` adds the
   Gaussian's part back (its ``V`` is the FD sum); ``base_sums`` are the FD ones.
 
-The weights are recomputed per chunk and level (O(S²d + H S²), MATH.md §3) instead of being
-stored (2H·S² floats). Loop order is level-outer inside a chunk, so each level's weights
+The weights are recomputed per chunk and level (O(S²d + H S²), docs/mathematics.md, "Noise-conditional Fisher
+divergence") instead of being stored (2H·S² floats). Loop order is level-outer inside a chunk, so each level's weights
 are formed once per chunk. Precision: float64 throughout.
 """
 
@@ -54,7 +55,8 @@ __all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights", "ncfd_memory"]
 
 
 def ncfd_weights(features: RandomFourierFeatures, sigma: float) -> tuple[np.ndarray, np.ndarray | None]:
-    """W⁺_h, W⁻_h of MATH.md §3 for one level (W⁻ is None at σ = 0, where it vanishes).
+    """W⁺_h, W⁻_h of docs/mathematics.md, "Noise-conditional Fisher divergence" for one level (W⁻ is None at σ = 0,
+    where it vanishes).
 
     ``r = σ²/γ_σ²``, ``Δ±(s,s') = exp(−½ r ‖z_s ± z_s'‖²)``, ``W± = (Δ⁻ ± Δ⁺)/(2γ_σ²)``.
     """
@@ -149,7 +151,8 @@ class NCFDStats(RFFStats):
 
     @property
     def fd(self) -> TGPStats:
-        """The FD/FVPD statistics at σ = 0 contained in this pass (MATH.md §2)."""
+        """The FD/FVPD statistics at σ = 0 contained in this pass (docs/mathematics.md, "Fisher divergence and
+        base-measure learning")."""
         V = None
         if self.mixture is not None:  # the departure from the mixture's Gaussian, plus that Gaussian's own sum
             precision = np.linalg.inv(self.mixture.cov)
@@ -201,7 +204,8 @@ class NCFDStats(RFFStats):
 def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray,
                      block_bytes: int = DEFAULT_BLOCK_BYTES, precision: str = "float64",
                      mixture: GaussianMixtureBase | None = None, prefixes: bool = False) -> NCFDStats:
-    """NCFD statistics of one chunk of rows (MATH.md §3); any array-API namespace, host float64 out.
+    """NCFD statistics of one chunk of rows (docs/mathematics.md, "Noise-conditional Fisher divergence"); any array-API
+    namespace, host float64 out.
 
     ``precision`` and ``block_bytes`` (the cap on the per-row part of the task's memory) as for
     :func:`tgpflow.stats.tgp.tgp_chunk_stats`; the whole task is planned by :func:`ncfd_memory`. ``mixture``: the

@@ -1,6 +1,6 @@
 """Held-out rows as histograms of random 1-D projections: the data side of a sliced KS distance, as a sum.
 
-Seed 003 §IV compares a model with data through the marginal CDFs along random directions
+[Paisley et al.] §IV compares a model with data through the marginal CDFs along random directions
 (sliced Kolmogorov–Smirnov). To *select* hyperparameters by that distance on held-out rows without
 a second pass, the held-out rows' projected CDFs are accumulated in the pass as counts on a
 fixed grid — a sum over rows like every other statistic (``+``, ``−``, ``scaled``), merged in

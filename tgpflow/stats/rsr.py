@@ -1,9 +1,10 @@
-"""Per-iteration statistics of the root-Sobolev fit (MATH.md §8): one map-reduce per iteration.
+"""Per-iteration statistics of the root-Sobolev fit (docs/mathematics.md, "Root-Sobolev density"): one map-reduce per
+iteration.
 
 For the current w, per chunk: ``g = Σ_i φ(x_i)/f(x_i)`` (T), ``N``, ``Σ log f(x_i)²`` and the count
 of rows with ``f(x_i) ≤ 0`` (sign changes of the RFF SDO model, reported). Also the held-out
-Hyvärinen sums ``Σ 2Δf/f`` (MATH.md D6). A value: ``+``. float64 everywhere: the sums of
-log f² and 1/f over millions of rows, with f near 0 at the edges, leave no room for float32.
+Hyvärinen sums ``Σ 2Δf/f`` (docs/mathematics.md, "Where the papers differ", item D6). A value: ``+``. float64
+everywhere: the sums of log f² and 1/f over millions of rows, with f near 0 at the edges, leave no room for float32.
 
 NumPy chunks go through the fused compiled row loop of :mod:`tgpflow.stats.rsr_kernel` (no
 T × rows intermediate); chunks whose angles could leave the kernel's exact range reduction use

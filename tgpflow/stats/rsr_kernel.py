@@ -1,4 +1,5 @@
-"""The fused, compiled row loop of one root-Sobolev iteration (MATH.md §8), float64 throughout.
+"""The fused, compiled row loop of one root-Sobolev iteration (docs/mathematics.md, "Root-Sobolev density"), float64
+throughout.
 
 Why this exists: with d = 10 and T = 2000 the iteration is bound by the T cosines per row,
 not by the d × T angle GEMM. The unfused NumPy path (GEMM → cos block → two GEMVs) writes and

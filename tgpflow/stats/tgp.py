@@ -1,21 +1,23 @@
-"""Sufficient statistics of the GP-tilted density, FD and FVPD (MATH.md §2, §4).
+"""Sufficient statistics of the GP-tilted density, FD and FVPD (docs/mathematics.md, "Fisher divergence and base-measure
+learning" and "The Fisher variational predictive distribution").
 
 One pass accumulates, as sums over rows:
 
 * the moments ``N, mean, m2`` (:class:`~tgpflow.core.moments.Moments`);
 * ``gram = Φ' = Σ φ'(x) φ'(x)ᵀ`` (S×S), ``u = Σ φ'(x)``, ``psi = ψ = Σ φ(x)``;
-* ``U = Σ φ'(x) (x − x₀)ᵀ`` (S×d) about the pilot shift x₀ of the features (MATH.md §1),
-  so that ``U − u μᵀ`` is formed as ``U − u (μ − x₀)ᵀ`` without cancellation;
+* ``U = Σ φ'(x) (x − x₀)ᵀ`` (S×d) about the pilot shift x₀ of the features (docs/mathematics.md, "Features and the pilot
+  pass"), so that ``U − u μᵀ`` is formed as ``U − u (μ − x₀)ᵀ`` without cancellation;
 * optionally ``phi_gram = Σ φ(x) φ(x)ᵀ`` (S×S): only for held-out rows of an FVPD selection,
-  whose log-likelihood needs the mean of ``φᵀM⁻¹φ`` (MATH.md §4);
+  whose log-likelihood needs the mean of ``φᵀM⁻¹φ`` (docs/mathematics.md, "The Fisher variational predictive
+  distribution");
 * under a mixture base m fixed before the pass (:mod:`tgpflow.features.mixture_base`; docs/gp_tilted.md,
   "A mixture base"): ``V = Σ φ'(x) s₀(x)ᵀ`` (S×d) with the base's score s₀ = ∇ log m, which takes the place of
   ``U − u μᵀ`` in ψ' (ψ' = −rowsum(V ⊙ Z)), and ``base_sums = (Σ log m(x), Σ ½‖s₀(x)‖² + Δ log m(x))``, the
   held-out log-likelihood's and Hyvärinen loss's base terms. The statistics carry that mixture.
 
 μ and Σ of the base are not needed during the pass: they are combined afterwards
-(``tgpflow.solve.tgp``, ``tgpflow.core.gaussian_base``). Per chunk, rows are processed in blocks sized from a byte budget;
-each block costs one GEMM for the angles, the compiled sincos, one ``sin sinᵀ`` (SYRK inside
+(``tgpflow.solve.tgp``, ``tgpflow.core.gaussian_base``). Per chunk, rows are processed in blocks sized from a byte
+budget; each block costs one GEMM for the angles, the compiled sincos, one ``sin sinᵀ`` (SYRK inside
 NumPy's matmul) and two small GEMVs/GEMMs — never a loop over rows.
 Precision: float64 everywhere (features, products, accumulators).
 """
@@ -198,11 +200,12 @@ def tgp_chunk_stats(x: Any, features: RandomFourierFeatures, block_bytes: int = 
                     precision: str = "float64", with_phi_gram: bool = False,
                     mixture: GaussianMixtureBase | None = None,
                     terms: tuple[np.ndarray, np.ndarray] | None = None) -> TGPStats:
-    """TGP statistics of one chunk of rows ``x`` (n, d), in blocks of rows (MATH.md §2).
+    """TGP statistics of one chunk of rows ``x`` (n, d), in blocks of rows (docs/mathematics.md, "Fisher divergence and
+    base-measure learning").
 
     ``precision="mixed"``: the S×S products are float32 (angles and sin/cos still formed in
-    float64 from the shifted phase, MATH.md §1, then rounded), each block's product added to a
-    float64 accumulator; the O(S) sums stay float64.
+    float64 from the shifted phase, docs/mathematics.md, "Features and the pilot pass", then rounded), each block's
+    product added to a float64 accumulator; the O(S) sums stay float64.
 
     NumPy chunks use the compiled sincos and SYRK (through NumPy's matmul) into reused buffers; any other
     array-API namespace (CuPy, array_api_strict) runs the same formulas with ``xp`` calls.

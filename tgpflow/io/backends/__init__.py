@@ -1,8 +1,8 @@
 """The readers behind :func:`tgpflow.io.sources.as_source`, one module per kind of input.
 
 Each backend module has ``can_open(data, format, storage_options) -> bool``, ``open_source(data, *, columns,
-on_bad_rows, **its keywords) -> Source`` and ``KEYWORDS``, the keywords of ``as_source`` it accepts (the Zarr
-backend uses ``storage_options`` only to recognise a store; it opens stores through Zarr's own store paths). They are
+on_bad_rows, **its keywords) -> Source`` and ``KEYWORDS``, the keywords of ``as_source`` it accepts (each file
+backend passes ``storage_options`` to the filesystem of a URL: docs/data.md, "Object storage"). They are
 asked in the order of :data:`BACKENDS`: Zarr (a path ending in ``.zarr`` or holding a Zarr marker), CSV (a path
 ending in ``.csv`` or ``.tsv``, compressed or not), Parquet (any other path), arrays and DataFrames in hand
 (docs/data.md).

@@ -54,15 +54,16 @@ def can_open(data: Any, format: str | None, storage_options: dict[str, Any] | No
 def open_source(path: Any, *, columns: Any, on_bad_rows: OnBadRows, storage_options: dict[str, Any] | None = None,
                 array: str | None = None, rows: tuple[int, int] | None = None, coordinate: str | None = None) -> Source:
     """The rows of the Zarr store at ``path`` (see :func:`~tgpflow.io.sources.as_source` for the keywords)."""
-    return _zarr_source(str(path), columns, on_bad_rows, array, rows, coordinate)
+    return _zarr_source(str(path), columns, on_bad_rows, array, rows, coordinate, storage_options)
 
 
-def _open_zarr(path: str, array: str | None) -> Any:
-    """The Zarr node at ``path``: the group's array ``array`` when named, else the group or array itself."""
+def _open_zarr(path: str, array: str | None, storage_options: dict[str, Any] | None = None) -> Any:
+    """The Zarr node at ``path``: the group's array ``array`` when named, else the group or array itself;
+    ``storage_options`` for the filesystem of a URL."""
     import zarr
 
     try:
-        node = zarr.open(store=path, mode="r")
+        node = zarr.open(store=path, mode="r", storage_options=storage_options or None)
     except Exception as exc:
         raise SourceError(f"{path}: not a readable Zarr store ({cause(exc)})") from exc
     if array is not None:
@@ -119,11 +120,12 @@ def _from_zarr(array: Any, chunks: Any, where: str) -> da.Array:
 
 
 def _zarr_source(path: str, columns: Any, on_bad_rows: OnBadRows, array: str | None = None,
-                 rows: tuple[int, int] | None = None, coordinate: str | None = None) -> Source:
+                 rows: tuple[int, int] | None = None, coordinate: str | None = None,
+                 storage_options: dict[str, Any] | None = None) -> Source:
     import zarr
 
-    group = _open_zarr(path, None) if coordinate is not None else None
-    node = _open_zarr(path, array)
+    group = _open_zarr(path, None, storage_options) if coordinate is not None else None
+    node = _open_zarr(path, array, storage_options)
     where, first = path, 0
     if rows is not None:
         first, stop = int(rows[0]), int(rows[1])

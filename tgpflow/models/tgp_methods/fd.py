@@ -1,4 +1,5 @@
-"""FD: the GP-tilted density by Fisher divergence, a closed-form ridge solve (seed 003 Alg 2; MATH.md §2)."""
+"""FD: the GP-tilted density by Fisher divergence, a closed-form ridge solve ([Paisley et al.] Algorithm 2;
+docs/mathematics.md, "Fisher divergence and base-measure learning")."""
 
 from __future__ import annotations
 

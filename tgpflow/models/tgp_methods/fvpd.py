@@ -1,4 +1,5 @@
-"""FVPD: θ integrated over its Fisher variational posterior at temperature η (seed 003 Alg 4; MATH.md §4)."""
+"""FVPD: θ integrated over its Fisher variational posterior at temperature η ([Paisley et al.] Algorithm 4;
+docs/mathematics.md, "The Fisher variational predictive distribution")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""KDE-RFF: the paper's RFF kernel density baseline ``p(x) ∝ φ(x)ᵀψ/N`` from the same pass (seed 003; MATH.md §5)."""
+"""KDE-RFF: the paper's RFF kernel density baseline ``p(x) ∝ φ(x)ᵀψ/N`` from the same pass ([Paisley et al.];
+docs/mathematics.md, "MAP, baselines and sampling")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""MAP: the posterior mode of θ by Newton steps on a fixed importance point set (seed 003 Alg 1; MATH.md §5).
+"""MAP: the posterior mode of θ by Newton steps on a fixed importance point set ([Paisley et al.] Algorithm 1;
+docs/mathematics.md, "MAP, baselines and sampling").
 
-Alg 1 estimates E_{N(μ,Σ)} e^{θᵀφ} on fixed base draws. Base draws cannot see a tilt that grows beyond
-their reach, so the fit pays nothing for mass put there, and the held-out selection (which now sees it,
+[Paisley et al.] Algorithm 1 estimates E_{N(μ,Σ)} e^{θᵀφ} on fixed base draws. Base draws cannot see a tilt that grows
+beyond their reach, so the fit pays nothing for mass put there, and the held-out selection (which now sees it,
 :mod:`tgpflow.core.proposal`) rejected the small λ that MAP preferred: on the demo mixture (200k rows)
 it chose λ = 100 at a held-out log-likelihood of −3.5500. The same expectation on draws of the defensive
 proposal, each weighted by N/q (:func:`~tgpflow.solve.map.proposal_point_set`), penalises that mass: λ = 46
@@ -32,7 +33,8 @@ REFINE_DECADES = 2
 
 
 def point_set(base: Base, n_draws: int, seed: Any, kind: str) -> PointSet:
-    """MAP's expectation rule: ``map_points`` "proposal" (:func:`proposal_point_set`) or "base" (Alg 1)."""
+    """MAP's expectation rule: ``map_points`` "proposal" (:func:`proposal_point_set`) or "base" ([Paisley et al.]
+    Algorithm 1)."""
     return (proposal_point_set if kind == "proposal" else base_draws)(base, n_draws, seed)
 
 

@@ -1,4 +1,5 @@
-"""NCFD: one θ for a ladder of noise levels, evaluated at any σ ≥ 0 (seed 003 Alg 3; MATH.md §3).
+"""NCFD: one θ for a ladder of noise levels, evaluated at any σ ≥ 0 ([Paisley et al.] Algorithm 3; docs/mathematics.md,
+"Noise-conditional Fisher divergence").
 
 With ``sigma_max="auto"`` a held-out selection scores the ladder's lower parts as well as the whole ladder: its
 first H' levels, which are the whole ladder for σ_max·H'/H (:func:`~tgpflow.features.noise.ladder_prefixes`), so
