@@ -150,14 +150,20 @@ def test_a_named_option_without_a_table_entry_fails_when_the_command_is_built(mo
         fit_options.model_options()
 
 
-def test_fit_help_lists_every_parameter_with_its_help():
-    r = CliRunner().invoke(main, ["fit", "--help"])
+def test_params_lists_every_parameter_with_its_help():
+    """``tgpflow params`` (every model's table; ``fit --help`` points to it) lists each parameter with its help and
+    what it accepts; ``tgpflow params MODEL`` shows a parameter its --model sets as set, and leaves out those it
+    does not use."""
+    r = CliRunner().invoke(main, ["params"])
     assert r.exit_code == 0
     text = "".join(r.output.split())
     for kind in model_kinds().values():
         table = kind.table_class()
         for name in table.model_fields:
             assert "".join(f"{name}{table.help_of(name)}[{table.allowed(name)}".split()) in text, name
+    fvpd = " ".join(CliRunner().invoke(main, ["params", "fvpd"]).output.split())
+    assert "method 'fvpd': set by --model fvpd" in fvpd and "noise_levels" not in fvpd  # NCFD's alone
+    assert "tgpflow params MODEL" in CliRunner().invoke(main, ["fit", "--help"]).output
 
 
 def test_the_p_values_are_the_tables_types(tmp_path):

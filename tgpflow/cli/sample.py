@@ -24,8 +24,8 @@ MIN_DRAWS_PER_CHAIN = 50
 @click.option("--method", default="resample", show_default=True,
               type=click.Choice(["resample", "langevin", "mala", "svgd"]),
               help="resample: importance resampling from the model's base (its ESS is reported); langevin/mala: "
-                   "--chains chains on the model's score, started at the model's base, with R-hat and ESS across "
-                   "chains; svgd: N particles moved by SVGD.")
+                   "--chains chains on the model's score function ∇ log p, started at the model's base, with R-hat "
+                   "and ESS across chains; svgd: N particles moved by SVGD.")
 @click.option("--steps", default=500, show_default=True, type=click.IntRange(min=1),
               help="Steps per chain after warm-up (langevin/mala; the N draws are spread evenly over them) or "
                    "SVGD iterations.")
@@ -44,7 +44,7 @@ MIN_DRAWS_PER_CHAIN = 50
 @scheduler_options
 def sample(model: str, n_samples: int, out: str, overwrite: bool, method: str, steps: int, chains: int, warmup: int,
            step_size: float, init_source: str | None, columns: str | None, seed: int, scheduler: str | None) -> None:
-    """Draw N rows from MODEL into a Parquet file, by resampling or on the model's score."""
+    """Draw N rows from MODEL into a Parquet file, by resampling or on the model's score function ∇ log p."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -61,7 +61,7 @@ def sample(model: str, n_samples: int, out: str, overwrite: bool, method: str, s
             if not hasattr(est, "sample"):
                 samplers = "langevin, mala or svgd" if hasattr(est, "log_density") else "langevin or svgd"
                 raise click.ClickException(f"{model}: a {type(est).__name__} has no resampler; use "
-                                           f"--method {samplers} (they use its score)")
+                                           f"--method {samplers} (they use its score function)")
             rows = est.sample(n_samples, random_state=seed)
             info.update(getattr(est, "last_sample_info_", {}))
         else:

@@ -13,7 +13,7 @@ from tgpflow.cli.output import emit
 from tgpflow.cluster import progress_display
 
 
-@main.command()
+@main.command(short_help="Each row's log density and anomaly score.")
 @click.argument("model")
 @click.argument("source")
 @click.option("--out", required=True, help="Output Parquet dataset (a directory; a path or an fsspec URL), written "

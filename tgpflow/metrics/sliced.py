@@ -6,8 +6,9 @@ with the model's marginal CDF Q along v on a grid of ``n_grid`` points α over t
 range times its distance, which is exact there (P_N is 0 or 1).
 
 Q comes from a weighted reference sample of the model: ``n_model_samples`` (paper: 250 000)
-draws ζ from the Gaussian base N(μ, Σ), weighted by ``exp(log q(ζ) − log N(ζ|μ, Σ))`` — the
-tilt ``f_alg`` of eq 5 or eq 34 — and projected on v. The data side streams: one pass for the
+draws ζ of the model's defensive proposal around its Gaussian base (the paper draws from the base itself),
+weighted by ``exp(log p̃(ζ) − log q(ζ))`` (:meth:`~tgpflow.models.fitted.Fitted.reference_sample`), and projected
+on v. The data side streams: one pass for the
 per-direction range, one for the histograms (per chunk ``n_directions × n_grid`` int64 counts,
 tree-summed). Projections and CDFs in float64; directions and draws from an explicit seed.
 """
@@ -47,9 +48,9 @@ def random_directions(d: int, n: int, random_state: int | np.random.Generator | 
 
 def model_reference_sample(model: Any, n_samples: int = 250_000, random_state: int | None = 0,
                            sigma: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Base draws ζ ~ N(μ, Σ) of a fitted tgpflow density and their normalised weights.
+    """Draws ζ of a fitted tgpflow density's defensive proposal around its base, and their normalised weights.
 
-    Weights ∝ exp(log q(ζ) − log N(ζ|μ, Σ)); non-finite log densities (e.g. KDE-RFF where the
+    Weights ∝ exp(log p̃(ζ) − log q(ζ)); non-finite log densities (e.g. KDE-RFF where the
     estimate is ≤ 0) get weight 0. ``model`` is an estimator (its ``fitted(sigma)`` value is used:
     it knows its own space, e.g. bounded columns) or a :class:`~tgpflow.models.fitted.Fitted` value.
     """

@@ -102,13 +102,13 @@ register_kind(ModelKind("GPTiltedDensity", "tgpflow.models.gp_tilted", methods="
                         table=f"{_TABLES}:GPTiltedParams", summary="tgpflow.models.fit_summaries:tgp_summary",
                         work="tgpflow.models.fit_summaries:tgp_work", reports=True))
 register_kind(ModelKind("NystromKEF", "tgpflow.models.nystrom_kef", cli=(("nkef", ()),), stats=_KEF_STATS,
-                        table=f"{_TABLES}:NystromKEFParams"))
+                        table=f"{_TABLES}:NystromKEFParams", reports=True))
 register_kind(ModelKind("ScoreEstimator", "tgpflow.models.kernel_score", cli=(("score", ()),), stats=_KEF_STATS,
-                        table=f"{_TABLES}:ScoreParams"))
+                        table=f"{_TABLES}:ScoreParams", reports=True))
 register_kind(ModelKind("RootSobolevDensity", "tgpflow.models.root_sobolev", methods=RSR_METHODS,
                         stats=("tgpflow.stats.kde_sdo:KDESDOStats",), row_methods=("rsr",),
                         table=f"{_TABLES}:RootSobolevParams", summary="tgpflow.models.fit_summaries:rsr_summary",
-                        work=None))
+                        work=None, reports=True))
 
 
 def model_kinds() -> dict[str, ModelKind]:
