@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -40,6 +41,14 @@ def test_global_options_are_moved_in_front_of_the_command_and_nothing_after_a_do
     assert hoist_global_options(["info", "m", "--log-level=error", "--debug"]) == [
         "--log-level=error", "--debug", "info", "m"]
     assert hoist_global_options(["fit", "--columns", "a,b"]) == ["fit", "--columns", "a,b"]
+    # the value of one of the command's own options stays its value, whatever it looks like; a global option
+    # missing its value stays where it is (click then says it needs one)
+    assert hoist_global_options(["fit", "d", "--columns", "-q", "--out", "m"], {"--columns", "--out"}) == [
+        "fit", "d", "--columns", "-q", "--out", "m"]
+    assert hoist_global_options(["info", "m", "--log-level"]) == ["info", "m", "--log-level"]
+    ctx = click.Context(main)
+    assert {"--columns", "--out", "--lam"} <= main._value_options(ctx, ["fit", "d", "--json"])
+    assert "--out" in main._value_options(ctx, ["stats", "merge", "a", "b"])
 
 
 def test_the_fit_summary_says_what_the_json_says(fitted):
@@ -71,6 +80,12 @@ def test_json_before_or_after_the_command_is_the_same_record_and_quiet_prints_no
     assert human.stdout.startswith(f"{model}: fd (GPTiltedDensity), fitted to 3,000 rows × 2 columns")
     quiet = CliRunner().invoke(main, ["score", model, str(tmp / "t.parquet"), "--out", str(tmp / "s"), "-q"])
     assert quiet.exit_code == 0 and quiet.stdout == "" and quiet.stderr == ""
+    asked = CliRunner().invoke(main, ["-q", "--json", "info", model])  # a script asked for the record: it gets it
+    assert json.loads(asked.stdout) == json.loads(before.stdout) and asked.stderr == ""
+    # under a group that wraps ours (as `dask tgpflow` does), the flags still reach the command
+    wrapper = click.Group("dask", commands={"tgpflow": main})
+    wrapped = CliRunner().invoke(wrapper, ["tgpflow", "info", model, "--json"])
+    assert wrapped.exit_code == 0 and json.loads(wrapped.stdout) == json.loads(before.stdout), wrapped.output
     assert (tmp / "s").is_dir()
     scored = CliRunner().invoke(main, ["score", model, str(tmp / "t.parquet"), "--out", str(tmp / "s2")])
     assert scored.stdout.startswith(f"scored 3,000 rows of {tmp / 't.parquet'} with {model}")

@@ -62,11 +62,12 @@ def test_every_shipped_file_sets_only_named_arguments(name):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("type: local\nn_worker: 2\n", r"the local cluster file is not valid \(1 error\):\n  n_worker: Extra inputs"),
+    ("type: local\nn_worker: 2\n",
+     r"the local cluster file is not valid \(1 error\):\n  n_worker: not a known key \(did you mean 'n_workers'\?\)"),
     ("type: local\nthreads_per_worker: many\n", r"\n  threads_per_worker: Input should be a valid integer"),
     ("type: slurm\njobs: 0\nqueue: [a]\n", r"\(2 errors\):\n  jobs: .*greater than or equal to 1\n  queue: "),
     ("type: scheduler\nsecurity: {tls_ca_fil: ca.pem}\n",
-     r"\n  address: Field required\n  security.tls_ca_fil: Extra inputs are not permitted"),
+     r"\n  address: Field required\n  security.tls_ca_fil: not a known key \(did you mean 'tls_ca_file'\?\)"),
     ("- type: local\n", r"a cluster file needs type: local \| cuda \| slurm \| scheduler; got a list"),
     ("type: local\n  bad: [\n", r"not valid YAML"),
 ])

@@ -139,5 +139,5 @@ def test_scheduler_takes_only_a_scheduler_cluster_file(workspace):
     assert r.exit_code == 2, r.output
     _one_sentence(r, f"{local}: a local cluster file; --scheduler takes", "type: scheduler")
     r = _fit(workspace, str(bad))
-    assert r.exit_code == 1 and str(bad) in r.output and "adress: Extra inputs are not permitted" in r.output, r.output
+    assert r.exit_code == 1 and str(bad) in r.output and "adress: not a known key (did you mean 'address'?)" in r.output, r.output
     assert tree_hash(workspace) == before

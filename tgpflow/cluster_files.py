@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tgpflow.errors import TgpflowError, validation_message
+from tgpflow.errors import TgpflowError, model_keys, validation_message
 
 __all__ = ["ClusterFileError", "LocalClusterFile", "CUDAClusterFile", "SLURMClusterFile", "SchedulerFile",
            "SecurityFile", "CLUSTER_FILES", "read_cluster_file"]
@@ -148,4 +148,5 @@ def read_cluster_file(path: str | os.PathLike[str]) -> LocalClusterFile | CUDACl
     try:
         return CLUSTER_FILES[kind].model_validate(raw)
     except ValidationError as exc:
-        raise ClusterFileError(validation_message(exc, str(path), f"the {kind} cluster file")) from None
+        raise ClusterFileError(validation_message(exc, str(path), f"the {kind} cluster file",
+                                                  model_keys(CLUSTER_FILES[kind]))) from None

@@ -5,6 +5,7 @@ carries a message that says what is wrong, where (file, row group or chunk, colu
 and how to fix it.
 """
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -55,14 +56,48 @@ def cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def validation_message(err: Any, where: str, what: str) -> str:
+def model_keys(model: Any) -> set[str]:
+    """Every key a pydantic model (a spec, a cluster file) accepts, at any depth: what a mistyped key is matched
+    against."""
+    import typing
+
+    keys: set[str] = set()
+    todo, seen = [model], set()
+    while todo:
+        node = todo.pop()
+        fields = getattr(node, "model_fields", None) if isinstance(node, type) else None
+        if isinstance(fields, dict):
+            if node in seen:
+                continue
+            seen.add(node)
+            for name, field in fields.items():
+                keys.add(field.alias or name)
+                todo.append(field.annotation)
+        else:
+            todo.extend(typing.get_args(node))
+    return keys
+
+
+def validation_message(err: Any, where: str, what: str, keys: Iterable[str] = ()) -> str:
     """One line per error of a pydantic ``ValidationError``, each naming the key's path:
-    ``"{where}: {what} is not valid (2 errors):\n  models.0.name: …"``."""
+    ``"{where}: {what} is not valid (2 errors):\n  models.0.name: …"``; an unknown key gets the closest of ``keys``
+    (the names the file may use) as "did you mean"."""
+    import difflib
+
     n = err.error_count()
     lines = [f"{where}: {what} is not valid ({n} error{'s' if n > 1 else ''}):"]
     for e in err.errors():
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        lines.append(f"  {path}: {e['msg'].removeprefix('Value error, ')}")
+        message = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden" and e["loc"]:
+            close = difflib.get_close_matches(str(e["loc"][-1]), sorted(set(keys)), n=1)
+            message = f"not a known key{f' (did you mean {close[0]!r}?)' if close else ''}"
+        elif e["type"] == "union_tag_not_found":  # a keyed choice without its key (refit: {polcy: …})
+            tag = str((e.get("ctx") or {}).get("discriminator", "")).strip("'")
+            given = list(e["input"]) if isinstance(e.get("input"), dict) else []
+            close = difflib.get_close_matches(tag, given, n=1)
+            message = f"needs the key {tag!r}" + (f" ({close[0]!r} is given: did you mean {tag!r}?)" if close else "")
+        lines.append(f"  {path}: {message}")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from tgpflow.cli.output import Group, quiet, setup_logging
+from tgpflow.cli.output import META, Group, options, setup_logging
 from tgpflow.cluster import DEFAULT_CONNECT_TIMEOUT
 from tgpflow.errors import TgpflowError
 
@@ -33,6 +33,8 @@ def runtime_errors() -> Iterator[None]:
         raise
     except (OutputExistsError, SchedulerAddressError) as exc:  # a refused --out, no such scheduler: usage, exit 2
         raise Refused(str(exc)) from exc
+    except BrokenPipeError:  # the reader went away (tgpflow info … | head): click ends quietly
+        raise
     except _RUNTIME_ERRORS as exc:
         if _debug():
             raise
@@ -46,23 +48,22 @@ def runtime_errors() -> Iterator[None]:
 
 def _debug() -> bool:
     """Whether ``tgpflow --debug`` asked for tracebacks instead of one-line errors."""
-    ctx = click.get_current_context(silent=True)
-    return bool(ctx and ctx.find_root().params.get("debug"))
+    return bool(options().get("debug"))
 
 
 def load_model(path: str) -> Any:
-    """``tgpflow.load(path)``, after :func:`check_model_path`."""
+    """``tgpflow.load(path)`` (the commands check the path first: :func:`check_model_path`)."""
     import tgpflow
 
-    check_model_path(path)
     with runtime_errors():
         return tgpflow.load(path)
 
 
 def check_model_path(path: str) -> None:
     """Refuse (exit 2, before any work) a MODEL argument that names nothing, or names another tgpflow output — a
-    scores dataset, samples, a report, statistics or a store, a folder of model directories — saying what it is
-    and what to pass instead."""
+    scores dataset, samples, a report, a pipeline's statistics store, a folder of model directories — saying what
+    it is and what to pass instead. (A statistics artifact is left to the reader, which names its kind: its header
+    cannot be told from a model file's whose metadata was damaged.)"""
     problem = model_path_problem(path)
     if problem is not None:
         raise Refused(problem)
@@ -122,7 +123,8 @@ def main(ctx: click.Context, as_json: bool, quiet: bool, log_level: str, debug: 
     """tgpflow: fit densities and score functions to big tabular data on Dask.
 
     The options above may also follow the command (tgpflow fit data.parquet --out m.zarr --json)."""
-    setup_logging(log_level, silent=quiet)
+    ctx.meta.setdefault(META, {}).update(as_json=as_json, quiet=quiet, debug=debug)
+    ctx.call_on_close(setup_logging(log_level, silent=quiet))
     if storage_options:
         from tgpflow.io.storage import parse_options, storage_config
 
@@ -130,7 +132,7 @@ def main(ctx: click.Context, as_json: bool, quiet: bool, log_level: str, debug: 
             options = parse_options(storage_options)
         except ValueError as exc:
             raise click.BadParameter(str(exc), ctx=ctx, param_hint="--storage-option") from None
-        protocols = ctx.meta.get("tgpflow.url_protocols") or set()
+        protocols = ctx.meta.get(META, {}).get("url_protocols") or set()
         if not protocols:
             raise click.UsageError("--storage-option applies to the filesystem of a URL on the command line "
                                    "(s3://bucket/…); none is given (a pipeline spec takes storage_options)", ctx=ctx)
@@ -162,7 +164,7 @@ def scheduler_options(fn: Any) -> Any:
 
 
 def _progress_mode(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
-    return "none" if value == "auto" and quiet() else value
+    return "none" if value == "auto" and options().get("quiet") else value
 
 
 progress_option = click.option("--progress", "progress_mode", default="auto", show_default=True,
@@ -200,7 +202,7 @@ def check_source(source: str) -> None:
 
     if "://" in source or source.startswith("memory:"):
         return  # a URL: its filesystem says what it lacks when read
-    if glob.has_magic(source):
+    if glob.has_magic(source) and not os.path.exists(source):
         if not glob.glob(source):
             raise Refused(f"{source}: no file matches this pattern")
     elif not os.path.exists(source):

@@ -21,9 +21,7 @@ def diff(model_dir: str, version_a: str, version_b: str, samples: int, seed: int
     """Compare two published versions of MODELDIR (e.g. v000003 v000009) through samples of each: the sliced
     KS/Wasserstein distances (beside the floor two samples of VA give) and the columns that moved."""
     from tgpflow.pipeline.history import diff_versions
-    from tgpflow.pipeline.versions import ModelVersions
-
-    from tgpflow.pipeline.versions import is_versions_dir
+    from tgpflow.pipeline.versions import ModelVersions, is_versions_dir
 
     if not is_versions_dir(model_dir):
         raise Refused(model_path_problem(model_dir) or f"{model_dir} is not a pipeline's model directory (no "
@@ -34,6 +32,7 @@ def diff(model_dir: str, version_a: str, version_b: str, samples: int, seed: int
 
 
 def _lines(out: dict[str, Any]) -> list[str]:
+    """The summary for people: rows and partitions, the distances beside their floor, the columns that moved."""
     version_a, version_b, rows, parts = out["from"], out["to"], out["rows"], out["partitions"]
     lines = [f"{version_a} → {version_b}: rows {rows[version_a]:,.0f} → {rows[version_b]:,.0f}; partitions "
              f"+{len(parts['added'])} −{len(parts['removed'])}",

@@ -58,7 +58,6 @@ class FitCommand(click.Command):
             formatter.write_text("\b\n" + "\n".join(EXAMPLES))
 
 
-
 #: ``tgpflow fit --help``'s examples.
 EXAMPLES = (
     "tgpflow fit data/ --out model.zarr                  # FVPD, every setting chosen from the data",

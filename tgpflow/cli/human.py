@@ -19,11 +19,17 @@ def number(value: Any, digits: int = 4) -> str:
         return str(value).lower()
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
         return f"{int(value):,}"
+    if isinstance(value, float) and 1e3 <= abs(value) < 1e15:
+        return f"{value:,.0f}"
     return f"{value:.{digits}g}"
 
 
 def percent(value: float | None) -> str:
-    return "–" if value is None else f"{100 * value:.2g} %"
+    """A share as a percentage: two significant digits below 10 %, whole percents above (99.6 % is "100 %")."""
+    if value is None:
+        return "–"
+    p = 100 * value
+    return f"{p:.0f} %" if abs(p) >= 10 else f"{p:.2g} %"
 
 
 def health_line(diagnostics: dict[str, Any] | None) -> str | None:
@@ -201,8 +207,9 @@ def version_line(row: dict[str, Any]) -> str:
 def run_lines(record: dict[str, Any]) -> list[str]:
     """``tgpflow run``: what was read, which versions were published, their health, which partitions drifted."""
     head = f"{record.get('spec')}: run {record.get('run', '')} in {number(record.get('seconds'), 3)} s"
+    held = [f"  held back: {name} ({why})" for name, why in (record.get("held_back") or {}).items()]
     if record.get("message"):
-        return [f"{head}: {record['message']}", *(f"  scored {s}" for s in record.get("scored") or [])]
+        return [f"{head}: {record['message']}", *(f"  scored {s}" for s in record.get("scored") or []), *held]
     added, removed = record.get("added") or [], record.get("removed") or []
     lines = [f"{head}: {len(added)} new partition(s)" + (f", {len(removed)} removed" if removed else "")]
     health = record.get("health") or {}
@@ -226,9 +233,7 @@ def run_lines(record: dict[str, Any]) -> list[str]:
         flagged_rows = sum(r["rows"] * r["anomaly_rate"] for r in rates if r.get("anomaly_rate") is not None)
         lines.append(f"  scored {len(rates)} partition(s), {number(total)} rows; anomaly rate "
                      f"{percent(flagged_rows / total if total else None)}")
-    for name, held in (record.get("held_back") or {}).items():
-        lines.append(f"  held back: {name} ({held})")
-    return lines
+    return lines + held
 
 
 def plan_lines(record: dict[str, Any]) -> list[str]:

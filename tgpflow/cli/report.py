@@ -80,7 +80,8 @@ def report(model: str, source: str | None, out: str, overwrite: bool, columns: s
 
 
 def _model_report_lines(r: dict[str, Any]) -> list[str]:
-    lines = [f"wrote {r['report']}: metrics.json and {', '.join(r['figures'])}"]
+    figures = ", ".join(r["figures"]) or "no figure (one column and no sampler)"
+    lines = [f"wrote {r['report']}: metrics.json and {figures}"]
     if "ks_median" in r:
         lines.append(f"  sliced KS median {number(r['ks_median'], 3)}, sliced Wasserstein median "
                      f"{number(r['wd_median'], 3)} over {r['n_directions']} directions")

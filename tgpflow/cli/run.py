@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import click
 
 from tgpflow.cli.app import main, progress_option, runtime_errors, scheduler_timeout_option
 from tgpflow.cli.human import gc_lines, plan_lines, run_lines, validate_lines
-from tgpflow.cli.output import emit, note
+from tgpflow.cli.output import emit
 from tgpflow.cluster import progress_display
 
 
@@ -71,7 +72,7 @@ def validate(spec_path: str, date: str | None, overrides: tuple[str, ...]) -> No
         cluster = describe_spec_cluster(spec.cluster)
         source = check_source(spec)
     for line in source.get("warnings", []):
-        note(f"warning: {line}")
+        logging.getLogger("tgpflow").warning(line)
     emit({"spec": spec_path, "valid": True, "name": spec.name, "models": [m.name for m in spec.models],
           "refit": spec.refit.policy, "cluster": cluster, "source": source}, validate_lines)
 

@@ -69,7 +69,9 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
             # one Parquet file per chunk, written by the task that scores it (its length is known only once
             # read when bad rows may be dropped); pyarrow directly (no dask.dataframe import: 0.25 s here)
             tmp.mkdir(parents=True, exist_ok=True)
-            options = None if is_local(tmp) else dict(tmp.storage_options)
+            # the filesystem's options as made (those fsspec's configuration gave it, e.g. --storage-option, too):
+            # the workers open the files themselves
+            options = None if is_local(tmp) else dict(tmp.fs.storage_options)
             table = dask.delayed(score_table, pure=True)
             write = dask.delayed(_write_scores, pure=True)
             args = (est.fitted().log_density, getattr(est, "anomaly_threshold_", None), model_log_normalizer(est))

@@ -14,14 +14,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["parse_options", "storage_config", "url_protocols"]
-
-#: Protocols that name the local filesystem (no options to give).
-_LOCAL = frozenset({"file", "local"})
-
+__all__ = ["parse_options", "storage_config"]
 
 def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs as a filesystem's options: a dotted key nests (``client_kwargs.endpoint_url=…``), a
@@ -42,22 +38,10 @@ def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ValueError(f"{pair!r}: {part!r} is given a value and options below it")
+        if isinstance(node.get(leaf), dict):
+            raise ValueError(f"{pair!r}: {key!r} is given options below it and a value")
         node[leaf] = value
     return options
-
-
-def url_protocols(texts: Iterable[str]) -> set[str]:
-    """The fsspec protocols of the URLs among ``texts`` (``s3`` of ``s3://b/k``), the local filesystem's left out."""
-    from fsspec.core import split_protocol
-
-    found = set()
-    for text in texts:
-        if isinstance(text, str) and "://" in text:
-            protocol, _ = split_protocol(text)
-            for name in (protocol or "").split("::"):
-                if name and name not in _LOCAL:
-                    found.add(name)
-    return found
 
 
 @contextlib.contextmanager
@@ -70,7 +54,7 @@ def storage_config(per_protocol: Mapping[str, Mapping[str, Any]]) -> Iterator[No
     saved = {protocol: copy.deepcopy(conf[protocol]) if protocol in conf else None for protocol in per_protocol}
     try:
         for protocol, options in per_protocol.items():
-            conf[protocol] = {**conf.get(protocol, {}), **dict(options)}
+            conf[protocol] = _merged(conf.get(protocol, {}), options)
         yield
     finally:
         for protocol, before in saved.items():
@@ -78,3 +62,12 @@ def storage_config(per_protocol: Mapping[str, Mapping[str, Any]]) -> Iterator[No
                 conf.pop(protocol, None)
             else:
                 conf[protocol] = before
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on ``base``, nested mappings merged key by key (``client_kwargs`` keeps what it had)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), Mapping) \
+            else copy.deepcopy(value)
+    return out

@@ -37,7 +37,7 @@ from tgpflow.metrics.hyvarinen import heldout_loglik, hyvarinen_loss
 from tgpflow.metrics.sample_check import sample_check
 from tgpflow.metrics.sliced import model_reference_sample, random_directions, sliced_distances
 from tgpflow.metrics.stein import ksd
-from tgpflow.models.anomaly import model_log_normalizer
+from tgpflow.models.anomaly import is_anomalous, model_log_normalizer
 from tgpflow.pipeline.figures import pyplot, save_png
 
 __all__ = ["write_report"]
@@ -58,6 +58,7 @@ def _draws(model: Any, n: int, random_state: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _resample(points: np.ndarray, weights: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` rows drawn from weighted draws by multinomial resampling."""
     return points[rng.choice(points.shape[0], size=n, p=weights / weights.sum())]
 
 
@@ -85,14 +86,15 @@ def _write_report(model: Any, X: Any, out: AnyPath, n_directions: int, n_model_s
     source = as_source(X, columns=columns, on_bad_rows=on_bad_rows)
     labels = [str(c) for c in (columns or source.columns)]
     d = source.n_columns
-    rows = pilot_sample(source, rows=n_plot_rows, random_state=random_state).rows
     rng = np.random.default_rng(random_state)
+    rows = pilot_sample(source, rows=n_plot_rows, random_state=random_state).rows
+    rows = rows[rng.permutation(rows.shape[0])]  # chunk by chunk as read: the figures' first rows from every chunk
     draws = _draws(model, n_model_samples, random_state)
     method = getattr(model, "method", None) or type(model).__name__
     metrics: dict[str, Any] = {
         "source": source.description, "model": type(model).__name__, "method": method, "d": d,
         "rows_in_model": getattr(model, "n_samples_seen_", None), "hyvarinen_loss": hyvarinen_loss(model, source),
-        "ksd2": ksd(rows[rng.permutation(rows.shape[0])[:KSD_ROWS]], model, random_state=random_state),
+        "ksd2": ksd(rows[:KSD_ROWS], model, random_state=random_state),
         "ksd_rows": min(KSD_ROWS, rows.shape[0]), "fit_diagnostics": getattr(model, "fit_diagnostics_", None),
         "selection": getattr(model, "selection_", None), "figures": []}
     if model_log_normalizer(model) is not None and hasattr(model, "log_density"):
@@ -143,6 +145,7 @@ def _verdict(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def _save(plt: Any, fig: Any, tmp: Any, name: str, dpi: int = 110) -> str:
+    """Write the figure as ``tmp/name`` and close it; returns the name."""
     fig.tight_layout()
     save_png(fig, tmp / name, dpi)
     plt.close(fig)
@@ -150,6 +153,7 @@ def _save(plt: Any, fig: Any, tmp: Any, name: str, dpi: int = 110) -> str:
 
 
 def _marginals(plt: Any, tmp: Any, rows: np.ndarray, samples: np.ndarray, labels: list[str], method: str) -> str:
+    """Each column: the rows' histogram (bars) and the samples' (a line), on common bins, in the data's units."""
     d = rows.shape[1]
     ncol = min(d, 4)
     nrow = -(-d // ncol)
@@ -174,6 +178,7 @@ def _marginals(plt: Any, tmp: Any, rows: np.ndarray, samples: np.ndarray, labels
 
 
 def _pairs(plt: Any, tmp: Any, rows: np.ndarray, samples: np.ndarray, labels: list[str], method: str) -> str:
+    """The rows and the samples over each pair of the first :data:`PAIR_COLUMNS` columns (lower triangle)."""
     k = min(rows.shape[1], PAIR_COLUMNS)
     n = min(len(rows), 5_000)
     fig, axes = plt.subplots(k - 1, k - 1, figsize=(3.3 * (k - 1), 3.3 * (k - 1)), squeeze=False)
@@ -205,6 +210,7 @@ def _slice_grid(rows: np.ndarray, n: int = 25) -> tuple[np.ndarray, np.ndarray, 
 
 
 def _score_field(plt: Any, tmp: Any, model: Any, rows: np.ndarray, labels: list[str], method: str) -> str:
+    """The direction of ∇ log p on a grid over the first two columns (the others at their medians), over the rows."""
     gx, gy, pts = _slice_grid(rows)
     s = np.asarray(model.grad_log_density(pts), dtype=np.float64)[:, :2]
     fig, ax = plt.subplots(figsize=(6, 5.2))
@@ -217,7 +223,10 @@ def _score_field(plt: Any, tmp: Any, model: Any, rows: np.ndarray, labels: list[
     size = np.log10(np.maximum(np.hypot(s[:, 0], s[:, 1]), 1e-12))
     q = ax.quiver(gx.ravel(), gy.ravel(), u / length, v / length, size, cmap="viridis", angles="uv", pivot="mid",
                   scale=35, width=0.004)
-    fig.colorbar(q, ax=ax, label="log₁₀ ‖∇ log p‖ (data units)")
+    fig.colorbar(q, ax=ax, label=f"log₁₀ of the size of (∂/∂{labels[0]}, ∂/∂{labels[1]}) log p")
+    ax.set_xlim(gx.min(), gx.max())  # the grid's box, square on the page: the arrows' directions were scaled to it
+    ax.set_ylim(gy.min(), gy.max())
+    ax.set_box_aspect(1)
     ax.set_xlabel(labels[0])
     ax.set_ylabel(labels[1])
     other = "\n(the other columns at their medians)" if rows.shape[1] > 2 else ""
@@ -232,21 +241,21 @@ def _anomaly_scores(plt: Any, tmp: Any, model: Any, rows: np.ndarray, method: st
     log_z = model_log_normalizer(model)
     normalized = log_z is not None
     ld = np.asarray(model.log_density(rows)) - (log_z or 0.0)
-    scores = -ld[np.isfinite(ld)]
+    scores = -ld[np.isfinite(ld)]  # drawn; a row of zero (or undefined) density counts as flagged below
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     ax.hist(scores, bins=80, color="0.7", edgecolor="0.5", label=f"rows ({scores.size:,})")
     threshold = getattr(model, "anomaly_threshold_", None)
     flagged = None
     if threshold is not None:
         threshold = float(threshold) + (log_z or 0.0)  # learned on the unnormalised scale (score_columns)
-        flagged = float(np.mean(scores > threshold))
+        flagged = float(np.mean(is_anomalous(ld, threshold)))  # as tgpflow score flags them
         ax.axvline(threshold, color="tab:red", label=f"threshold {threshold:.3g}: {100 * flagged:.2g} % flagged")
     ax.set_xlabel("anomaly score, −log density" + ("" if normalized else " (unnormalised)"))
     ax.set_ylabel("rows")
     ax.set_title(f"{method}: the rows' anomaly scores")
     ax.legend(fontsize=8)
     return _save(plt, fig, tmp, "anomaly_scores.png"), {"threshold": threshold, "flagged": flagged,
-                                                        "rows": int(scores.size), "normalized": normalized}
+                                                        "rows": int(ld.size), "normalized": normalized}
 
 
 def _density(plt: Any, tmp: Any, model: Any, rows: np.ndarray, labels: list[str], method: str) -> list[str]:
@@ -273,7 +282,8 @@ def _density(plt: Any, tmp: Any, model: Any, rows: np.ndarray, labels: list[str]
             fig.colorbar(c, ax=ax, label="density / its maximum")
             ax.set_xlabel(labels[0])
             ax.set_ylabel(labels[1])
-            ax.set_title(f"{method} density over the rows" if sigma is None else f"σ = {sigma:.3g}")
+            ax.set_title(f"{method} density over the rows" if sigma is None
+                         else f"σ = {sigma:.3g} (in the model's fitting units)")
         names.append(_save(plt, fig, tmp, name))
     return names
 

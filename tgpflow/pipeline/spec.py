@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import copy
 import datetime
+import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tgpflow.errors import validation_message
+from tgpflow.errors import model_keys, validation_message
 from tgpflow.io.row_context import RESERVED
 from tgpflow.models.registry import model_kinds, pipeline_estimators, refits_from_rows
 
@@ -108,6 +109,11 @@ class ModelSpec(_Strict):
         renamed = getattr(getattr(est, "params_table", None), "renamed", {})
         for name in set(self.params) & set(renamed):  # a spec written for an earlier release: say what replaced it
             raise ValueError(f"params: {name!r} is no longer a parameter of {type(est).__name__}: {renamed[name]}")
+        known = sorted(est.get_params())
+        for name in sorted(set(self.params) - set(known)):
+            close = difflib.get_close_matches(name, known, n=1)
+            raise ValueError(f"params: {name!r} is not a parameter of {type(est).__name__}"
+                             f"{f' (did you mean {close[0]!r}?)' if close else ''}; it takes {', '.join(known)}")
         try:
             est.set_params(**self.params)
             est.check_params()
@@ -322,4 +328,5 @@ def load_spec(path: str | Path, *, date: str | None = None, overrides: list[str]
     try:
         return PipelineSpec.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(validation_message(exc, str(path), "the spec")) from None
+        raise SpecError(validation_message(exc, str(path), "the spec", model_keys(PipelineSpec))) from None
+

@@ -63,7 +63,8 @@ def _open_zarr(path: str, array: str | None, storage_options: dict[str, Any] | N
     import zarr
 
     try:
-        node = zarr.open(store=path, mode="r", storage_options=storage_options or None)
+        url = "://" in str(path)  # Zarr refuses options for a local path
+        node = zarr.open(store=path, mode="r", storage_options=(storage_options or None) if url else None)
     except Exception as exc:
         raise SourceError(f"{path}: not a readable Zarr store ({cause(exc)})") from exc
     if array is not None:
