@@ -19,8 +19,6 @@ def number(value: Any, digits: int = 4) -> str:
         return str(value).lower()
     if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 1e15):
         return f"{int(value):,}"
-    if isinstance(value, float) and 1e3 <= abs(value) < 1e15:
-        return f"{value:,.0f}"
     return f"{value:.{digits}g}"
 
 
@@ -147,7 +145,7 @@ def sample_lines(record: dict[str, Any]) -> list[str]:
     if record.get("acceptance_rate") is not None:
         figures.append(f"acceptance {percent(record['acceptance_rate'])}")
     if record.get("rhat_max") is not None:
-        figures.append(f"R̂ ≤ {number(record['rhat_max'], 3)}, bulk ESS ≥ {number(record.get('ess_bulk_min'), 3)} "
+        figures.append(f"R̂ ≤ {number(record['rhat_max'], 3)}, bulk ESS ≥ {record.get('ess_bulk_min', 0):,.0f} "
                        f"over {record.get('n_chains')} chains")
     if record.get("iterations") is not None:
         figures.append(f"{number(record['iterations'])} SVGD iterations")

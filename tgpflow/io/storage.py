@@ -19,6 +19,7 @@ from typing import Any
 
 __all__ = ["parse_options", "storage_config"]
 
+
 def parse_options(pairs: Sequence[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs as a filesystem's options: a dotted key nests (``client_kwargs.endpoint_url=…``), a
     value that reads as JSON is that value (``true``, ``3``, ``{"a": 1}``), any other value is the string."""

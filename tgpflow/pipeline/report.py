@@ -79,6 +79,7 @@ def write_report(model: Any, X: Any, out: AnyPath, *, n_directions: int = 500, n
 
 def _write_report(model: Any, X: Any, out: AnyPath, n_directions: int, n_model_samples: int, n_plot_rows: int,
                   random_state: int, columns: list[str] | None, on_bad_rows: str, overwrite: bool) -> dict[str, Any]:
+    """:func:`write_report`'s work: the metrics the model's kind has, then the figures, into one atomic directory."""
     plt = pyplot()
     names = getattr(model, "feature_names_in_", None)
     if columns is None and names is not None and not isinstance(X, np.ndarray):
