@@ -44,7 +44,7 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
     from tgpflow.io.atomic import atomic_path, is_local, resolve
     from tgpflow.io.row_context import row_context
     from tgpflow.io.sources import as_source
-    from tgpflow.models.anomaly import model_log_normalizer, score_table
+    from tgpflow.models.anomaly import model_log_normalizer, score_table, score_threshold
 
     check_out(out, "scores", overwrite)
     check_model_path(model)
@@ -84,22 +84,11 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
         info = {"scores": out, "model": model, "source": source, "rows": sum(r for r, _ in written),
                 "flagged": None if args[1] is None else sum(f for _, f in written),
                 "rows_dropped": int(dropped), "normalized": model_log_normalizer(est) is not None,
-                "threshold": _column_threshold(est), "filters": filters}
+                "threshold": score_threshold(est), "filters": filters}
         data = resolve(out)
         if not is_local(data):  # off the local filesystem the dataset is the version its pointer names
             info["data"] = str(data)
         emit(info, score_lines)
-
-
-def _column_threshold(est: Any) -> float | None:
-    """The fit's anomaly threshold on the scale of the ``anomaly_score`` column: a row is flagged when its score is
-    above it (the threshold is learned on the unnormalised scale; the column is normalised where the model has a
-    normaliser, :func:`~tgpflow.models.anomaly.score_columns`)."""
-    from tgpflow.models.anomaly import model_log_normalizer
-
-    threshold = getattr(est, "anomaly_threshold_", None)
-    log_z = model_log_normalizer(est)
-    return None if threshold is None else float(threshold) + (log_z or 0.0)
 
 
 def _pipeline_filters(model: str, source: str) -> list[tuple[str, str, Any]] | None:

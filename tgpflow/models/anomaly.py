@@ -20,8 +20,8 @@ import numpy as np
 
 from tgpflow.errors import DiagnosticWarning
 
-__all__ = ["AnomalyMixin", "anomaly_threshold", "is_anomalous", "model_log_normalizer", "score_columns",
-           "score_table"]
+__all__ = ["AnomalyMixin", "anomaly_threshold", "is_anomalous", "model_log_normalizer", "score_threshold",
+           "score_columns", "score_table"]
 
 
 def anomaly_threshold(log_density: Any, quantile: float) -> float:
@@ -56,6 +56,13 @@ def model_log_normalizer(est: Any) -> float | None:
     a flat base, a root-Sobolev fit: their scores files keep the unnormalised log density)."""
     normalizer = getattr(est, "normalizer_", None)
     return None if normalizer is None else float(normalizer.log_z)
+
+
+def score_threshold(est: Any) -> float | None:
+    """The fit's anomaly threshold on the scale of the scores files' ``anomaly_score`` (:func:`score_columns`): learned
+    on the unnormalised scale, it moves with the normaliser; None without a threshold."""
+    threshold = getattr(est, "anomaly_threshold_", None)
+    return None if threshold is None else float(threshold) + (model_log_normalizer(est) or 0.0)
 
 
 def score_columns(log_density: np.ndarray, threshold: float | None,

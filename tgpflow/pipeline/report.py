@@ -37,7 +37,7 @@ from tgpflow.metrics.hyvarinen import heldout_loglik, hyvarinen_loss
 from tgpflow.metrics.sample_check import sample_check
 from tgpflow.metrics.sliced import model_reference_sample, random_directions, sliced_distances
 from tgpflow.metrics.stein import ksd
-from tgpflow.models.anomaly import is_anomalous, model_log_normalizer
+from tgpflow.models.anomaly import is_anomalous, model_log_normalizer, score_threshold
 from tgpflow.pipeline.figures import pyplot, save_png
 
 __all__ = ["write_report"]
@@ -245,10 +245,9 @@ def _anomaly_scores(plt: Any, tmp: Any, model: Any, rows: np.ndarray, method: st
     scores = -ld[np.isfinite(ld)]  # drawn; a row of zero (or undefined) density counts as flagged below
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     ax.hist(scores, bins=80, color="0.7", edgecolor="0.5", label=f"rows ({scores.size:,})")
-    threshold = getattr(model, "anomaly_threshold_", None)
+    threshold = score_threshold(model)
     flagged = None
     if threshold is not None:
-        threshold = float(threshold) + (log_z or 0.0)  # learned on the unnormalised scale (score_columns)
         flagged = float(np.mean(is_anomalous(ld, threshold)))  # as tgpflow score flags them
         ax.axvline(threshold, color="tab:red", label=f"threshold {threshold:.3g}: {100 * flagged:.2g} % flagged")
     ax.set_xlabel("anomaly score, −log density" + ("" if normalized else " (unnormalised)"))
