@@ -136,10 +136,10 @@ def test_fit_mixture_base_chooses_two_components_for_two_blobs():
     assert scores[2] > scores[1] + 0.3
 
 
-@pytest.mark.parametrize("n, starts", [(2_000, 3), (13_000, 1)])
+@pytest.mark.parametrize("n, starts", [(2_000, 10), (9_000, 2), (13_000, 1)])
 def test_a_small_table_keeps_the_best_of_several_em_starts_at_its_k(n, starts, monkeypatch):
-    """Below MIXTURE_STARTS_ROWS training rows the chosen K is fitted from MIXTURE_STARTS seeds and the start with the
-    best validation log-likelihood is carried on to all rows (its warm start); above, one start."""
+    """The chosen K is fitted from as many seeds as MIXTURE_START_ROWS rows of EM allow (at most MIXTURE_STARTS) and
+    the start with the best validation log-likelihood is carried on to all rows (its warm start)."""
     from sklearn.mixture import GaussianMixture
 
     import tgpflow.features.mixture_base as mb
@@ -167,7 +167,7 @@ def test_a_small_table_keeps_the_best_of_several_em_starts_at_its_k(n, starts, m
     final = [f for f in fits if f[1]]
     assert len(final) == 1 and final[0][0] == k
     assert scored[final[0][2]] == max(scored[f[2]] for f in at_k)  # the carried start is the best one
-    assert n * 4 // 5 < mb.MIXTURE_STARTS_ROWS if starts > 1 else n * 4 // 5 >= mb.MIXTURE_STARTS_ROWS
+    assert mb.mixture_starts(n * 4 // 5) == starts
 
 
 @pytest.mark.parametrize("method", ["fd", "fvpd"])

@@ -18,7 +18,7 @@ GP-tilted fits of the ADBench development sets (FD, held out): on Stamps (272 tr
 validation rows) the mean chose K = 4, whose narrow components gave held-out rows −175 nats and the fit −11.64
 nats/row; the rule kept K = 2 (−8.70). On annthyroid it cost: K = 16 (−1.74) where the mean's K = 32 scored
 −1.03. The letter set keeps K = 4 either way. Which K wins also moves with EM's seeded initialisation (one
-start per K during the search); at the chosen K a small table gets :data:`MIXTURE_STARTS` starts.
+start per K during the search); at the chosen K a small table gets up to :data:`MIXTURE_STARTS` starts.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from tgpflow.core.engine import Progress, compute, parallel_tasks
 from tgpflow.features.digest import array_hash
 from tgpflow.io.column_kinds import dequantize
 
-__all__ = ["GaussianMixtureBase", "fit_mixture_base", "MIXTURE_COMPONENTS", "MIXTURE_FIT_ROWS", "MIXTURE_REG"]
+__all__ = ["GaussianMixtureBase", "fit_mixture_base", "MIXTURE_COMPONENTS", "MIXTURE_FIT_ROWS", "MIXTURE_REG",
+           "mixture_starts"]
 
 #: The component counts that a mixture base tries, in order, keeping the best by held-out log-likelihood
 #: (the search stops after two counts in a row that do not improve on the best).
@@ -56,14 +57,16 @@ MIXTURE_REG = 1e-6
 #: the mixture base scored −28.65 nats/row held out against the tuned mixture's −24.88; at 5, −25.11. The held-out
 #: log-likelihood still decides among the counts tried, so the smaller floor only lets it look further.
 MIXTURE_ROWS_PER_DIM = 5
-#: EM starts at the chosen K (one per K during the search) when the search fits fewer than
-#: :data:`MIXTURE_STARTS_ROWS` training rows: the best on the validation rows is carried on. On small tables a K's
-#: fit moves most with EM's initialisation and each start is cheap. Measured (FD, ADBench, held out, against a tuned
-#: GaussianMixture): thyroid (2 900 training rows) from −0.085 to +0.098 nats/row, cardio's sliced KS from 1.30× to
-#: 1.02× the mixture's; glass, Stamps, Wilt, annthyroid unchanged, Pima +1.469 → +1.463. On the demo's 20 000 pilot
-#: rows the two extra starts cost 2.1 s of a 15.3 s FD fit, so larger pilots keep one start.
-MIXTURE_STARTS = 3
-MIXTURE_STARTS_ROWS = 10_000
+#: EM starts at the chosen K (one per K during the search): as many as fit in :data:`MIXTURE_START_ROWS` rows of
+#: EM (⌊MIXTURE_START_ROWS / training rows⌋), at most this many; the best on the validation rows is carried on. On
+#: small tables a K's fit moves most with EM's initialisation and each start is cheap; above 10 000 training rows
+#: (MAGIC, the demo's 20 000-row pilot) one start. Measured (FD, ADBench, held out, against a tuned GaussianMixture):
+#: three starts took thyroid (2 200 search rows) from −0.085 to +0.098 nats/row and cardio's sliced KS from 1.30× to
+#: 1.02× the mixture's; after later changes thyroid's split 0 read −0.047 with three starts, +0.061 with eight and
+#: +0.142 with nine or ten (docs/gp_tilted.md, "A mixture base"). Each start can only raise the validation score.
+MIXTURE_STARTS = 10
+#: The EM rows that the extra starts at the chosen K may spend (:func:`mixture_starts`).
+MIXTURE_START_ROWS = 20_000
 _BLOCK_ELEMENTS = 1 << 22
 
 
@@ -267,7 +270,7 @@ def fit_mixture_base(rows: np.ndarray, random_state: Any = 0, components: tuple[
         rng.integers(2**31)
     best_k = _one_standard_error(scores, max(scores, key=lambda k: scores[k].mean()))
     gm, val_score = fits[best_k], float(scores[best_k].mean())
-    starts = MIXTURE_STARTS if train.shape[0] < MIXTURE_STARTS_ROWS else 1
+    starts = mixture_starts(train.shape[0])
     if starts > 1:  # a K's fit moves with EM's initialisation: keep the best of a few starts
         more = _fits([best_k] * (starts - 1), _em_seeds(rng, starts - 1), train, val, log_det, progress)
         for other, other_scores in more:
@@ -278,6 +281,11 @@ def fit_mixture_base(rows: np.ndarray, random_state: Any = 0, components: tuple[
         gm.fit(z)
     covs = gm.covariances_ * np.outer(scale, scale)[None]
     return GaussianMixtureBase(gm.weights_ / gm.weights_.sum(), center + gm.means_ * scale, covs), curve
+
+
+def mixture_starts(n_train: int) -> int:
+    """EM starts at the chosen K for a search on ``n_train`` rows (:data:`MIXTURE_STARTS`)."""
+    return int(min(MIXTURE_STARTS, max(1, MIXTURE_START_ROWS // max(n_train, 1))))
 
 
 def _em_seeds(rng: np.random.Generator, n: int) -> list[int]:
