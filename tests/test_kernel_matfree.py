@@ -16,6 +16,7 @@ from tgpflow import ScoreEstimator
 from tgpflow.features.kernels import RadialKernel
 from tgpflow.models.full_kef import FullKEF
 from tgpflow.solve.kef import kef_h, spectral_solve
+from tgpflow.solve.full_sample import KRYLOV_MIN_STEPS
 from tgpflow.solve.matfree import CurlFreeGram, conjugate_gradient
 from tests.oracles import gauss_cf, gauss_k, nu_method_filter
 
@@ -43,12 +44,17 @@ def _landweber_g(sig, eta, t):
 
 
 # -- the Gram operator -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("form", ["gemm", "blocked"])
 @pytest.mark.parametrize("kept", [True, False])
-def test_curl_free_gram_products_are_the_pairwise_gram(kept, rng):
-    X = rng.normal(size=(70, 3))
+def test_curl_free_gram_products_are_the_pairwise_gram(kept, form, rng):
+    """Both forms of the structured product (one GEMM with [V | s | P | s∘X], or the blocked one) against the Gram
+    built block by block, to 1e-12; rows far from the origin (the product centres them)."""
+    X = rng.normal(size=(70, 3)) + 20.0
     s = 2.5
     G = _dense_gram(X, s)
-    op = CurlFreeGram(RadialKernel("gaussian", s), X, budget_bytes=2**30 if kept else 0, block_bytes=32 * 8 * 70 * 4)
+    op = CurlFreeGram(RadialKernel("gaussian", s), X, budget_bytes=2**30 if kept else 0, block_bytes=32 * 8 * 70 * 4,
+                      form=form)
+    assert op.form == form
     assert op.kept is kept and op.bytes == (8 * 70 * 70 if kept else 0)  # Gaussian: α alone
     V = rng.normal(size=(70, 3))
     np.testing.assert_allclose(op.matvec(V), (G @ V.ravel()).reshape(70, 3), rtol=1e-12, atol=1e-12)
@@ -57,11 +63,12 @@ def test_curl_free_gram_products_are_the_pairwise_gram(kept, rng):
     assert op.matvecs == 2
 
 
-def test_imq_gram_products_keep_both_profiles(rng):
+@pytest.mark.parametrize("form", ["gemm", "blocked"])
+def test_imq_gram_products_keep_both_profiles(form, rng):
     X = rng.normal(size=(40, 2))
     k = RadialKernel("imq", 1.5)
-    op = CurlFreeGram(k, X)
-    assert op.bytes == 16 * 40 * 40
+    op = CurlFreeGram(k, X, form=form)
+    assert op.bytes == 16 * 40 * 40 and CurlFreeGram(k, rng.normal(size=(5, 9))).form == "blocked"
     h = 1e-4  # K_cf(x, y)_ij = ∂_{x_i}∂_{y_j} k by central differences of the scalar kernel
     G = np.zeros((80, 80))
     for a in range(40):
@@ -93,10 +100,10 @@ def test_conjugate_gradient_stops_at_the_relative_residual_it_reports(rng):
 
 @pytest.mark.parametrize("kept", [True, False])
 def test_kef_cg_reports_iterations_and_its_residual(kept, rng, monkeypatch):
-    import tgpflow.models.full_kef as full_kef
+    import tgpflow.solve.matfree as matfree
 
     if not kept:
-        monkeypatch.setattr(full_kef, "GRAM_BUDGET_BYTES", 0)
+        monkeypatch.setattr(matfree, "GRAM_BUDGET_BYTES", 0)
     X = rng.normal(size=(60, 2))
     s, lam = 1.0, 1e-2
     est = FullKEF(bandwidth=s, lam=lam, solver="cg", cg_tol=1e-9).fit(X)
@@ -159,11 +166,13 @@ def test_a_singular_gram_falls_back_to_the_eigendecomposition(gaussian_mix):
 
 
 # -- the full-sample iterations: products with the n × n kernel matrix ------------------------------------------------
-@pytest.mark.parametrize("reg,lam", [("landweber", 0.05), ("nu", 0.01)])
-def test_full_sample_iterations_are_the_filter_of_the_gram(reg, lam, rng):
-    X = rng.uniform(-3, 3, size=(50, 2))  # spread out: G well conditioned
+@pytest.mark.parametrize("reg,lam,n", [("landweber", 0.05, 50), ("landweber", 1 / 2000, 120), ("nu", 0.01, 50)])
+def test_full_sample_iterations_are_the_filter_of_the_gram(reg, lam, n, rng):
+    """t Landweber or ν-method steps against the filter g(σ) applied through G's eigendecomposition; t = 2 000
+    Landweber steps run on the Lanczos projection (full_sample, KRYLOV_MIN_STEPS) in far fewer products."""
+    X = rng.uniform(-3, 3, size=(n, 2))  # spread out: G well conditioned
     xt = rng.normal(size=(7, 2))
-    s, n = 0.3, 50
+    s = 0.3
     est = FullKEF(bandwidth=s, lam=lam, regularizer=reg).fit(X)
     info = est.solver_info_
     G = _dense_gram(X, s)
@@ -172,7 +181,12 @@ def test_full_sample_iterations_are_the_filter_of_the_gram(reg, lam, rng):
     assert info["norm_estimate"] == pytest.approx(sig.max(), rel=1e-6) and info["gram"] == "kept"
     step = info["step"]
     t = int(np.floor(1 / lam)) if reg == "landweber" else int(np.floor(lam**-0.5))
-    assert info["iterations"] == t and info["matvecs"] == info["norm_matvecs"] + t - (reg == "nu")
+    steps = info["lanczos_steps"] if t > KRYLOV_MIN_STEPS else t - (reg == "nu")
+    assert info["iterations"] == t and info["matvecs"] == info["norm_matvecs"] + steps
+    if t > KRYLOV_MIN_STEPS:
+        assert info["krylov"] and info["lanczos_steps"] < min(t - 1, 2 * n)  # converged before it is exact
+    else:
+        assert "krylov" not in info
     zeta = _zeta(X, X, s).ravel()
     g = _filter(reg, sig, step, lam)
     g0 = float(_filter(reg, np.zeros(1), step, lam)[0])

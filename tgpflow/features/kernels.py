@@ -6,7 +6,7 @@ A radial kernel is ``k(x, y) = ψ(u)``, ``u = ‖r‖²``, ``r = x − y``:
 * ``"gaussian"``: ``ψ(u) = exp(−u/σ_k)`` (σ_k is a bandwidth, docs/mathematics.md, "Conventions");
 * ``"imq"`` (inverse multiquadric): ``ψ(u) = (1 + u/σ_k)^{−1/2}``.
 
-Everything the estimators need follows from ψ and its first three derivatives:
+Everything the estimators need follows from ψ and its first three derivatives (the fourth for one Laplacian):
 
 * ``∇_x k = 2ψ'(u) r``;
 * curl-free block ``K_cf(x, y) = ∂_x∂_yᵀ k = −2ψ'(u) I − 4ψ''(u) r rᵀ`` (symmetric; Gaussian:
@@ -56,6 +56,14 @@ class RadialKernel:
         t = 1.0 + u / s
         k = t**-0.5
         return k, -0.5 * k / (t * s), 0.75 * k / (t * t * s * s), -1.875 * k / (t**3 * s**3)
+
+    def fourth(self, u: np.ndarray) -> np.ndarray:
+        """The fourth derivative of ψ at u (the Laplacian of the full-sample term: tgpflow.features.kernel_xi)."""
+        s = self.bandwidth
+        if self.name == "gaussian":
+            return np.exp(-u / s) / s**4
+        t = 1.0 + u / s
+        return 6.5625 * t**-0.5 / (t**4 * s**4)  # (105/16) t^(−9/2) / s⁴
 
     def __call__(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
         """k(X_i, Y_j), (n, m)."""

@@ -15,10 +15,10 @@ nd × nd system (memory O(n²d²), time O(n³d³) — the cost the seeds report)
 never forms G. ``solver="auto"`` (the default) factors where the system fits and switches to CG,
 with an INFO log line, where it does not.
 
-**KEF-CG**: each iteration is one pass of :class:`~tgpflow.solve.matfree.CurlFreeGram` — three GEMMs
-with X per row block and O(n²) elementwise work on α = −2ψ'(u), κ = −4ψ''(u), which are computed once
+**KEF-CG**: each iteration is one product of :class:`~tgpflow.solve.matfree.CurlFreeGram` — one GEMM of
+the weights α = −2ψ'(u), κ = −4ψ''(u) with an (n, d² + 2d + 1) matrix (d ≤ 8; a blocked form beyond), computed once
 (Gaussian k: α alone, κ = −(2/σ_k)α, 8·n² bytes = 200 MB at n = 5000; IMQ: 16·n²) when they fit in
-min(1 GiB, half the available RAM), else recomputed per row block each iteration. No Jacobi
+min(4 GiB, half the available RAM), else recomputed per row block each iteration. No Jacobi
 preconditioner: G's diagonal is the constant −2ψ'(0) (radial k), so it would only rescale. It stops
 at the relative residual ‖b − Aβ‖/‖b‖ ≤ ``cg_tol`` (the CG recursion's residual); ``solver_info_``
 reports ``iterations``, ``residual`` and ``converged``.
@@ -43,18 +43,18 @@ from typing import Any
 import logging
 
 import numpy as np
-import psutil
 import scipy.linalg
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from tgpflow.core.choices import REGULARIZERS
-from tgpflow.features.kernels import RadialKernel, median_heuristic, sq_dist
+from tgpflow.features.kernel_xi import xi_parts
+from tgpflow.features.kernels import RadialKernel, median_heuristic
 from tgpflow.models.estimator_base import Estimator, entry
 from tgpflow.models.params import FullKEFParams
 from tgpflow.solve.full_sample import full_sample_iteration
 from tgpflow.solve.kef import check_memory
 from tgpflow.solve.linalg import safe_blas_threads
-from tgpflow.solve.matfree import GRAM_BUDGET_BYTES, CurlFreeGram, conjugate_gradient
+from tgpflow.solve.matfree import CurlFreeGram, conjugate_gradient, gram_budget
 
 __all__ = ["FullKEF", "DIRECT_MATRICES"]
 
@@ -92,28 +92,8 @@ class FullKEF(Estimator):
         return -(X - self.mean_) @ self.precision_
 
     def _xi_parts(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """ξ̂(x) and ∇ξ̂(x) for rows x (module docstring), in row blocks (8 MiB per (rows × n) array).
-
-        With r_a = x − X_a, u_a = ‖r_a‖², every sum over a is a GEMM or a row sum (no (rows, n, d) array):
-        ``Σ_a c_a r_a = (Σ_a c_a)x − cX``, ``r_aᵀg_a = xᵀg_a − X_aᵀg_a``, and
-        ``Σ_a K_cf(x, X_a)g_a = Σ_a α_a g_a + (Σ_a w_a)x − wX``, ``w_a = κ_a r_aᵀg_a`` (kernels module)."""
-        k, X, g = self.kernel_, self.X_, self.g_
-        n, d = X.shape
-        xg = np.einsum("ad,ad->a", X, g)
-        rows = max(1, 2**23 // (8 * n))
-        xi = np.empty(x.shape[0])
-        grad = np.empty(x.shape)
-        for s in range(0, x.shape[0], rows):
-            xb = x[s:s + rows]
-            u = sq_dist(xb, X)
-            _, d1, d2, d3 = k.profile(u)
-            rg = xb @ g.T
-            rg -= xg
-            xi[s:s + rows] = (np.sum(4 * d2 * u + 2 * d * d1, axis=1) - 2 * np.sum(d1 * rg, axis=1)) / n
-            c = 8 * d3 * u + 4 * (d + 2) * d2  # the Laplacian part's weights
-            w = -4.0 * d2 * rg  # κ rᵀg
-            c += w
-            grad[s:s + rows] = (c.sum(axis=1)[:, None] * xb - c @ X - 2.0 * d1 @ g) / n
+        """ξ̂(x) and ∇ξ̂(x) for rows x (:func:`tgpflow.features.kernel_xi.xi_parts`)."""
+        xi, grad, _ = xi_parts(self.kernel_, self.X_, self.g_, x)
         return xi, grad
 
     @entry
@@ -162,8 +142,7 @@ class FullKEF(Estimator):
 
     def _gram(self, X: np.ndarray) -> CurlFreeGram:
         """G as an operator; α, κ kept when 16·n² bytes fit in min(GRAM_BUDGET_BYTES, half the available RAM)."""
-        budget = min(GRAM_BUDGET_BYTES, int(psutil.virtual_memory().available) // 2)
-        return CurlFreeGram(self.kernel_, X, budget_bytes=budget)
+        return CurlFreeGram(self.kernel_, X, budget_bytes=gram_budget())
 
     @staticmethod
     def _gram_info(gram: CurlFreeGram) -> dict[str, object]:

@@ -10,6 +10,11 @@
 * ``model="diagonal"`` (Stein, SSGE): the score ``Σ_a k(·, Y_a)c_a + ∇log q0`` only — it is not a
   gradient field, so there is no log density (docs/mathematics.md, "Score estimators on a Nyström basis").
 
+A full-sample fit (``ScoreEstimator(regularizer="nu" | "landweber").fit(X, basis=X)``: the basis is every row)
+adds ``a ξ̂`` to f, with ξ̂ the rows' term of :mod:`tgpflow.features.kernel_xi` (``xi_coef`` = a, ``xi_weights`` =
+∇log q0 at the rows): [Zhou et al.]'s full-sample estimator ``s = aζ̂ + Σ_a K(·, X_a)c_a + ∇log q0``
+(docs/mathematics.md, "Score estimators on a Nyström basis", "Full-sample iterations").
+
 The divergence is closed-form (docs/mathematics.md, "Nyström kernel exponential family": third derivatives; "Metrics").
 With a Gaussian base a density model samples by importance resampling from q0 (weights e^f, docs/mathematics.md, "MAP,
 baselines and sampling").
@@ -24,6 +29,7 @@ import numpy as np
 
 from tgpflow.core.backend import DeviceTarget
 from tgpflow.core.gaussian_base import Base
+from tgpflow.features.kernel_xi import xi_parts
 from tgpflow.features.nystrom import NystromBasis
 from tgpflow.models.blocked_score import BlockedScore
 from tgpflow.models.fitted import Fitted, prefixed
@@ -48,6 +54,9 @@ class KernelFitted(BlockedScore, Fitted):
     coef: np.ndarray  # (m, d); (m,) for lite
     base: Base | None
     block_rows: int = 2048
+    #: a of the full-sample term aξ̂ (0: none) and ∇log q0 at the basis rows, which ξ̂ sums over (module docstring)
+    xi_coef: float = 0.0
+    xi_weights: np.ndarray | None = None
     #: Where ``log_density`` and ``grad_log_density`` run (docs/gpu.md): a device, or None for the host. Not stored:
     #: a model file loads anywhere, and the estimator that loads it sets its own.
     device: DeviceTarget | None = None
@@ -59,6 +68,9 @@ class KernelFitted(BlockedScore, Fitted):
         shape = (m,) if self.model == "lite" else (m, d)
         if np.shape(self.coef) != shape:
             raise ValueError(f"the {self.model} coefficients must have shape {shape}; got {np.shape(self.coef)}")
+        if self.xi_coef != 0.0 and (self.model != "curl_free" or np.shape(self.xi_weights) != (m, d)):
+            raise ValueError(f"a full-sample term needs a curl-free model and (m, d) = {(m, d)} weights; got "
+                             f"{self.model!r} and {np.shape(self.xi_weights)}")
         if self.base is not None and self.base.mean.shape != (d,):
             raise ValueError(f"the base is in d = {self.base.mean.shape[0]}, the basis in d = {d}")
 
@@ -74,20 +86,33 @@ class KernelFitted(BlockedScore, Fitted):
     def to_arrays(self) -> dict[str, np.ndarray]:
         out = {f"basis.{k}": v for k, v in self.basis.to_arrays().items()}
         out["coef"] = self.coef
+        if self.xi_coef != 0.0:
+            out["xi_weights"] = self.xi_weights
         if self.base is not None:
             out.update(base_arrays(self.base))
         return out
 
     def to_meta(self) -> dict[str, Any]:
-        return {"kind": self.kind, "model": self.model, "radial": self.basis.kernel_name,
+        meta = {"kind": self.kind, "model": self.model, "radial": self.basis.kernel_name,
                 "block_rows": int(self.block_rows)}
+        if self.xi_coef != 0.0:
+            meta["xi_coef"] = float(self.xi_coef)
+        return meta
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> KernelFitted:
         basis = NystromBasis.from_arrays(prefixed(arrays, "basis."), meta["radial"])
         base = base_from_arrays(arrays) if "base.mean" in arrays else None
+        xi = float(meta.get("xi_coef", 0.0))
         return cls(basis, meta["model"], np.asarray(arrays["coef"], dtype=np.float64), base,
-                   int(meta.get("block_rows", 2048)))
+                   int(meta.get("block_rows", 2048)), xi_coef=xi,
+                   xi_weights=np.asarray(arrays["xi_weights"], dtype=np.float64) if xi != 0.0 else None)
+
+    def _xi(self, xb: np.ndarray, laplacian: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """a ξ̂, a ∇ξ̂ and (``laplacian``) a Δξ̂ at the rows xb (module docstring)."""
+        xi, grad, lap = xi_parts(self.basis.kernel, self.basis.Y, self.xi_weights, xb, laplacian)
+        a = self.xi_coef
+        return a * xi, a * grad, None if lap is None else a * lap
 
     # -- evaluation ---------------------------------------------------------------------------
     def _blocks(self, x: np.ndarray):
@@ -116,13 +141,15 @@ class KernelFitted(BlockedScore, Fitted):
             else:
                 r, alpha, _, _ = self.basis.kernel.curl_free_parts(xb, self.basis.Y)
                 f = np.einsum("nm,nmd,md->n", alpha, r, self.coef)
+            if self.xi_coef != 0.0:
+                f = f + self._xi(xb, False)[0]
             out[start:start + xb.shape[0]] = f + self._base_terms(xb)[0]
         return out
 
     @property
     def _evaluates_on_device(self) -> bool:
         """Whether rows are evaluated on :attr:`device` (a worker without it computes on its CPU)."""
-        return self.device is not None and self.device.available()
+        return self.device is not None and self.xi_coef == 0.0 and self.device.available()
 
     def grad_log_density(self, x: np.ndarray) -> np.ndarray:
         """The score ∇ log p(x), (n, d); on :attr:`device` when there is one
@@ -150,6 +177,10 @@ class KernelFitted(BlockedScore, Fitted):
             kv, d1, _, _ = k.profile(np.einsum("nmd,nmd->nm", r, r))
             score = kv @ self.coef
             div = np.einsum("nm,nmd,md->n", 2.0 * d1, r, self.coef) if with_div else None
+        if self.xi_coef != 0.0:
+            _, xi_grad, xi_lap = self._xi(xb, with_div)
+            score = score + xi_grad
+            div = None if div is None else div + xi_lap
         return score + g, None if div is None else div + div_g
 
     def _gaussian_base(self) -> Base:

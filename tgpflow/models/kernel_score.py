@@ -39,6 +39,7 @@ from tgpflow.models.estimator_base import StatsEstimator, entry
 from tgpflow.models.evaluation import ScoreEvaluation
 from tgpflow.models.kernel_fitted import KernelFitted
 from tgpflow.models.kernel_forms import KernelForm, kernel_form
+from tgpflow.models.kernel_full_sample import FULL_SAMPLE_PATH, fit_full_sample, full_sample_rows
 from tgpflow.models.kernel_selection import KernelSelector
 from tgpflow.models.model_file import fitted_arrays, read_fitted, stored_stats
 from tgpflow.models.params import ScoreParams
@@ -132,9 +133,9 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
 
           Both iterations apply T by mat-vecs with the stored C and the Cholesky factor of G (no
           eigendecomposition where G is numerically definite: :func:`~tgpflow.solve.kef.spectral_solve`).
-          With ``basis=X`` the pass still builds the (nd)² matrix C and G is usually numerically singular;
-          [Zhou et al.]'s full-sample estimator by kernel mat-vecs alone (no pass, no nd × nd matrix, O(n²d) a
-          step) is :class:`FullKEF` with ``regularizer="nu"`` or ``"landweber"``.
+          With ``basis=X`` (the array X itself, in memory) the fit is [Zhou et al.]'s full-sample estimator by
+          kernel mat-vecs alone: no pass, no nd × nd matrix, O(n²d) a step, Landweber's many steps through a
+          Lanczos projection (:mod:`tgpflow.models.kernel_full_sample`; ``solver_info_["path"]`` says so).
         * ``"kef"`` / ``"kef_cg"`` — the full (non-Nyström, in-memory, small n) kernel exponential family
           (Sriperumbudur et al. 2017; [Zhou et al.] Example 3.5, §3.5 KEF-CG), as :class:`FullKEF` with
           ``solver="auto"`` (direct where it fits in memory, else CG, logged) or ``"cg"``; its λ is ``lam``.
@@ -264,10 +265,31 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         called with the futures of each distributed compute of the fit (the pilot, the pass), e.g.
         ``distributed.progress`` (:data:`tgpflow.core.engine.Progress`)."""
         self._forget(*self._FIT_STATE)
+        full = full_sample_rows(self, X, basis, columns, scaling)
+        if full is not None:  # every row a basis point: the matrix-free iterations (kernel_full_sample)
+            return self._fit_full_sample(*full)
         stats, lazy = self._accumulate(X, columns, basis, scaling, progress)
         self.n_rows_dropped_ = self.last_rows_dropped_
         self._set_support(lazy)
         return self.fit_from_stats(stats)
+
+    def _fit_full_sample(self, rows: np.ndarray, names: list[str]) -> ScoreEstimator:
+        """:meth:`fit` with the basis every row of in-memory X (:mod:`tgpflow.models.kernel_full_sample`)."""
+        self._forget("feature_names_in_", "scaling_")
+        if names:
+            self.feature_names_in_ = np.asarray(names, dtype=object)
+        with phase("solve", kernel=self._form.name, regularizer=self.regularizer, n_basis=rows.shape[0],
+                   path=FULL_SAMPLE_PATH):
+            self.lam_ = float(self.lam)
+            fitted, self.solver_info_ = fit_full_sample(self, rows, names)
+        self.coef_ = fitted.coef
+        self.stats_ = None
+        self.n_rows_dropped_ = self.last_rows_dropped_ = 0
+        self.n_samples_seen_ = int(rows.shape[0])
+        self.support_ = SupportBox.from_rows(rows)
+        self._set_fitted(fitted)
+        self._diagnose()
+        return self
 
     def _set_support(self, pilot: LazyPilot) -> None:
         """``support_``: the box of the pilot rows in the data's units, where they were read (to draw the basis)."""

@@ -48,8 +48,9 @@ def is_grid(value: Any) -> bool:
 def check_stats_kept(est: Any) -> None:
     """Refuse to add rows to a model loaded without its statistics (``save(..., stats=False)``)."""
     if getattr(est, "stats_", None) is None:
-        raise ValueError(f"this {type(est).__name__} was saved without its statistics (save(..., stats=False)): "
-                         f"partial_fit has nothing to add the new rows to; refit on all rows, or save with stats=True")
+        raise ValueError(f"this {type(est).__name__} keeps no statistics (saved with save(..., stats=False), or "
+                         f"a full-sample fit: basis=X): partial_fit has nothing to add the new rows to; refit on all "
+                         f"rows, or save with stats=True")
 
 
 def is_lazy(X: Any) -> bool:

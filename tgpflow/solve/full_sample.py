@@ -21,7 +21,22 @@ is ``P_V g(P_V L̂ P_V) P_V ζ̂`` with V = span{K(·, X_b)e_j}; since L̂ maps 
 (up to G's eigenvalues cut by ``rank_tol``) and differ off them by ``g(0)(ζ̂ − P_Vζ̂)`` (tη for Landweber):
 this is [Zhou et al.]'s full-sample estimator, which keeps ζ̂ itself instead of its projection.
 
-Memory: the Gram operator's α, κ (16·n² bytes when kept) and a few (n, d) vectors.
+**Many Landweber steps in fewer products.** t Landweber steps are a polynomial of degree t − 1 in the operator:
+``a_t = −tη`` and ``β_t = −h_t(A)b`` with ``A = G/n`` (symmetric PSD), ``b = ζ̂(X)/n`` and h_t the polynomial
+``(g_t(σ) − tη)/σ`` of docs/mathematics.md, "Score estimators on a Nyström basis". So β_t lies in the Krylov space
+span{b, Ab, …, A^{t−2}b}, and the Lanczos process (full reorthogonalisation, ``A Q_k ≈ Q_k T_k`` with T_k
+tridiagonal) gives it from far fewer products: the same recursion run on the projected operator
+``(a, y) ↦ (0, (a‖b‖e₁ + T_k y))`` of 1 + k numbers, mapped back by ``β = Q_k y``. This is the Lanczos
+approximation of a matrix function (Golub & Van Loan §10.2; Saad, *Iterative Methods*, §6.6), exact once k
+reaches t − 1 and in practice converged at k ≈ a few √t: the filter changes over σ ≈ 1/(tη), which a
+polynomial of degree O(√t) resolves (the reason the ν-method needs √t steps for Landweber's t).
+The iterate is checked every :data:`KRYLOV_CHECK` products and accepted when it moved by at most
+:data:`KRYLOV_RTOL` (relative, in the 2-norm) since the last check. Used for t > :data:`KRYLOV_MIN_STEPS`;
+``solver_info_`` says ``"krylov": True`` and the products it took. Measured (ring, n = 5 000, d = 2, t = 1 000):
+see benchmarks/kernel_full_sample.py.
+
+Memory: the Gram operator's α, κ (16·n² bytes when kept), a few (n, d) vectors, and for the Lanczos form its k
+basis vectors (k·nd float64).
 """
 
 from __future__ import annotations
@@ -31,7 +46,15 @@ import numpy as np
 from tgpflow.solve.kef import landweber, nu_method, operator_norm, NORM_SAFETY
 from tgpflow.solve.matfree import CurlFreeGram
 
-__all__ = ["full_sample_iteration"]
+__all__ = ["full_sample_iteration", "KRYLOV_MIN_STEPS"]
+
+#: Landweber runs on the Lanczos projection (module docstring) beyond this many steps; the ν-method's √t steps and
+#: short Landweber runs take the recursion itself.
+KRYLOV_MIN_STEPS = 64
+#: Lanczos products between two checks of the projected iterate.
+KRYLOV_CHECK = 16
+#: The projected iterate is accepted when a check moved it by at most this (relative 2-norm).
+KRYLOV_RTOL = 1e-12
 
 
 def full_sample_iteration(gram: CurlFreeGram, zeta_rows: np.ndarray, lam: float, regularizer: str, *,
@@ -61,6 +84,10 @@ def full_sample_iteration(gram: CurlFreeGram, zeta_rows: np.ndarray, lam: float,
     z[0] = 1.0
     if regularizer == "landweber":
         t = int(np.floor(1.0 / lam))
+        if t > KRYLOV_MIN_STEPS:
+            a, beta, krylov = _krylov_landweber(gram, flat_zeta / n, t, step)
+            info.update(iterations=t, step=step, krylov=True, **krylov, matvecs=gram.matvecs - start)
+            return a, beta.reshape(n, d), info
         w = landweber(apply, z, t, step)
         info.update(iterations=t, step=step)
     elif regularizer == "nu":
@@ -71,3 +98,52 @@ def full_sample_iteration(gram: CurlFreeGram, zeta_rows: np.ndarray, lam: float,
         raise ValueError(f"full-sample iterations are 'landweber' or 'nu'; got {regularizer!r}")
     info["matvecs"] = gram.matvecs - start
     return float(w[0]), w[1:].reshape(n, d), info
+
+
+def _krylov_landweber(gram: CurlFreeGram, b: np.ndarray, t: int, step: float) -> tuple[float, np.ndarray,
+                                                                                      dict[str, object]]:
+    """a and β (flat) of t Landweber steps from the Lanczos projection of A = G/n on b (module docstring), and
+    ``lanczos_steps``, ``lanczos_change`` (the last check's relative move) for the info."""
+    n = gram.X.shape[0]
+    size = b.size
+    bnorm = float(np.linalg.norm(b))
+    if bnorm == 0.0:
+        return -t * step, np.zeros(size), {"lanczos_steps": 0, "lanczos_change": 0.0}
+    limit = min(size, t - 1)
+    Q = np.empty((size, limit + 1))
+    Q[:, 0] = b / bnorm
+    alpha, beta = np.empty(limit), np.empty(limit)
+    previous, change, k = None, np.inf, 0
+
+    def projected(k: int) -> tuple[float, np.ndarray]:
+        T = np.diag(alpha[:k]) + np.diag(beta[:k - 1], 1) + np.diag(beta[:k - 1], -1)
+        e1 = np.zeros(k)
+        e1[0] = bnorm
+
+        def apply(w: np.ndarray) -> np.ndarray:
+            out = np.empty_like(w)
+            out[0] = 0.0
+            out[1:] = w[0] * e1 + T @ w[1:]
+            return out
+
+        w = landweber(apply, np.eye(1, k + 1)[0], t, step)
+        return float(w[0]), Q[:, :k] @ w[1:]
+
+    while k < limit:
+        v = gram.matvec(Q[:, k]) / n
+        alpha[k] = float(Q[:, k] @ v)
+        v -= Q[:, :k + 1] @ (Q[:, :k + 1].T @ v)  # full reorthogonalisation, twice (Kahan: twice is enough)
+        v -= Q[:, :k + 1] @ (Q[:, :k + 1].T @ v)
+        beta[k] = float(np.linalg.norm(v))
+        k += 1
+        breakdown = beta[k - 1] <= 1e-14 * max(1.0, float(np.abs(alpha[:k]).max()))
+        if k % KRYLOV_CHECK == 0 or breakdown or k == limit:
+            a, x = projected(k)
+            if previous is not None:
+                change = float(np.linalg.norm(x - previous)) / max(float(np.linalg.norm(x)), 1e-300)
+            previous = x
+            if breakdown or k == limit or change <= KRYLOV_RTOL:
+                return a, x, {"lanczos_steps": k, "lanczos_change": 0.0 if breakdown or k == limit else change}
+        Q[:, k] = v / beta[k - 1]
+    a, x = projected(k)
+    return a, x, {"lanczos_steps": k, "lanczos_change": change}

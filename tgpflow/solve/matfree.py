@@ -1,15 +1,16 @@
 """Matrix-free pieces of the kernel solves (docs/mathematics.md, "Nyström kernel exponential family" and "Score
 estimators on a Nyström basis"; [Zhou et al.] §3.2, §3.5 Example 3.8), float64.
 
-* :class:`CurlFreeGram` — the nd × nd curl-free Gram ``G = [K_cf(X_a, X_b)]`` of n rows as an operator:
-  ``(GV)_a = Σ_b K_cf(X_a, X_b) V_b = Σ_b α_ab V_b + (Σ_b w_ab) X_a − Σ_b w_ab X_b``,
-  ``w_ab = κ_ab (X_aᵀV_b − X_bᵀV_b)``, ``α = −2ψ'(u)``, ``κ = −4ψ''(u)``, ``u = ‖X_a − X_b‖²``
-  (:mod:`tgpflow.features.kernels`): three GEMMs with (rows × n) blocks and O(n) elementwise work per row,
-  O(n²d) a product; G and its d × d blocks are never formed. α and κ (n × n float64; for the Gaussian
-  kernel κ = −(2/σ_k)α, so α alone: 8·n² bytes, 200 MB at n = 5000; IMQ 16·n²) are computed once when they
-  fit in ``budget_bytes``; otherwise each product recomputes them in row blocks of about ``block_bytes``
-  (streamed: O(n·rows) memory, the kernel evaluated again every product). A product reads α (and κ) once:
-  it is bound by memory bandwidth, ~0.1 s at n = 5000 on one core.
+* :class:`CurlFreeGram` — the nd × nd curl-free Gram ``G = [K_cf(X_a, X_b)]`` of n rows as an operator. Each d × d
+  block is ``α_ab I + κ_ab r_ab r_abᵀ`` (``r_ab = X_a − X_b``, ``α = −2ψ'(u)``, ``κ = −4ψ''(u)``, ``u = ‖r_ab‖²``:
+  :mod:`tgpflow.features.kernels`), so a product needs the n² scalars α, κ and never the blocks: expanding
+  ``(r_abᵀV_b) r_ab`` it is one GEMM of the weights with an (n, d² + 2d + 1) matrix (:meth:`CurlFreeGram.matvec`),
+  reading them once, for d ≤ :data:`ONE_GEMM_MAX_DIMS`; beyond, where d² columns cost more flops than the reads
+  they save, three GEMMs per block of rows with an n-wide work array (the blocked form). α and κ (n × n
+  float64; for the Gaussian kernel κ = −(2/σ_k)α, so α alone: 8·n² bytes,
+  200 MB at n = 5000; IMQ 16·n²) are computed once when they fit in ``budget_bytes``; otherwise each product
+  recomputes them in row blocks of about ``block_bytes`` (streamed: O(n·rows) memory, the kernel evaluated again
+  every product). Both forms are O(n²) in memory traffic; measured in benchmarks/kernel_full_sample.py.
 * :class:`WhitenedOperator` — the projected operator ``T = R⁻ᵀ(C/N)R⁻¹`` of docs/mathematics.md, "Score estimators on a
   Nyström basis" with the Cholesky factor ``G = R_cᵀR_c`` (R_c upper) in place of the eigen-square-root ``R =
   κ_r^{½}V_rᵀ``: ``T' = R_c⁻ᵀ(C/N)R_c⁻¹``, ``z' = R_c⁻ᵀh/N``, ``c = R_c⁻¹w'``. When G is definite both are square roots
@@ -31,11 +32,22 @@ import scipy.linalg
 
 from tgpflow.features.kernels import RadialKernel, sq_dist
 
-__all__ = ["CurlFreeGram", "WhitenedOperator", "conjugate_gradient", "GRAM_BUDGET_BYTES"]
+__all__ = ["CurlFreeGram", "WhitenedOperator", "conjugate_gradient", "GRAM_BUDGET_BYTES", "gram_budget"]
 
-#: α (and κ) of :class:`CurlFreeGram` are kept up to this size by default: n ≈ 11 500 Gaussian (8·n² bytes),
-#: n ≈ 8 200 IMQ (16·n²).
-GRAM_BUDGET_BYTES = 2**30
+#: α (and κ) of :class:`CurlFreeGram` are kept up to this size by default (never more than half the available RAM:
+#: :func:`gram_budget`): n ≈ 23 000 Gaussian (8·n² bytes), n ≈ 16 000 IMQ (16·n²). Beyond, every product computes
+#: the kernel again (streamed): at n = 20 000 that is 4·10⁸ exponentials a product.
+GRAM_BUDGET_BYTES = 4 * 2**30
+#: The one-GEMM product (:meth:`CurlFreeGram.matvec`) up to this many dimensions d; the blocked form beyond. Measured in
+#: benchmarks/kernel_full_sample.py (n = 5 000, 2 cores).
+ONE_GEMM_MAX_DIMS = 8
+
+
+def gram_budget() -> int:
+    """The bytes a :class:`CurlFreeGram` may keep here: min(GRAM_BUDGET_BYTES, half the available RAM)."""
+    import psutil
+
+    return min(GRAM_BUDGET_BYTES, int(psutil.virtual_memory().available) // 2)
 
 
 class CurlFreeGram:
@@ -46,16 +58,20 @@ class CurlFreeGram:
     """
 
     def __init__(self, kernel: RadialKernel, X: np.ndarray, *, budget_bytes: int = GRAM_BUDGET_BYTES,
-                 block_bytes: int = 64 * 2**20):
+                 block_bytes: int = 64 * 2**20, form: str = "auto"):
         self.kernel, self.X = kernel, np.ascontiguousarray(X, dtype=np.float64)
         n = self.X.shape[0]
+        if form not in ("auto", "gemm", "blocked"):
+            raise ValueError(f"form must be 'auto', 'gemm' or 'blocked'; got {form!r}")
+        #: the product's form (module docstring): "gemm" up to ONE_GEMM_MAX_DIMS columns, else "blocked"
+        self.form = form if form != "auto" else ("gemm" if self.X.shape[1] <= ONE_GEMM_MAX_DIMS else "blocked")
         self.rows = max(1, int(block_bytes) // (8 * 4 * n))  # ~4 float64 (rows × n) work arrays a block
         #: Gaussian k: κ = −(2/σ_k)α, so only α is kept (8·n² bytes); otherwise α and κ (16·n²)
         self.kappa_scale = -2.0 / kernel.bandwidth if kernel.name == "gaussian" else None
         self.kept = self._matrices * 8 * n * n <= budget_bytes
-        #: rows of a product's block when α, κ are kept: its (rows × n) work array about 2 MiB (cache-resident)
+        self._Xc = self.X - self.X.mean(axis=0)  # G depends on differences of rows only: centred for rounding
+        #: rows of a blocked product's block when α, κ are kept: its (rows × n) work array about 2 MiB (in cache)
         self.cache_rows = max(16, 2**21 // (8 * n))
-        self._X1 = np.hstack([self.X, np.ones((n, 1))])
         self.alpha: np.ndarray | None = None
         self.kappa: np.ndarray | None = None
         if self.kept:
@@ -78,7 +94,7 @@ class CurlFreeGram:
         return self._matrices * 8 * self.X.shape[0] ** 2 if self.kept else 0
 
     def _parts(self, s: int) -> tuple[np.ndarray, np.ndarray]:
-        _, d1, d2, _ = self.kernel.profile(sq_dist(self.X[s:s + self.rows], self.X))
+        _, d1, d2, _ = self.kernel.profile(sq_dist(self._Xc[s:s + self.rows], self._Xc))
         d1 *= -2.0
         d2 *= -4.0
         return d1, d2
@@ -89,15 +105,54 @@ class CurlFreeGram:
         return float(-2.0 * self.kernel.profile(np.zeros(1))[1][0])
 
     def matvec(self, V: np.ndarray) -> np.ndarray:
-        """G V, shaped as V ((n, d) or flat), float64, in row blocks of ``rows``: per block two GEMMs with
-        ``[X | 1]`` (``w = [X_s | 1][V | −XᵀV]ᵀ`` and ``w[X | 1]`` give Σ_b w_ab X_b and Σ_b w_ab at once), one
-        with α, and one elementwise product with κ; the (rows × n) block w stays in cache."""
-        X1 = self._X1
+        """G V, shaped as V ((n, d) or flat), float64, by the radial structure of the blocks: with the rows
+        centred (G is translation invariant), ``s_b = X_bᵀV_b`` and ``P_b = X_b V_bᵀ`` (d × d),
+
+        ``(GV)_a = (αV)_a + X_a X_aᵀ(κV)_a − X_a(κs)_a − M_a X_a + (κ(s∘X))_a``,  ``M_a = (κP)_a``,
+
+        so a product is one GEMM of the n × n weights with the (n, d² + 2d + 1) matrix ``W = [V | s | P | s∘X]``
+        (Gaussian k: κ = −(2/σ_k)α, one GEMM with α; otherwise α V and κ W) and O(nd²) more: the weights are
+        read once. With ``form == "blocked"``, :meth:`_matvec_blocked`."""
+        if self.form == "blocked":
+            return self._matvec_blocked(V)
         n, d = self.X.shape
+        Vm = np.asarray(V, dtype=np.float64).reshape(n, d)
+        Xc = self._Xc
+        s = np.einsum("bd,bd->b", Xc, Vm)
+        W = np.empty((n, d * d + 2 * d + 1))
+        W[:, :d] = Vm
+        W[:, d] = s
+        W[:, d + 1:d + 1 + d * d] = (Xc[:, :, None] * Vm[:, None, :]).reshape(n, d * d)
+        W[:, d + 1 + d * d:] = s[:, None] * Xc
+        out = np.empty((n, d))
+        step = n if self.kept else self.rows
+        for a in range(0, n, step):
+            e = min(n, a + step)
+            if self.kept:
+                alpha, kappa = self.alpha[a:e], None if self.kappa is None else self.kappa[a:e]
+            else:
+                alpha, kappa = self._parts(a)
+            if self.kappa_scale is not None:  # Gaussian: κW = (−2/σ_k)·αW, one GEMM
+                KW = alpha @ W
+                aV = KW[:, :d].copy()
+                KW *= self.kappa_scale
+            else:
+                aV, KW = alpha @ Vm, kappa @ W
+            out[a:e] = aV + self._kappa_terms(Xc[a:e], KW, d)
+        self.matvecs += 1
+        return out.reshape(np.shape(V))
+
+    def _matvec_blocked(self, V: np.ndarray) -> np.ndarray:
+        """G V in row blocks: per block two GEMMs with ``[X | 1]`` (``w = [X_s | 1][V | −XᵀV]ᵀ`` and ``w[X | 1]``
+        give Σ_b w_ab X_b and Σ_b w_ab at once), one with α, and one elementwise product with κ; O(n²d) flops,
+        the (rows × n) block w in cache (``w_ab = κ_ab (X_aᵀV_b − X_bᵀV_b)``, docs/mathematics.md, "Nyström kernel
+        exponential family")."""
+        n, d = self.X.shape
+        X1 = np.hstack([self._Xc, np.ones((n, 1))])
         Vm = np.asarray(V, dtype=np.float64).reshape(n, d)
         V1 = np.empty((n, d + 1))
         V1[:, :d] = Vm
-        V1[:, d] = -np.einsum("bd,bd->b", self.X, Vm)
+        V1[:, d] = -np.einsum("bd,bd->b", self._Xc, Vm)
         out = np.empty((n, d))
         step = self.rows if not self.kept else self.cache_rows
         for s in range(0, n, step):
@@ -113,11 +168,22 @@ class CurlFreeGram:
             if self.kept and self.kappa is None:
                 wx *= self.kappa_scale
             res = alpha @ Vm
-            res += wx[:, d:] * self.X[s:e]
+            res += wx[:, d:] * self._Xc[s:e]
             res -= wx[:, :d]
             out[s:e] = res
         self.matvecs += 1
         return out.reshape(np.shape(V))
+
+    @staticmethod
+    def _kappa_terms(Xa: np.ndarray, KW: np.ndarray, d: int) -> np.ndarray:
+        """Σ_b κ_ab (r_abᵀV_b) r_ab for the rows Xa from ``KW = κ W`` (:meth:`matvec`)."""
+        kV, ks = KW[:, :d], KW[:, d]
+        M = KW[:, d + 1:d + 1 + d * d].reshape(-1, d, d)
+        ksX = KW[:, d + 1 + d * d:]
+        res = (np.einsum("ad,ad->a", Xa, kV) - ks)[:, None] * Xa
+        res -= np.einsum("aij,aj->ai", M, Xa)
+        res += ksX
+        return res
 
 
 class WhitenedOperator:
