@@ -122,17 +122,20 @@ def main() -> None:
             steps = int(info["iterations"]) - (reg == "nu")
             plain = int(info["norm_matvecs"]) + steps
             line = (f"  {preset:9s} λ = {lam:g} (t = {info['iterations']}): fit {t_fit:.2f} s, path "
-                    f"{info.get('path')!r}, {info['matvecs']} products"
+                    f"{info.get('path')!r}, α {info['gram']}, {info['matvecs']} products"
                     + (f" ({info['lanczos_steps']} Lanczos)" if info.get("krylov") else ""))
-            r = {"preset": preset, "fit_s": t_fit, "path": info.get("path"), "products": int(info["matvecs"]),
+            r = {"preset": preset, "fit_s": t_fit, "path": info.get("path"), "gram": info["gram"],
+                 "products": int(info["matvecs"]),
                  "plain_products": plain}
             if G is not None:
                 step = float(info["step"])
                 zeta = _zeta(est)
                 fs.KRYLOV_MIN_STEPS, keep = 10**9, fs.KRYLOV_MIN_STEPS  # the plain recursion, one product a step
-                t0 = time.perf_counter()
-                _, dense_beta, _ = full_sample_iteration(_Dense(G), zeta, lam, reg, step=step)
-                fs.KRYLOV_MIN_STEPS = keep
+                try:
+                    t0 = time.perf_counter()
+                    _, dense_beta, _ = full_sample_iteration(_Dense(G), zeta, lam, reg, step=step)
+                finally:
+                    fs.KRYLOV_MIN_STEPS = keep
                 t_dense_fit = time.perf_counter() - t0 + rec["dense_form_s"]
                 score_lib = est.grad_log_density(X[:500])
                 r.update(dense_fit_s=t_dense_fit, dense_vs_library_beta_rel=float(

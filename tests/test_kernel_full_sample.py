@@ -15,6 +15,7 @@ import pytest
 import tgpflow
 from tgpflow import ScoreEstimator
 from tgpflow.models.full_kef import FullKEF
+from tgpflow.models.kernel_fitted import FULL_SAMPLE_MODEL, KernelFitted
 from tgpflow.models.kernel_full_sample import FULL_SAMPLE_PATH
 
 
@@ -60,12 +61,29 @@ def test_a_full_sample_model_round_trips_and_says_what_it_keeps(rng, tmp_path):
     np.testing.assert_array_equal(back.fitted().log_density(xt), est.fitted().log_density(xt))
     with pytest.raises(ValueError, match="partial_fit has nothing to add"):
         est.partial_fit(X)
+    # a reader without the full-sample term refuses the file instead of dropping the term
+    meta = est.fitted().to_meta()
+    assert meta["model"] == FULL_SAMPLE_MODEL
+    with pytest.raises(ValueError, match="model must be one of"):
+        KernelFitted(est.basis_, meta["model"], est.coef_, est.base_)
 
 
-@pytest.mark.parametrize("change", ["other_basis", "auto", "scale"])
+@pytest.mark.parametrize("change", ["other_basis", "auto", "scale", "components"])
 def test_only_a_basis_of_every_row_takes_the_full_sample_path(change, rng):
     X = rng.normal(size=(150, 2))
     params = {"lam": "auto"} if change == "auto" else {"lam": 1e-2, "scale": change == "scale"}
     basis = X[:40] if change == "other_basis" else X
-    est = ScoreEstimator.preset("nu_method", **params).fit(X, basis=basis)
+    if change == "components":  # dimension subsampling keeps its Nyström statistics
+        est = tgpflow.NystromKEF(regularizer="nu", lam=1e-2, n_components=1).fit(X, basis=X)
+    else:
+        est = ScoreEstimator.preset("nu_method", **params).fit(X, basis=basis)
     assert "path" not in est.solver_info_ and est.stats_ is not None
+
+
+def test_a_dataframe_routes_with_its_column_names(rng):
+    pd = pytest.importorskip("pandas")
+    X = pd.DataFrame(rng.normal(size=(100, 2)), columns=["a", "b"])
+    est = ScoreEstimator.preset("nu_method", lam=1e-2).fit(X, basis=X)
+    assert est.solver_info_["path"] == FULL_SAMPLE_PATH and list(est.feature_names_in_) == ["a", "b"]
+    ref = ScoreEstimator.preset("nu_method", lam=1e-2).fit(X.to_numpy(), basis=X.to_numpy())
+    np.testing.assert_array_equal(est.grad_log_density(X), ref.grad_log_density(X.to_numpy()))

@@ -16,7 +16,7 @@ from tgpflow import ScoreEstimator
 from tgpflow.features.kernels import RadialKernel
 from tgpflow.models.full_kef import FullKEF
 from tgpflow.solve.kef import kef_h, spectral_solve
-from tgpflow.solve.full_sample import KRYLOV_MIN_STEPS
+from tgpflow.solve.full_sample import KRYLOV_MIN_STEPS, landweber_weight
 from tgpflow.solve.matfree import CurlFreeGram, conjugate_gradient
 from tests.oracles import gauss_cf, gauss_k, nu_method_filter
 
@@ -68,7 +68,7 @@ def test_imq_gram_products_keep_both_profiles(form, rng):
     X = rng.normal(size=(40, 2))
     k = RadialKernel("imq", 1.5)
     op = CurlFreeGram(k, X, form=form)
-    assert op.bytes == 16 * 40 * 40 and CurlFreeGram(k, rng.normal(size=(5, 9))).form == "blocked"
+    assert op.bytes == 16 * 40 * 40
     h = 1e-4  # K_cf(x, y)_ij = ∂_{x_i}∂_{y_j} k by central differences of the scalar kernel
     G = np.zeros((80, 80))
     for a in range(40):
@@ -203,6 +203,29 @@ def test_full_sample_iterations_are_the_filter_of_the_gram(reg, lam, n, rng):
     h = 1e-6
     fd = np.column_stack([(est.log_density(xt + h * e) - est.log_density(xt - h * e)) / (2 * h) for e in np.eye(2)])
     np.testing.assert_allclose(est.grad_log_density(xt), fd, rtol=1e-5, atol=1e-5 * np.abs(fd).max())
+
+
+def test_the_projected_landweber_weight_is_the_sum_it_replaces():
+    """S(θ) = Σ_{j<t} j(1 − ηθ)^{t−1−j} by its series (tηθ < 1) and closed form (≥ 1), against the sum itself."""
+    for t in (2, 65, 1000, 20000):
+        x = np.array([0.0, 1e-9, 1e-6, 1e-4, 1 / (3 * t), 1 / t, 3 / t, 0.1, 0.9])
+        j = np.arange(t, dtype=float)
+        brute = np.array([np.sum(j * (1 - v) ** (t - 1 - j)) for v in x])
+        np.testing.assert_allclose(landweber_weight(x / 0.5, t, 0.5), brute, rtol=1e-10)
+
+
+def test_landweber_falls_back_to_the_recursion_when_lanczos_does_not_settle(rng, monkeypatch):
+    import tgpflow.solve.full_sample as full_sample
+
+    X = rng.uniform(-3, 3, size=(60, 2))
+    ref = FullKEF(bandwidth=0.3, lam=1 / 300, regularizer="landweber").fit(X)
+    assert ref.solver_info_["krylov"] is True
+    monkeypatch.setattr(full_sample, "KRYLOV_MAX_STEPS", 16)
+    monkeypatch.setattr(full_sample, "KRYLOV_RTOL", 0.0)
+    est = FullKEF(bandwidth=0.3, lam=1 / 300, regularizer="landweber").fit(X)
+    info = est.solver_info_
+    assert "the recursion ran" in info["krylov"] and info["matvecs"] == info["norm_matvecs"] + 16 + 300
+    np.testing.assert_allclose(est.beta_, ref.beta_, rtol=1e-9, atol=1e-11 * np.abs(ref.beta_).max())
 
 
 @pytest.mark.parametrize("reg,lam", [("landweber", 0.05), ("nu", 0.01)])

@@ -63,7 +63,8 @@ MIXTURE_ROWS_PER_DIM = 5
 #: (MAGIC, the demo's 20 000-row pilot) one start. Measured (FD, ADBench, held out, against a tuned GaussianMixture):
 #: three starts took thyroid (2 200 search rows) from −0.085 to +0.098 nats/row and cardio's sliced KS from 1.30× to
 #: 1.02× the mixture's; after later changes thyroid's split 0 read −0.047 with three starts, +0.061 with eight and
-#: +0.142 with nine or ten (docs/gp_tilted.md, "A mixture base"). Each start can only raise the validation score.
+#: +0.142 with nine (this rule's count there) or ten (docs/gp_tilted.md, "A mixture base"). Each start can only
+#: raise the validation score.
 MIXTURE_STARTS = 10
 #: The EM rows that the extra starts at the chosen K may spend (:func:`mixture_starts`).
 MIXTURE_START_ROWS = 20_000

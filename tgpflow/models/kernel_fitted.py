@@ -42,6 +42,9 @@ __all__ = ["KernelFitted", "KERNEL_MODELS"]
 #: The kernel models: curl-free (NKEF, curl-free estimators), diagonal (Stein, SSGE), lite
 #: (:mod:`tgpflow.models.kernel_forms`).
 KERNEL_MODELS = tuple(KERNEL_FORMS)
+#: The model name a file stores for a curl-free model with the full-sample term: a reader that does not know the term
+#: refuses it (an unknown model) instead of evaluating the model without it.
+FULL_SAMPLE_MODEL = "curl_free_full_sample"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -96,17 +99,18 @@ class KernelFitted(BlockedScore, Fitted):
         meta = {"kind": self.kind, "model": self.model, "radial": self.basis.kernel_name,
                 "block_rows": int(self.block_rows)}
         if self.xi_coef != 0.0:
-            meta["xi_coef"] = float(self.xi_coef)
+            meta.update(model=FULL_SAMPLE_MODEL, xi_coef=float(self.xi_coef))
         return meta
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> KernelFitted:
         basis = NystromBasis.from_arrays(prefixed(arrays, "basis."), meta["radial"])
         base = base_from_arrays(arrays) if "base.mean" in arrays else None
-        xi = float(meta.get("xi_coef", 0.0))
-        return cls(basis, meta["model"], np.asarray(arrays["coef"], dtype=np.float64), base,
+        full = meta["model"] == FULL_SAMPLE_MODEL
+        xi = float(meta["xi_coef"]) if full else 0.0
+        return cls(basis, "curl_free" if full else meta["model"], np.asarray(arrays["coef"], dtype=np.float64), base,
                    int(meta.get("block_rows", 2048)), xi_coef=xi,
-                   xi_weights=np.asarray(arrays["xi_weights"], dtype=np.float64) if xi != 0.0 else None)
+                   xi_weights=np.asarray(arrays["xi_weights"], dtype=np.float64) if full else None)
 
     def _xi(self, xb: np.ndarray, laplacian: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """a ξ̂, a ∇ξ̂ and (``laplacian``) a Δξ̂ at the rows xb (module docstring)."""

@@ -120,8 +120,9 @@ def verify_solution(est: Any, path: Path, arrays: dict[str, np.ndarray], names: 
     with that solve's Fitted value and ``extra`` attributes (:func:`check_same_solution`). A ``legacy``
     (layout 1) file is compared on what it stored."""
     if est.stats_ is None:
-        raise ModelFileError(f"{path}: saved without its statistics (save(..., stats=False)): there is nothing to "
-                             f"re-solve, so verify=True cannot check it (verify=False trusts the checksummed solution)")
+        raise ModelFileError(f"{path}: holds no statistics (saved with save(..., stats=False), or a full-sample "
+                             f"fit, which keeps none): there is nothing to re-solve, so verify=True cannot check it "
+                             f"(verify=False trusts the checksummed solution)")
     ref = type(est)(**(est.get_params() if params is None else params))
     for name in ("feature_names_in_", "selection_", "noise_levels_"):  # what a solve reads besides the statistics
         if hasattr(est, name):

@@ -25,15 +25,17 @@ this is [Zhou et al.]'s full-sample estimator, which keeps ζ̂ itself instead o
 ``a_t = −tη`` and ``β_t = −h_t(A)b`` with ``A = G/n`` (symmetric PSD), ``b = ζ̂(X)/n`` and h_t the polynomial
 ``(g_t(σ) − tη)/σ`` of docs/mathematics.md, "Score estimators on a Nyström basis". So β_t lies in the Krylov space
 span{b, Ab, …, A^{t−2}b}, and the Lanczos process (full reorthogonalisation, ``A Q_k ≈ Q_k T_k`` with T_k
-tridiagonal) gives it from far fewer products: the same recursion run on the projected operator
-``(a, y) ↦ (0, (a‖b‖e₁ + T_k y))`` of 1 + k numbers, mapped back by ``β = Q_k y``. This is the Lanczos
+tridiagonal) gives it from far fewer products: the same recursion on the projected operator ``(a, y) ↦ (0,
+a‖b‖e₁ + T_k y)`` of 1 + k numbers gives ``y_t = η²S(T_k)‖b‖e₁`` (:func:`landweber_weight`, applied through the
+eigendecomposition of T_k: O(k³) a check, whatever t), mapped back by ``β = Q_k y``. This is the Lanczos
 approximation of a matrix function (Golub & Van Loan §10.2; Saad, *Iterative Methods*, §6.6), exact once k
 reaches t − 1 and in practice converged at k ≈ a few √t: the filter changes over σ ≈ 1/(tη), which a
 polynomial of degree O(√t) resolves (the reason the ν-method needs √t steps for Landweber's t).
 The iterate is checked every :data:`KRYLOV_CHECK` products and accepted when it moved by at most
-:data:`KRYLOV_RTOL` (relative, in the 2-norm) since the last check. Used for t > :data:`KRYLOV_MIN_STEPS`;
-``solver_info_`` says ``"krylov": True`` and the products it took. Measured (ring, n = 5 000, d = 2, t = 1 000):
-see benchmarks/kernel_full_sample.py.
+:data:`KRYLOV_RTOL` (relative, in the 2-norm) since the last check, or when the space is exact (invariant, or of
+dimension t − 1); at most :data:`KRYLOV_MAX_STEPS` products, else the recursion runs. Used for t >
+:data:`KRYLOV_MIN_STEPS`; ``solver_info_`` says ``"krylov": True`` and the products it took. Measured (ring,
+n = 5 000, d = 2, t = 1 000): benchmarks/kernel_full_sample.py.
 
 Memory: the Gram operator's α, κ (16·n² bytes when kept), a few (n, d) vectors, and for the Lanczos form its k
 basis vectors (k·nd float64).
@@ -42,11 +44,12 @@ basis vectors (k·nd float64).
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 
 from tgpflow.solve.kef import landweber, nu_method, operator_norm, NORM_SAFETY
 from tgpflow.solve.matfree import CurlFreeGram
 
-__all__ = ["full_sample_iteration", "KRYLOV_MIN_STEPS"]
+__all__ = ["full_sample_iteration", "landweber_weight", "KRYLOV_MIN_STEPS"]
 
 #: Landweber runs on the Lanczos projection (module docstring) beyond this many steps; the ν-method's √t steps and
 #: short Landweber runs take the recursion itself.
@@ -55,6 +58,8 @@ KRYLOV_MIN_STEPS = 64
 KRYLOV_CHECK = 16
 #: The projected iterate is accepted when a check moved it by at most this (relative 2-norm).
 KRYLOV_RTOL = 1e-12
+#: Lanczos products at most (its basis: this many nd-vectors); unsettled by then, the recursion runs instead.
+KRYLOV_MAX_STEPS = 1000
 
 
 def full_sample_iteration(gram: CurlFreeGram, zeta_rows: np.ndarray, lam: float, regularizer: str, *,
@@ -84,10 +89,13 @@ def full_sample_iteration(gram: CurlFreeGram, zeta_rows: np.ndarray, lam: float,
     z[0] = 1.0
     if regularizer == "landweber":
         t = int(np.floor(1.0 / lam))
-        if t > KRYLOV_MIN_STEPS:
-            a, beta, krylov = _krylov_landweber(gram, flat_zeta / n, t, step)
+        projected = _krylov_landweber(gram, flat_zeta / n, t, step) if t > KRYLOV_MIN_STEPS else None
+        if projected is not None:
+            a, beta, krylov = projected
             info.update(iterations=t, step=step, krylov=True, **krylov, matvecs=gram.matvecs - start)
             return a, beta.reshape(n, d), info
+        if t > KRYLOV_MIN_STEPS:
+            info["krylov"] = f"not settled in {KRYLOV_MAX_STEPS} Lanczos products: the recursion ran"
         w = landweber(apply, z, t, step)
         info.update(iterations=t, step=step)
     elif regularizer == "nu":
@@ -100,50 +108,69 @@ def full_sample_iteration(gram: CurlFreeGram, zeta_rows: np.ndarray, lam: float,
     return float(w[0]), w[1:].reshape(n, d), info
 
 
+def landweber_weight(theta: np.ndarray, t: int, step: float) -> np.ndarray:
+    """``S(θ) = Σ_{j<t} j (1 − ηθ)^{t−1−j}`` (η = ``step``), so that t Landweber steps of the stacked recursion give
+    ``y_t = η² S(T) ‖b‖e₁`` on the projected operator (module docstring). With x = ηθ: for tx ≥ 1 the closed form
+    ``(tx + expm1(t log1p(−x))) / x²`` (no cancellation: its numerator is at least 1/e); below, the exact finite
+    series ``Σ_i C(t, i + 2)(−x)^i`` (Σ_j C(j, 1) C(t − 1 − j, i) = C(t, i + 2)), summed until its terms, which shrink
+    like (tx)^i / i!, stop counting. float64."""
+    x = np.clip(np.asarray(theta, dtype=np.float64) * step, 0.0, None)
+    out = np.empty_like(x)
+    big = t * x >= 1.0
+    xb = x[big]
+    below = xb < 1.0  # (1 − x)^t − 1 through log1p where 1 − x > 0; a step past 1/θ (x ≥ 1) by the power itself
+    power = np.empty_like(xb)
+    power[below] = np.expm1(t * np.log1p(-xb[below]))
+    power[~below] = (1.0 - xb[~below]) ** t - 1.0
+    out[big] = (t * xb + power) / (xb * xb)
+    xs = x[~big]
+    term = np.full_like(xs, t * (t - 1) / 2.0)  # C(t, 2)
+    total = term.copy()
+    for i in range(1, t - 1):
+        term *= -xs * (t - i - 1) / (i + 2)  # C(t, i + 2)/C(t, i + 1) = (t − i − 1)/(i + 2)
+        total += term
+        if not np.any(np.abs(term) > 1e-17 * np.abs(total)):
+            break
+    out[~big] = total
+    return out
+
+
 def _krylov_landweber(gram: CurlFreeGram, b: np.ndarray, t: int, step: float) -> tuple[float, np.ndarray,
-                                                                                      dict[str, object]]:
+                                                                                      dict[str, object]] | None:
     """a and β (flat) of t Landweber steps from the Lanczos projection of A = G/n on b (module docstring), and
-    ``lanczos_steps``, ``lanczos_change`` (the last check's relative move) for the info."""
+    ``lanczos_steps``, ``lanczos_change`` (the last check's relative move) and ``lanczos_exact`` (the Krylov space
+    became invariant, or reached t − 1 dimensions) for the info; None when :data:`KRYLOV_MAX_STEPS` products do not
+    settle it (the caller runs the recursion)."""
     n = gram.X.shape[0]
     size = b.size
     bnorm = float(np.linalg.norm(b))
     if bnorm == 0.0:
-        return -t * step, np.zeros(size), {"lanczos_steps": 0, "lanczos_change": 0.0}
-    limit = min(size, t - 1)
-    Q = np.empty((size, limit + 1))
+        return -t * step, np.zeros(size), {"lanczos_steps": 0, "lanczos_change": 0.0, "lanczos_exact": True}
+    exact_at = min(size, t - 1)
+    limit = min(exact_at, KRYLOV_MAX_STEPS)
+    Q = np.empty((size, limit + 1), order="F")
     Q[:, 0] = b / bnorm
     alpha, beta = np.empty(limit), np.empty(limit)
-    previous, change, k = None, np.inf, 0
+    previous, change = None, np.inf
+    norm = 1.0 / (NORM_SAFETY * step)  # ‖A‖, from the step: the scale a vanishing β_k is judged on
 
-    def projected(k: int) -> tuple[float, np.ndarray]:
-        T = np.diag(alpha[:k]) + np.diag(beta[:k - 1], 1) + np.diag(beta[:k - 1], -1)
-        e1 = np.zeros(k)
-        e1[0] = bnorm
+    def projected(k: int) -> np.ndarray:
+        theta, U = scipy.linalg.eigh_tridiagonal(alpha[:k], beta[:k - 1])
+        return Q[:, :k] @ (U @ (step * step * landweber_weight(theta, t, step) * U[0] * bnorm))
 
-        def apply(w: np.ndarray) -> np.ndarray:
-            out = np.empty_like(w)
-            out[0] = 0.0
-            out[1:] = w[0] * e1 + T @ w[1:]
-            return out
-
-        w = landweber(apply, np.eye(1, k + 1)[0], t, step)
-        return float(w[0]), Q[:, :k] @ w[1:]
-
-    while k < limit:
-        v = gram.matvec(Q[:, k]) / n
-        alpha[k] = float(Q[:, k] @ v)
-        v -= Q[:, :k + 1] @ (Q[:, :k + 1].T @ v)  # full reorthogonalisation, twice (Kahan: twice is enough)
-        v -= Q[:, :k + 1] @ (Q[:, :k + 1].T @ v)
-        beta[k] = float(np.linalg.norm(v))
-        k += 1
-        breakdown = beta[k - 1] <= 1e-14 * max(1.0, float(np.abs(alpha[:k]).max()))
-        if k % KRYLOV_CHECK == 0 or breakdown or k == limit:
-            a, x = projected(k)
+    for k in range(1, limit + 1):
+        v = gram.matvec(Q[:, k - 1]) / n
+        alpha[k - 1] = float(Q[:, k - 1] @ v)
+        v -= Q[:, :k] @ (Q[:, :k].T @ v)  # full reorthogonalisation, twice (twice is enough: Kahan, Parlett)
+        v -= Q[:, :k] @ (Q[:, :k].T @ v)
+        beta[k - 1] = float(np.linalg.norm(v))
+        exact = beta[k - 1] <= 1e-13 * norm or k == exact_at  # an invariant subspace, or degree t − 2 reached
+        if exact or k % KRYLOV_CHECK == 0:
+            x = projected(k)
             if previous is not None:
                 change = float(np.linalg.norm(x - previous)) / max(float(np.linalg.norm(x)), 1e-300)
             previous = x
-            if breakdown or k == limit or change <= KRYLOV_RTOL:
-                return a, x, {"lanczos_steps": k, "lanczos_change": 0.0 if breakdown or k == limit else change}
+            if exact or change <= KRYLOV_RTOL:
+                return -t * step, x, {"lanczos_steps": k, "lanczos_change": change, "lanczos_exact": bool(exact)}
         Q[:, k] = v / beta[k - 1]
-    a, x = projected(k)
-    return a, x, {"lanczos_steps": k, "lanczos_change": change}
+    return None
