@@ -72,6 +72,7 @@ class CurlFreeGram:
         self._Xc = self.X - self.X.mean(axis=0)  # G depends on differences of rows only: centred for rounding
         #: rows of a blocked product's block when α, κ are kept: its (rows × n) work array about 2 MiB (in cache)
         self.cache_rows = max(16, 2**21 // (8 * n))
+        self._X1 = np.hstack([self._Xc, np.ones((n, 1))])  # [X | 1] of the blocked form, built once
         self.alpha: np.ndarray | None = None
         self.kappa: np.ndarray | None = None
         if self.kept:
@@ -148,7 +149,7 @@ class CurlFreeGram:
         the (rows × n) block w in cache (``w_ab = κ_ab (X_aᵀV_b − X_bᵀV_b)``, docs/mathematics.md, "Nyström kernel
         exponential family")."""
         n, d = self.X.shape
-        X1 = np.hstack([self._Xc, np.ones((n, 1))])
+        X1 = self._X1
         Vm = np.asarray(V, dtype=np.float64).reshape(n, d)
         V1 = np.empty((n, d + 1))
         V1[:, :d] = Vm
