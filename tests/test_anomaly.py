@@ -10,7 +10,7 @@ import yaml
 import tgpflow
 from tests.conftest import write_parquet
 from tgpflow.errors import DiagnosticWarning
-from tgpflow.models.anomaly import anomaly_threshold, is_anomalous
+from tgpflow.models.anomaly import anomaly_threshold, is_anomalous, threshold_rows
 from tgpflow.pipeline.runner import run_pipeline
 from tgpflow.pipeline.spec import load_spec
 from tgpflow.pipeline.versions import ModelVersions
@@ -41,6 +41,23 @@ def test_an_estimator_learns_it_on_its_training_rows(rng):
                                   pilot_rows=5000).fit(X)  # the pilot holds every row
     assert est.anomaly_threshold_ == anomaly_threshold(est.log_density(X), 0.05)
     np.testing.assert_array_equal(est.is_anomaly(X), is_anomalous(est.log_density(X), est.anomaly_threshold_))
+
+
+def test_a_large_pilot_learns_the_threshold_on_a_seeded_sample_that_flags_the_quantile_of_all_its_rows(rng):
+    """Beyond max(10 000, 100/q) pilot rows the fit scores a seeded sample of them (a discrete column's row is a
+    256-point cell integral): the threshold is that sample's quantile, the same on every fit, and it flags the
+    quantile of all the pilot rows to within the sampling error of about 100 rows beyond it."""
+    X = rng.normal(size=(40_000, 2))
+    assert threshold_rows(X, 0.01).shape == (10_000, 2) and threshold_rows(X, 0.001).shape == (40_000, 2)
+    assert threshold_rows(X[:9_000], 0.01).shape == (9_000, 2)  # a smaller pilot: all its rows
+    sample = threshold_rows(X, 0.02)
+    np.testing.assert_array_equal(sample, threshold_rows(X, 0.02))  # a fixed seed
+    assert len({tuple(r) for r in sample}) == 10_000 and np.isin(sample[:, 0], X[:, 0]).all()  # distinct rows of X
+    est = tgpflow.GPTiltedDensity(method="fd", n_features=32, lam=0.5, bandwidth=1.0, threshold_quantile=0.02,
+                                  pilot_rows=50_000).fit(X)  # the pilot holds every row
+    assert est.anomaly_threshold_ == anomaly_threshold(est.log_density(sample), 0.02)
+    flagged = est.is_anomaly(X).mean()
+    assert abs(flagged - 0.02) < 4 * np.sqrt(0.02 * 0.98 / 10_000)  # the sample's binomial error, 4 standard errors
 
 
 def test_a_threshold_calibrated_on_normal_rows_flags_their_share_of_new_ones(rng):

@@ -33,8 +33,9 @@ A run (under the store's lock):
    new one (the columns ``tgpflow score`` writes: each row's position and kept columns, the normalised log
    density of the raw rows, its negative as the anomaly score, and the anomaly flag by the estimators' own
    rule, :func:`~tgpflow.models.anomaly.anomaly_threshold` at ``threshold_quantile`` of the raw training
-   rows' log density; one Parquet file per partition, each written atomically; a partition flagged more
-   than 5× the quantile is warned about) and write the reports.
+   rows' log density (on the fit's bounded sample of them, :func:`~tgpflow.models.anomaly.threshold_rows`); one
+   Parquet file per partition, each written atomically; a partition flagged more than 5× the quantile is warned
+   about) and write the reports.
 
 Before it looks for new partitions a run removes what a killed run left uncommitted and
 finishes the steps the last committed run left undone, each output once (a run killed while
@@ -55,6 +56,7 @@ import logging
 from typing import Any
 
 import dask
+import numpy as np
 
 from tgpflow.core.engine import Progress, compute, tree_reduce
 from tgpflow.core.logs import phase
@@ -62,7 +64,7 @@ from tgpflow.errors import TgpflowError
 from tgpflow.features.scaling import Scaling
 from tgpflow.io.atomic import absolute, as_path
 from tgpflow.io.storage import storage_config
-from tgpflow.models.anomaly import model_log_normalizer
+from tgpflow.models.anomaly import model_log_normalizer, threshold_rows
 from tgpflow.pipeline.arrivals import Arrivals, arrivals
 from tgpflow.pipeline.discover import Partitions, discover, migrate_keys
 from tgpflow.pipeline.drift import drift_lines, drift_summary
@@ -274,8 +276,9 @@ def _solve_version(spec: PipelineSpec, store: StatsStore, frozen: Frozen, m: Any
         # standardization)
         import pandas as pd
 
-        est.calibrate_threshold(pd.DataFrame(frozen.pilot_rows, columns=columns),
-                                spec.outputs.scores.threshold_quantile)
+        quantile = spec.outputs.scores.threshold_quantile
+        est.calibrate_threshold(pd.DataFrame(threshold_rows(np.asarray(frozen.pilot_rows), quantile), columns=columns),
+                                quantile)
         threshold = est.anomaly_threshold_
     pilot, floor = pilot_loglik(est, frozen.pilot_rows)
     record["info"] = {"health": version_health(est, None if pilot is None else pilot.mean, heldout),
