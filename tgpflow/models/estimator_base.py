@@ -63,6 +63,7 @@ class Estimator(BaseEstimator):
         """The parameters checked against the estimator's table: a ValueError naming each invalid one, its value
         and what is allowed (and, with a ``device``, that the device exists here)."""
         table = self.params_table.check(self.get_params(deep=False))
+        table.fit_rules()
         if "device" in self.params_table.model_fields:
             resolve_device(table.device, self._runs_on_gpu, cluster_gpus=cluster_has_gpus())  # type: ignore[attr-defined]
         return table

@@ -75,9 +75,10 @@ class FullKEF(Estimator):
 
     def __init__(self, *, bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat",
                  radial: str = "gaussian", solver: str = "auto", cg_tol: float = 1e-10, max_rows: int = 20_000,
-                 regularizer: str = "tikhonov", nu: float = 1.0):
+                 regularizer: str = "tikhonov", nu: float = 1.0, step: float | None = None):
         self.regularizer = regularizer
         self.nu = nu
+        self.step = step
         self.bandwidth = bandwidth
         self.lam = lam
         self.base = base
@@ -115,7 +116,7 @@ class FullKEF(Estimator):
                 raise ValueError(f"FullKEF's regularizer is 'tikhonov', 'landweber' or 'nu'; got {self.regularizer!r}")
             gram = self._gram(X)
             self.xi_coef_, self.beta_, info = full_sample_iteration(gram, grad_xi, lam, self.regularizer,
-                                                                    nu=float(self.nu))
+                                                                    nu=float(self.nu), step=self.step)
             self.solver_info_ = {"solver": "iterative", **info, "size": n * d, **self._gram_info(gram)}
             return self
         self.xi_coef_ = -1.0 / lam

@@ -93,7 +93,8 @@ def fit_full_sample(est: Any, rows: np.ndarray, names: list[str]) -> tuple[Kerne
         g = -(rows - base.mean) @ base.precision
     _, zeta, _ = xi_parts(basis.kernel, basis.Y, g, basis.Y)
     gram = CurlFreeGram(basis.kernel, basis.Y, budget_bytes=gram_budget())
-    a, beta, info = full_sample_iteration(gram, zeta, float(est.lam), est.regularizer, nu=float(est.nu))
+    a, beta, info = full_sample_iteration(gram, zeta, float(est.lam), est.regularizer, nu=float(est.nu),
+                                          step=est.step)
     info = {"path": FULL_SAMPLE_PATH, "reason": "basis = every row of X, in memory: the iterations run on the n × n "
             "kernel matrix by products (no nd × nd matrix)", **info, "size": int(rows.size),
             "gram": "kept" if gram.kept else "streamed", "gram_bytes": gram.bytes}

@@ -79,7 +79,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
 
     def __init__(self, *, kernel: str = "curl_free", regularizer: str = "tikhonov", n_basis: int = 100,
                  bandwidth: str | float | list[float] = "median", lam: float | str = 1e-3, base: str = "flat",
-                 radial: str = "gaussian", nu: float = 1.0, ridge: float = 0.0,
+                 radial: str = "gaussian", nu: float = 1.0, step: float | None = None, ridge: float = 0.0,
                  rank_tol: float = DEFAULT_RANK_TOL, lam_grid: list[float] | None = None,
                  validation_fraction: float = 0.1, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
@@ -96,6 +96,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
         self.base = base
         self.radial = radial
         self.nu = nu
+        self.step = step
         self.ridge = ridge
         self.rank_tol = rank_tol
         self.pilot_rows = pilot_rows
@@ -126,7 +127,9 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
           ``ridge=1e-5`` (off by default); m = ``n_basis``.
         * ``"nu_method"`` — the iterative curl-free estimator with the ν-method ([Zhou et al.] §3.2, §3.5 Example 3.8,
           appendix C.4.3; Engl, Hanke & Neubauer Alg 6.13): t iterations are ``lam = 1/t²`` (t = ⌊λ^{−1/2}⌋),
-          ν is ``nu``; the paper's ρ ≥ ‖T‖ is 1.05 × ‖T‖ by Lanczos.
+          ν is ``nu``; the paper's ρ ≥ ‖T‖ is 1.05 × ‖T‖ by Lanczos, so that t steps are t steps on any data
+          (``step=1.0``: the papers' code, kscore's ρ = 1 in the kernel's units; docs/mathematics.md, "What λ means
+          for the iterations").
         * ``"landweber"`` — Landweber iteration ([Zhou et al.] §3.2 eq 13, Theorem 3.4 with the sign of
           docs/mathematics.md, "Where the papers differ", item C1), curl-free kernel: t iterations are ``lam = 1/t`` (t
           = ⌊1/λ⌋); the step η = 1/(1.05‖T‖).
@@ -390,7 +393,8 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
     def _solve(self, stats: Any, basis: NystromBasis, base: Base | None,
                lam: float) -> tuple[np.ndarray, dict[str, Any]]:
         return kernel_solve(self._form.name, stats, basis, base, lam, regularizer=self.regularizer,
-                            ridge=float(self.ridge), rank_tol=float(self.rank_tol), nu=float(self.nu))
+                            ridge=float(self.ridge), rank_tol=float(self.rank_tol), nu=float(self.nu),
+                            step=self.step)
 
     # -- persistence ------------------------------------------------------------------
     #: A model file keeps the Fitted value's arrays under these names (model_file); β as ``coef_``.

@@ -40,7 +40,7 @@ class NystromKEF(AnomalyMixin, DensityEvaluation, ScoreEstimator):
 
     def __init__(self, *, n_basis: int = 100, bandwidth: str | float = "median", lam: float = 1e-3, base: str = "flat",
                  lite: bool = False, n_components: int | None = None, radial: str = "gaussian",
-                 regularizer: str = "tikhonov", nu: float = 1.0, ridge: float = 0.0,
+                 regularizer: str = "tikhonov", nu: float = 1.0, step: float | None = None, ridge: float = 0.0,
                  rank_tol: float = DEFAULT_RANK_TOL, lam_grid: list[float] | None = None,
                  validation_fraction: float = 0.1, pilot_rows: int = DEFAULT_PILOT_ROWS, on_bad_rows: str = "raise",
                  block_bytes: int = DEFAULT_BLOCK_BYTES, split_every: int = 8, random_state: int | None = 0,
@@ -58,6 +58,7 @@ class NystromKEF(AnomalyMixin, DensityEvaluation, ScoreEstimator):
         self.radial = radial
         self.regularizer = regularizer
         self.nu = nu
+        self.step = step
         self.ridge = ridge
         self.rank_tol = rank_tol
         self.pilot_rows = pilot_rows

@@ -82,6 +82,10 @@ class ParamTable(BaseModel):
         give equal statistics from the same rows and draw."""
         return {k: v for k, v in cls.current_names(params).items() if k not in cls.solve_only | WHERE_ONLY}
 
+    def fit_rules(self) -> None:
+        """Rules across parameters that a fit checks (:meth:`~tgpflow.models.estimator_base.Estimator.check_params`)
+        and :meth:`check` does not, so that the table still accepts each valid value alone; none by default."""
+
     @classmethod
     def check(cls, params: Mapping[str, Any]) -> ParamTable:
         """The validated table of ``params`` (missing ones take their defaults), or a ValueError with one
@@ -282,6 +286,18 @@ class GPTiltedParams(StreamingParams):
         return self
 
 
+STEP_HELP = ("The iterations' step: Landweber's η, the ν-method's 1/ρ. None: 1/(1.05‖T‖), so that t steps are t "
+             "steps on any data; 1.0 is the convention of the papers' code (kscore), λ in the kernel's units. Must "
+             "be ≤ 1/‖T‖.")
+
+
+def step_rule(step: float | None, regularizer: str) -> None:
+    """A given ``step`` needs an iteration (a :meth:`ParamTable.fit_rules` rule)."""
+    if step is not None and regularizer not in ("landweber", "nu"):
+        raise ValueError(f"step is the step of the Landweber and ν-method iterations; regularizer is {regularizer!r} "
+                         f"(leave step=None)")
+
+
 class _KernelParams(StreamingParams):
     """What the Nyström kernel models share ([Zhou et al.], [Sutherland et al.]; docs/mathematics.md, "Nyström kernel exponential family"
     and "Score estimators on a Nyström basis")."""
@@ -290,7 +306,7 @@ class _KernelParams(StreamingParams):
         "eps": "it was split into ridge (the direct solve's ridge, now 0 by default; eps's default was 1e-5) and "
                "rank_tol (the eigenvalue cut of G)"}
     legacy_names: ClassVar[dict[str, str]] = {"eps": "ridge"}  # eps was the direct solve's ridge
-    solve_only: ClassVar[frozenset[str]] = frozenset({"ridge", "rank_tol"})  # only _solve reads them
+    solve_only: ClassVar[frozenset[str]] = frozenset({"ridge", "rank_tol", "step"})  # only _solve reads them
 
     regularizer: Literal[REGULARIZERS] = param(  # type: ignore[valid-type]
         "tikhonov", "The spectral filter g_λ.")
@@ -298,11 +314,12 @@ class _KernelParams(StreamingParams):
     bandwidth: Union[Literal["median"], PositiveNumber, PositiveGrid] = param(
         "median", "σ_k: the median heuristic, a number, or a list selected on held-out rows.")
     lam: Union[PositiveNumber, Literal["auto"]] = param(
-        1e-3, "λ of the filter (Landweber: ⌊1/λ⌋ steps, ν-method: ⌊λ^-1/2⌋, each of step 1/(1.05‖T‖)); 'auto' "
+        1e-3, "λ of the filter (Landweber: ⌊1/λ⌋ steps, ν-method: ⌊λ^-1/2⌋, each of step `step`); 'auto' "
               "selects it from lam_grid by the held-out Hyvärinen loss.")
     base: Literal["flat", "gaussian"] = param("flat", "q0: uniform, or N(μ0, Σ0) with the exact moments of the pass.")
     radial: Literal[KERNELS] = param("gaussian", "The scalar kernel.")  # type: ignore[valid-type]
     nu: PositiveNumber = param(1.0, "ν of the ν-method.")
+    step: Union[None, PositiveNumber] = param(None, STEP_HELP)
     ridge: NonNegativeNumber = param(
         0.0, "Extra ridge ε of the direct Tikhonov solve, (C/N + λG + εI); 0: none (a rank-deficient G is solved in "
              "the pseudo-inverse limit). Sutherland et al. used 1e-5.")
@@ -313,6 +330,9 @@ class _KernelParams(StreamingParams):
         None, "The λ values of lam='auto' (default: 10⁻⁶ … 1, 13 values; Landweber 10⁻⁴ … 1).")
     validation_fraction: Fraction = param(0.1, "Share of rows held out when selecting (by a hash of their position).")
     split_every: at_least(2) = param(8, "Fan-in of the reduction tree.")  # type: ignore[valid-type]
+
+    def fit_rules(self) -> None:
+        step_rule(self.step, self.regularizer)
 
 
 class ScoreParams(_KernelParams):
@@ -383,6 +403,10 @@ class FullKEFParams(ParamTable):
     regularizer: Literal["tikhonov", "landweber", "nu"] = param(
         "tikhonov", "The KEF (Tikhonov), or the full-sample Landweber / ν-method iterations by mat-vecs with G.")
     nu: PositiveNumber = param(1.0, "ν of the ν-method.")
+    step: Union[None, PositiveNumber] = param(None, STEP_HELP)
+
+    def fit_rules(self) -> None:
+        step_rule(self.step, self.regularizer)
 
 
 class ExactKDEParams(ParamTable):

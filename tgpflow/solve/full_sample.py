@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from tgpflow.solve.kef import landweber, nu_method, operator_norm, NORM_SAFETY
+from tgpflow.solve.kef import NORM_SAFETY, check_step, landweber, nu_method, operator_norm
 from tgpflow.solve.matfree import CurlFreeGram
 
 __all__ = ["full_sample_iteration", "landweber_weight", "KRYLOV_MIN_STEPS"]
@@ -66,18 +66,22 @@ def full_sample_iteration(gram: CurlFreeGram, zeta_rows: np.ndarray, lam: float,
                           nu: float = 1.0, step: float | None = None) -> tuple[float, np.ndarray, dict[str, object]]:
     """a and β (n, d) of t Landweber (``regularizer="landweber"``, t = ⌊1/λ⌋) or ν-method (``"nu"``,
     t = ⌊λ^{−½}⌋) steps from s = 0 (module docstring); ``zeta_rows`` = ζ̂(X), (n, d). ``step``: η (or 1/ρ)
-    instead of 1/(1.05‖G/n‖). Returns a, β and ``iterations``, ``step``, ``norm_estimate``,
-    ``norm_matvecs``, ``matvecs`` (all products with G), and ``rho``, ``nu`` for the ν-method."""
+    instead of 1/(1.05‖G/n‖), at most 1/‖G/n‖ (:func:`~tgpflow.solve.kef.check_step`). Returns a, β and
+    ``iterations``, ``step``, ``norm_estimate``, ``norm_matvecs``, ``matvecs`` (all products with G), and ``rho``,
+    ``nu`` for the ν-method."""
     n, d = zeta_rows.shape
     flat_zeta = zeta_rows.ravel()
     start = gram.matvecs
     info: dict[str, object] = {"regularizer": regularizer}
+    norm, used = operator_norm(lambda v: gram.matvec(v) / n, size=n * d)
+    info.update(norm_estimate=norm, norm_matvecs=used)
     if step is None:
-        norm, used = operator_norm(lambda v: gram.matvec(v) / n, size=n * d)
         if norm <= 0.0:
             raise FloatingPointError("the Gram matrix is zero (bandwidth too small or too large?): nothing to fit")
         step = 1.0 / (NORM_SAFETY * norm)
-        info.update(norm_estimate=norm, norm_matvecs=used, norm_safety=NORM_SAFETY)
+        info["norm_safety"] = NORM_SAFETY
+    else:
+        check_step(step, norm)
 
     def apply(w: np.ndarray) -> np.ndarray:
         out = np.empty_like(w)

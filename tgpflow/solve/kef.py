@@ -31,7 +31,9 @@ estimators on a Nyström basis"), float64.
   :func:`operator_norm` (Lanczos from a seeded start, about :data:`POWER_ITERATIONS` mat-vecs at
   most) times the safety factor :data:`NORM_SAFETY`: Landweber's step η = 1/(1.05‖T‖), the
   ν-method's ρ = 1.05‖T‖ (both need ‖T‖ ≤ 1/η = ρ; a Lanczos estimate is from below).
-  No data-dependent bound (a Gershgorin row sum, 1.1–14× ‖T‖) shifts what λ means.
+  No data-dependent bound (a Gershgorin row sum, 1.1–14× ‖T‖) shifts what λ means. A given ``step`` replaces
+  1/(1.05‖T‖) (:func:`check_step` refuses one above 1/‖T‖): ``step=1`` is the papers' code (kscore), where λ is in
+  the kernel's units and the same filter as λ here takes ``lam_here = lam_there / rho`` (docs/mathematics.md).
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ from tgpflow.solve.matfree import WhitenedOperator
 from tgpflow.stats.kef import DiagStats, KEFStats, LiteStats
 
 __all__ = ["REGULARIZERS", "kernel_heldout_loss", "kernel_solve", "kef_h", "diag_h", "lite_r", "tikhonov_direct",
-           "spectral_solve", "check_memory", "nu_method_coeffs", "operator_norm", "landweber", "nu_method",
-           "DEFAULT_RANK_TOL", "NORM_SAFETY", "POWER_ITERATIONS", "SINGULAR_RCOND", "ITERATIVE_METHODS"]
+           "spectral_solve", "check_memory", "check_step", "nu_method_coeffs", "operator_norm", "landweber",
+           "nu_method", "DEFAULT_RANK_TOL", "NORM_SAFETY", "POWER_ITERATIONS", "SINGULAR_RCOND", "ITERATIVE_METHODS"]
 
 logger = logging.getLogger("tgpflow")
 
@@ -241,6 +243,15 @@ def nu_method(T: Operator, z: np.ndarray, steps: int, rho: float, nu: float) -> 
     return w
 
 
+def check_step(step: float, norm: float) -> None:
+    """Refuse a given step above 1/‖T‖ (``norm``: the Lanczos estimate, from below): Landweber needs η ≤ 1/‖T‖ and
+    the ν-method ρ ≥ ‖T‖ (docs/mathematics.md, "Score estimators on a Nyström basis"); beyond, the iterates grow
+    without bound instead of filtering the spectrum."""
+    if step * norm > 1.0 + 1e-9:
+        raise ValueError(f"step={step:g} is above 1/‖T‖ = {1.0 / norm:.4g} (‖T‖ = {norm:.4g}, by Lanczos): the "
+                         f"iterations would diverge; use step ≤ {1.0 / norm:.3g}, or step=None (1/(1.05‖T‖))")
+
+
 def spectral_solve(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, regularizer: str, *,
                    rank_tol: float = DEFAULT_RANK_TOL, nu: float = 1.0, step: float | None = None,
                    method: str = "auto") -> tuple[np.ndarray, dict[str, object]]:
@@ -287,14 +298,17 @@ def _iterate(apply: Callable[[np.ndarray], np.ndarray], z: np.ndarray, lam: floa
              step: float | None, info: dict[str, object]) -> np.ndarray:
     """w = −g_λ(T)z by Landweber or the ν-method with mat-vecs ``apply``; the step from ‖T‖ (Lanczos)
     unless given. Records what was done in ``info``."""
+    norm, matvecs = operator_norm(apply, size=z.shape[0])
+    info.update(norm_estimate=norm, norm_matvecs=matvecs)
     if step is None:
-        norm, matvecs = operator_norm(apply, size=z.shape[0])
-        info.update(norm_estimate=norm, norm_matvecs=matvecs, norm_safety=NORM_SAFETY)
+        info["norm_safety"] = NORM_SAFETY
         scale = NORM_SAFETY * norm
         if scale <= 0.0:
             raise FloatingPointError("the projected operator T is zero (no rows, or a degenerate basis): "
                                      "nothing to fit")
         step = 1.0 / scale
+    else:
+        check_step(step, norm)
     if regularizer == "landweber":
         t = int(np.floor(1.0 / lam))
         info.update(iterations=t, step=step)
@@ -358,10 +372,11 @@ def kernel_heldout_loss(kind: str, val: KEFStats | DiagStats | LiteStats, basis:
 
 def kernel_solve(kind: str, stats: KEFStats | DiagStats | LiteStats, basis: NystromBasis, base: Base | None,
                  lam: float, *, regularizer: str, ridge: float, rank_tol: float,
-                 nu: float) -> tuple[np.ndarray, dict[str, Any]]:
+                 nu: float, step: float | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """The coefficients of a kernel model of ``kind`` ("curl_free", "diagonal" or "lite") from a pass's
     statistics at ``lam``, (m, d) ((m,) for lite), and the solver's report: Tikhonov by :func:`tikhonov_direct`
-    (``ridge``: [Sutherland et al.]'s ε), else the spectral ``regularizer`` (:func:`spectral_solve`, with ``nu``). With
+    (``ridge``: [Sutherland et al.]'s ε), else the spectral ``regularizer`` (:func:`spectral_solve`, with ``nu`` and
+    ``step``). With
     dimension subsampling (``basis.index``) the solve is on the kept entries and the others are 0."""
     m, d, n = basis.n_basis, basis.n_dims, stats.n
     Y = basis.Y
@@ -380,7 +395,7 @@ def kernel_solve(kind: str, stats: KEFStats | DiagStats | LiteStats, basis: Nyst
         c, info = tikhonov_direct(C, h, G, n, lam, ridge, rank_tol=rank_tol)
         info = {"regularizer": "tikhonov", **info}
     else:
-        c, info = spectral_solve(C, h, G, n, lam, regularizer, rank_tol=rank_tol, nu=nu)
+        c, info = spectral_solve(C, h, G, n, lam, regularizer, rank_tol=rank_tol, nu=nu, step=step)
     if not np.all(np.isfinite(c)):
         raise FloatingPointError("the kernel solve gave non-finite coefficients; raise lam or ridge")
     if index is not None:
