@@ -20,7 +20,8 @@ full statistics. All fits share the basis Y (the first m rows of a separate pilo
 unless ``--lam`` is given. Every figure is measured in the run.
 
 ``--fit`` times the call a user makes instead, ``NystromKEF(n_basis=m).fit(X)`` end to end (pilot, bandwidth, pass on
-the default embedded cluster, solve), against the same SYRK bound. Per row the full-column SYRK is d·(md)² = 2.5·10⁸
+dask's threads scheduler as a fit without a cluster runs, solve; all md components, ``--components`` is not read),
+against the same SYRK bound. Per row the full-column SYRK is d·(md)² = 2.5·10⁸
 flops at the issue's shape, so its bound is the machine's GEMM rate over that: about 250 rows/s at 63 GFLOP/s on two
 cores (an earlier reading of 2 800 rows/s would need 700 GFLOP/s).
 
@@ -226,8 +227,9 @@ def throughput_run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def fit_run(args: argparse.Namespace) -> dict[str, Any]:
-    """The call a user makes, ``NystromKEF(n_basis=m).fit(X)`` on N(0, I) rows (the default embedded cluster, pilot,
-    median bandwidth, pass and solve), end to end against the same-run SYRK bound of its basis (issue 44 item 3)."""
+    """The call a user makes, ``NystromKEF(n_basis=m).fit(X)`` on N(0, I) rows (pilot, median bandwidth, the pass on
+    the threads scheduler and the solve), end to end against the same-run SYRK bound of its basis (issue 44 item
+    3)."""
     from tgpflow import NystromKEF
     from tgpflow.features.nystrom import NystromBasis
 

@@ -11,11 +11,12 @@ t_tgpflow = t_kscore·√ρ, i.e. ``lam_tgpflow = lam_kscore / rho`` (``solver_i
 
 For each set this prints the relative score error ‖ŝ − ∇log p‖/‖∇log p‖ on the test rows of
 
-* **peer**: kscore's iteration (ρ = 1) in plain NumPy on the dense nd × nd Gram, at the issue's t = 32 and at its
-  best t of {4, …, 256} (an oracle: chosen on the test rows);
+* **peer**: kscore's iteration (ρ = 1) in plain NumPy on the dense nd × nd Gram, at the issue's t = 32 (kscore's
+  ``NuEstimator(iternum=32)``; its ``lam=1/32²`` would run 33 steps) and at its best t of {4, …, 256} (an oracle:
+  chosen on the test rows);
 * **same λ**: ``ScoreEstimator.preset("nu_method", lam=1/32²).fit(X, basis=X)``;
 * **converted**: the same call at ``lam = (1/32²)/rho``, ρ from the same-λ fit's ``solver_info_``;
-* **step=1**: the same call at λ = 1/32² with ``step=1.0``, kscore's ρ (refused where ‖T‖ > 1);
+* **step=1**: the same call at λ = 1/32² with ``step=1.0``, kscore's ρ (refused where ‖T‖ > 1: NaN here);
 * **auto**: ``lam="auto"`` (held-out selection on the estimator's own validation rows, no test data).
 
 The NumPy iteration run at tgpflow's ρ is checked against the library's fit first (the "check" column: the largest
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 import warnings
 
@@ -44,7 +46,7 @@ class PeerNu:
 
     def __init__(self, X: np.ndarray, s: float):
         self.X, self.s = X, s
-        n, d = X.shape
+        n = X.shape[0]
         self.K = _kcf(X, X, s)  # (n·d, n·d)
         self.h = self.zeta(X).reshape(-1)  # ζ̂ at the rows
         self.norm = float(np.linalg.eigvalsh(self.K / n)[-1])
@@ -111,14 +113,16 @@ def main() -> None:
         check = float(np.max(np.abs(same.grad_log_density(Xt) - peer.score(peer.fit(PEER_T, rho), Xt)))
                       / np.max(np.abs(same.grad_log_density(Xt))))
         conv = fit(lam / rho)
-        ks_step = ScoreEstimator.preset("nu_method", lam=lam, bandwidth=s, step=1.0).fit(X, basis=X)
+        ks_step = (ScoreEstimator.preset("nu_method", lam=lam, bandwidth=s, step=1.0).fit(X, basis=X)
+                   if peer.norm <= 1.0 else None)  # ρ = 1 below ‖T‖: refused (check_step)
         t0 = time.perf_counter()
         auto = fit("auto")
         auto_s = time.perf_counter() - t0
         row = {"sigma_k": s, "norm_K_over_M": peer.norm, "rho": rho, "peer_t32": peer_errors[PEER_T],
                "peer_best": peer_errors[best_t], "peer_best_t": best_t, "peer_errors": peer_errors,
                "same_lam": err(same.grad_log_density(Xt)), "converted": err(conv.grad_log_density(Xt)),
-               "converted_t": conv.solver_info_["iterations"], "step_1": err(ks_step.grad_log_density(Xt)),
+               "converted_t": conv.solver_info_["iterations"],
+               "step_1": err(ks_step.grad_log_density(Xt)) if ks_step else math.nan,
                "auto": err(auto.grad_log_density(Xt)),
                "auto_lam": auto.lam_, "auto_t": int(np.floor(auto.lam_**-0.5)), "auto_seconds": auto_s,
                "check": check}

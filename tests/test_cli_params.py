@@ -111,6 +111,7 @@ REFUSED = [
     (["--model", "kde_rff", "--bandwidth", "0.3,0.6"], "kde_rff has no λ or η to select"),
     (["--model", "ncfd", "--base", "learn"], "base='learn' is defined for method 'fd' and 'fvpd'"),
     (["--model", "nkef", "-p", "lite=true", "--regularizer", "nu"], "use regularizer='tikhonov' (got 'nu')"),
+    (["--model", "nkef", "-p", "step=0.5"], "step is the step of the Landweber and ν-method iterations"),
 ]
 
 

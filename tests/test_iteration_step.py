@@ -2,6 +2,8 @@
 the papers' code (kscore), ρ = 1 in the kernel's units, checked step for step against a dense NumPy transcription of
 that iteration; a step above 1/‖T‖ is refused (docs/mathematics.md, "What λ means for the iterations")."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -79,7 +81,7 @@ def test_a_step_above_one_over_the_norm_is_refused_and_step_needs_an_iteration()
     X = _banana(150, 3)
     s = 0.05  # a narrow kernel: ‖K/M‖ above 1, where kscore's ρ = 1 is below ‖T‖ (the ν-method needs ρ ≥ ‖T‖)
     assert np.linalg.eigvalsh(_kcf(X, X, s) / X.shape[0])[-1] > 1.2
-    with pytest.raises(ValueError, match=r"step=1 is above 1/‖T‖ = .*the iterations would diverge"):
+    with pytest.raises(ValueError, match=r"step=1 is above 1/‖T‖ = .*use a step of at most 1/‖T‖"):
         ScoreEstimator.preset("nu_method", lam=1e-2, bandwidth=s, step=1.0).fit(X, basis=X)
     with pytest.raises(ValueError, match=r"step=1 is above 1/‖T‖"):
         ScoreEstimator(regularizer="landweber", lam=1e-2, n_basis=40, bandwidth=s, step=1.0).fit(X)
@@ -87,3 +89,33 @@ def test_a_step_above_one_over_the_norm_is_refused_and_step_needs_an_iteration()
         ScoreEstimator(regularizer="tikhonov", step=0.5).fit(X)
     with pytest.raises(ValueError, match="step is the step"):
         FullKEF(step=0.5).fit(X)
+
+
+def _landweber(X: np.ndarray, s: float, t: int, eta: float, x: np.ndarray) -> np.ndarray:
+    """t full-sample Landweber steps of step η (docs/mathematics.md: ŝ_t = −tηζ̂ + Σ_m K(·, x_m)c_m with c_1 = 0,
+    c_{k+1} = (I − ηK/M)c_k + kη²h/M), on the dense Gram, evaluated at x."""
+    n = X.shape[0]
+    K, h = _kcf(X, X, s), _zeta(X, X, s).ravel()
+    c = np.zeros_like(h)
+    for k in range(1, t):
+        c = c - eta * (K @ c) / n + k * eta**2 * h / n
+    return -t * eta * _zeta(x, X, s) + (_kcf(x, X, s) @ c).reshape(x.shape)
+
+
+def test_a_given_step_runs_landwebers_lanczos_projection_to_the_recursions_answer():
+    X, x = _banana(120, 4), _banana(30, 5)
+    fit = ScoreEstimator.preset("landweber", lam=1 / 200, bandwidth=4.0, step=1.0).fit(X, basis=X)
+    assert fit.solver_info_["iterations"] == 200 and fit.solver_info_.get("krylov") is True  # t > 64: projected
+    ref = _landweber(X, 4.0, 200, 1.0, x)
+    np.testing.assert_allclose(fit.grad_log_density(x), ref, rtol=1e-8, atol=1e-8 * np.abs(ref).max())
+
+
+def test_the_largest_step_allowed_is_one_over_the_norm_and_the_refusal_suggests_one_it_accepts():
+    X = _banana(300, 6)
+    est = ScoreEstimator(regularizer="nu", lam=1 / 10**2, n_basis=40, bandwidth=0.3)
+    norm = est.fit(X).solver_info_["norm_estimate"]
+    assert est.set_params(step=1.0 / norm).fit(X).solver_info_["rho"] == pytest.approx(norm)  # the bound: accepted
+    with pytest.raises(ValueError, match="use a step of at most 1/‖T‖") as err:
+        est.set_params(step=1.01 / norm).fit(X)
+    suggested = float(re.search(r"e\.g\. step=([0-9.e+-]+)", str(err.value)).group(1))
+    assert est.set_params(step=suggested).fit(X).solver_info_["step"] == suggested

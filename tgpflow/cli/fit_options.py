@@ -165,7 +165,7 @@ def model_params(ctx: click.Context, model: str, options: dict[str, Any], pairs:
         except ValueError as exc:
             raise click.BadParameter(str(exc), ctx=ctx, param_hint=how) from None
     try:
-        table.check({**preset, **values})
+        table.check({**preset, **values}).fit_rules()
     except ValueError as exc:
         raise click.UsageError(str(exc), ctx=ctx) from None
     return {**preset, **values}

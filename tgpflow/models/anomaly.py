@@ -11,9 +11,9 @@ undefined) density: then every such row is flagged, the threshold being the larg
 ``anomaly_score`` and ``is_anomaly`` are lazy for dask/Parquet/Zarr input, like ``log_density``.
 
 A fit learns its threshold on at most :func:`threshold_rows` of its pilot rows (a sample under a fixed seed, so the
-same rows give the same threshold): enough that about :data:`THRESHOLD_EXCEEDANCES` of them lie beyond it, and never
-fewer than :data:`THRESHOLD_MIN_ROWS`. Beyond that, more rows only cost time (a discrete column's row is a cell
-integral of 256 points) and move the flagged share by less than its sampling error.
+same rows give the same threshold): enough that at least about :data:`THRESHOLD_EXCEEDANCES` of them lie beyond it,
+and never fewer than :data:`THRESHOLD_MIN_ROWS`. Beyond that, more rows only cost time (a discrete column's row is a
+cell integral of 256 points) and move the flagged share by less than its sampling error.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ THRESHOLD_SEED = 0
 
 def threshold_rows(rows: np.ndarray, quantile: float) -> np.ndarray:
     """The pilot rows a fit learns its threshold on: all of them, or a seeded sample of max(10 000, 100/quantile) —
-    about 100 rows beyond the threshold, whose flagged share then has a relative standard error of about 10 %."""
+    at least about 100 rows beyond the threshold, so that the share it flags has a relative standard error of at
+    most about 10 %."""
     keep = max(THRESHOLD_MIN_ROWS, int(np.ceil(THRESHOLD_EXCEEDANCES / float(quantile))))
     if rows.shape[0] <= keep:
         return rows

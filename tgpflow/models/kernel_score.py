@@ -132,7 +132,7 @@ class ScoreEstimator(ScoreEvaluation, StreamingMixin, StatsEstimator):
           for the iterations").
         * ``"landweber"`` — Landweber iteration ([Zhou et al.] §3.2 eq 13, Theorem 3.4 with the sign of
           docs/mathematics.md, "Where the papers differ", item C1), curl-free kernel: t iterations are ``lam = 1/t`` (t
-          = ⌊1/λ⌋); the step η = 1/(1.05‖T‖).
+          = ⌊1/λ⌋); the step η = 1/(1.05‖T‖), or ``step``.
 
           Both iterations apply T by mat-vecs with the stored C and the Cholesky factor of G (no
           eigendecomposition where G is numerically definite: :func:`~tgpflow.solve.kef.spectral_solve`).

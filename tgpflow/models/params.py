@@ -4,7 +4,9 @@ A table is a pydantic model with one field per parameter of an estimator's ``__i
 (the allowed values and ranges), its default, a one-line help (the field's ``description``) and,
 for :class:`GPTiltedParams`, the methods it applies to (``applies``: a capability of
 :class:`~tgpflow.models.tgp_method.TGPMethod` that a method must have for the parameter to do
-anything, e.g. ``"noise_conditional"``). Rules across parameters are the tables' model validators.
+anything, e.g. ``"noise_conditional"``). Rules across parameters are the tables' model validators, or their
+:meth:`ParamTable.fit_rules` where the table must still accept each value of one parameter alone (the fit and the CLI
+check both).
 
 The estimators check their ``get_params()`` against their table once per public entry
 (:mod:`tgpflow.models.estimator_base`); ``tgpflow fit`` makes its model options from these tables
@@ -83,8 +85,9 @@ class ParamTable(BaseModel):
         return {k: v for k, v in cls.current_names(params).items() if k not in cls.solve_only | WHERE_ONLY}
 
     def fit_rules(self) -> None:
-        """Rules across parameters that a fit checks (:meth:`~tgpflow.models.estimator_base.Estimator.check_params`)
-        and :meth:`check` does not, so that the table still accepts each valid value alone; none by default."""
+        """Rules across parameters that a fit (:meth:`~tgpflow.models.estimator_base.Estimator.check_params`) and the
+        CLI's options check and :meth:`check` does not, so that the table still accepts each valid value alone; none
+        by default."""
 
     @classmethod
     def check(cls, params: Mapping[str, Any]) -> ParamTable:
@@ -287,8 +290,8 @@ class GPTiltedParams(StreamingParams):
 
 
 STEP_HELP = ("The iterations' step: Landweber's η, the ν-method's 1/ρ. None: 1/(1.05‖T‖), so that t steps are t "
-             "steps on any data; 1.0 is the convention of the papers' code (kscore), λ in the kernel's units. Must "
-             "be ≤ 1/‖T‖.")
+             "steps on any data; for the ν-method 1.0 is kscore's NuEstimator (ρ = 1, λ in the kernel's units). "
+             "At most 1/‖T‖.")
 
 
 def step_rule(step: float | None, regularizer: str) -> None:

@@ -93,7 +93,7 @@ def full_sample_iteration(gram: CurlFreeGram, zeta_rows: np.ndarray, lam: float,
     z[0] = 1.0
     if regularizer == "landweber":
         t = int(np.floor(1.0 / lam))
-        projected = _krylov_landweber(gram, flat_zeta / n, t, step) if t > KRYLOV_MIN_STEPS else None
+        projected = _krylov_landweber(gram, flat_zeta / n, t, step, norm) if t > KRYLOV_MIN_STEPS else None
         if projected is not None:
             a, beta, krylov = projected
             info.update(iterations=t, step=step, krylov=True, **krylov, matvecs=gram.matvecs - start)
@@ -139,9 +139,10 @@ def landweber_weight(theta: np.ndarray, t: int, step: float) -> np.ndarray:
     return out
 
 
-def _krylov_landweber(gram: CurlFreeGram, b: np.ndarray, t: int, step: float) -> tuple[float, np.ndarray,
-                                                                                      dict[str, object]] | None:
-    """a and β (flat) of t Landweber steps from the Lanczos projection of A = G/n on b (module docstring), and
+def _krylov_landweber(gram: CurlFreeGram, b: np.ndarray, t: int, step: float,
+                      norm: float) -> tuple[float, np.ndarray, dict[str, object]] | None:
+    """a and β (flat) of t Landweber steps from the Lanczos projection of A = G/n on b (module docstring; ``norm``:
+    ‖A‖ by Lanczos, the scale a vanishing β_k is judged on), and
     ``lanczos_steps``, ``lanczos_change`` (the last check's relative move) and ``lanczos_exact`` (the Krylov space
     became invariant, or reached t − 1 dimensions) for the info; None when :data:`KRYLOV_MAX_STEPS` products do not
     settle it (the caller runs the recursion)."""
@@ -156,7 +157,6 @@ def _krylov_landweber(gram: CurlFreeGram, b: np.ndarray, t: int, step: float) ->
     Q[:, 0] = b / bnorm
     alpha, beta = np.empty(limit), np.empty(limit)
     previous, change = None, np.inf
-    norm = 1.0 / (NORM_SAFETY * step)  # ‖A‖, from the step: the scale a vanishing β_k is judged on
 
     def projected(k: int) -> np.ndarray:
         theta, U = scipy.linalg.eigh_tridiagonal(alpha[:k], beta[:k - 1])

@@ -32,8 +32,9 @@ estimators on a Nyström basis"), float64.
   most) times the safety factor :data:`NORM_SAFETY`: Landweber's step η = 1/(1.05‖T‖), the
   ν-method's ρ = 1.05‖T‖ (both need ‖T‖ ≤ 1/η = ρ; a Lanczos estimate is from below).
   No data-dependent bound (a Gershgorin row sum, 1.1–14× ‖T‖) shifts what λ means. A given ``step`` replaces
-  1/(1.05‖T‖) (:func:`check_step` refuses one above 1/‖T‖): ``step=1`` is the papers' code (kscore), where λ is in
-  the kernel's units and the same filter as λ here takes ``lam_here = lam_there / rho`` (docs/mathematics.md).
+  1/(1.05‖T‖) (:func:`check_step` refuses one above 1/‖T‖): for the ν-method ``step=1`` is kscore's ``NuEstimator``,
+  where λ is in the kernel's units, and the same filter as λ there takes ``lam_here = lam_there / rho`` here
+  (docs/mathematics.md, "What λ means for the iterations").
 """
 
 from __future__ import annotations
@@ -244,12 +245,14 @@ def nu_method(T: Operator, z: np.ndarray, steps: int, rho: float, nu: float) -> 
 
 
 def check_step(step: float, norm: float) -> None:
-    """Refuse a given step above 1/‖T‖ (``norm``: the Lanczos estimate, from below): Landweber needs η ≤ 1/‖T‖ and
-    the ν-method ρ ≥ ‖T‖ (docs/mathematics.md, "Score estimators on a Nyström basis"); beyond, the iterates grow
-    without bound instead of filtering the spectrum."""
+    """Refuse a given step above 1/‖T‖ (``norm``: the Lanczos estimate, from below): the filters are defined for
+    Landweber's η ≤ 1/‖T‖ and the ν-method's ρ ≥ ‖T‖ (docs/mathematics.md, "Score estimators on a Nyström basis");
+    beyond, the ν-method's iterates grow without bound, and Landweber's diverge past 2/‖T‖."""
     if step * norm > 1.0 + 1e-9:
-        raise ValueError(f"step={step:g} is above 1/‖T‖ = {1.0 / norm:.4g} (‖T‖ = {norm:.4g}, by Lanczos): the "
-                         f"iterations would diverge; use step ≤ {1.0 / norm:.3g}, or step=None (1/(1.05‖T‖))")
+        safe = float(f"{1.0 / (NORM_SAFETY * norm):.3g}")  # 5 % below the bound: its rounding cannot cross it
+        raise ValueError(f"step={step:g} is above 1/‖T‖ = {1.0 / norm:.4g} (‖T‖ = {norm:.4g}, by Lanczos), where "
+                         f"the iterations stop being a filter of the spectrum; use a step of at most 1/‖T‖ (e.g. "
+                         f"step={safe:g}), or step=None (1/(1.05‖T‖))")
 
 
 def spectral_solve(C: np.ndarray, h: np.ndarray, G: np.ndarray, n: int, lam: float, regularizer: str, *,
