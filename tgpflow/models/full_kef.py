@@ -117,7 +117,7 @@ class FullKEF(Estimator):
             gram = self._gram(X)
             self.xi_coef_, self.beta_, info = full_sample_iteration(gram, grad_xi, lam, self.regularizer,
                                                                     nu=float(self.nu), step=self.step)
-            self.solver_info_ = {"solver": "iterative", **info, "size": n * d, **self._gram_info(gram)}
+            self.solver_info_ = {"solver": "iterative", **info, "size": n * d, **gram.info()}
             return self
         self.xi_coef_ = -1.0 / lam
         rhs = grad_xi.ravel() / lam
@@ -136,7 +136,7 @@ class FullKEF(Estimator):
             self.beta_ = sol.reshape(n, d)
             self.solver_info_ = {"solver": "cg", "cg_exit": 0 if info["converged"] else int(info["iterations"]),
                                  **info, "rtol": float(self.cg_tol), "preconditioner": "none (constant diagonal)",
-                                 "size": n * d, **self._gram_info(gram)}
+                                 "size": n * d, **gram.info()}
         if reason:
             self.solver_info_["reason"] = reason
         return self
@@ -144,10 +144,6 @@ class FullKEF(Estimator):
     def _gram(self, X: np.ndarray) -> CurlFreeGram:
         """G as an operator; α, κ kept when 16·n² bytes fit in min(GRAM_BUDGET_BYTES, half the available RAM)."""
         return CurlFreeGram(self.kernel_, X, budget_bytes=gram_budget())
-
-    @staticmethod
-    def _gram_info(gram: CurlFreeGram) -> dict[str, object]:
-        return {"gram": "kept" if gram.kept else "streamed", "gram_bytes": gram.bytes}
 
     def _pick_solver(self, size: int) -> tuple[str, str | None]:
         """"direct" or "cg" for an nd = ``size`` system, and why when ``solver="auto"`` chose CG."""

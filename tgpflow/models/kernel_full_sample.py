@@ -96,6 +96,5 @@ def fit_full_sample(est: Any, rows: np.ndarray, names: list[str]) -> tuple[Kerne
     a, beta, info = full_sample_iteration(gram, zeta, float(est.lam), est.regularizer, nu=float(est.nu),
                                           step=est.step)
     info = {"path": FULL_SAMPLE_PATH, "reason": "basis = every row of X, in memory: the iterations run on the n × n "
-            "kernel matrix by products (no nd × nd matrix)", **info, "size": int(rows.size),
-            "gram": "kept" if gram.kept else "streamed", "gram_bytes": gram.bytes}
+            "kernel matrix by products (no nd × nd matrix)", **info, "size": int(rows.size), **gram.info()}
     return KernelFitted(basis, "curl_free", beta, base, xi_coef=a, xi_weights=g), info

@@ -94,6 +94,10 @@ class CurlFreeGram:
         """Bytes held between products (α and κ, or none)."""
         return self._matrices * 8 * self.X.shape[0] ** 2 if self.kept else 0
 
+    def info(self) -> dict[str, object]:
+        """What a fit's ``solver_info_`` says of the Gram: ``gram`` ("kept" or "streamed") and ``gram_bytes``."""
+        return {"gram": "kept" if self.kept else "streamed", "gram_bytes": self.bytes}
+
     def _parts(self, s: int) -> tuple[np.ndarray, np.ndarray]:
         _, d1, d2, _ = self.kernel.profile(sq_dist(self._Xc[s:s + self.rows], self._Xc))
         d1 *= -2.0
