@@ -80,7 +80,7 @@ def test_defensive_proposal_sees_mass_far_from_the_base():
     plain = np.random.default_rng(1).standard_normal((2**16, 1))
     assert np.log(np.exp(log_q(plain) - norm.logpdf(plain[:, 0])).mean()) < np.log(1.5) - 0.3  # the plain base's
     # the draws are the mixture: the share beyond ±4 is α·P(|N(0, κ²)| > 4) (+ a negligible base share)
-    pts = np.concatenate([p for p, _ in base_proposal_blocks(base, 2**16, 1)])
+    pts = np.concatenate([p for p, *_ in base_proposal_blocks(base, 2**16, 1)])
     expected = WIDE_SHARE * 2 * norm.sf(4.0 / WIDE_SCALE) + (1 - WIDE_SHARE) * 2 * norm.sf(4.0)
     assert (np.abs(pts[:, 0]) > 4.0).mean() == pytest.approx(expected, rel=0.1)
 
@@ -143,7 +143,7 @@ def test_heldout_loglik_and_sliced_ks_from_statistics_equal_direct_evaluation(sp
         assert row["log_z"] == pytest.approx(z.log_z, rel=1e-12)
         assert row["loglik"] == pytest.approx(float(np.mean(log_q(X[held]))) - z.log_z, rel=1e-10)
         # sliced KS: the held-out rows' CDF against the weighted draws', on the grid, by brute force
-        pts = np.concatenate([p for p, _ in base_proposal_blocks(base, 20_000, 7)])
+        pts = np.concatenate([p for p, *_ in base_proposal_blocks(base, 20_000, 7)])
         w = np.exp(log_q(pts) - _proposal_logpdf(base, pts))
         model_hist = grid.histogram(pts, weights=w)
         assert row["sliced_ks"] == pytest.approx(float(np.median(ks_by_direction(counts, model_hist))), rel=1e-9)

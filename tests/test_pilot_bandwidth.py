@@ -11,7 +11,6 @@ from tgpflow.core.gaussian_base import Base
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.pilot_bandwidth import TooFewRowsError, pilot_bandwidth
 from tgpflow.solve.tgp import solve_fd
-from tgpflow.stats.projections import ProjectionGrid
 from tgpflow.stats.split import SPLIT_SALT, fold_index, validation_mask
 from tgpflow.stats.tgp import tgp_chunk_stats
 
@@ -50,8 +49,8 @@ def test_the_pilot_curve_is_the_fold_average_of_each_folds_held_out_loglik():
     folds = fold_index(np.arange(rows.shape[0]), 3, SPLIT_SALT)
     feats = RandomFourierFeatures.draw(40, bandwidth=1.0, n_dims=1, shift=rows.mean(axis=0), random_state=0)
     gammas, lams = [0.3, 0.6], [0.1, 10.0]
-    gamma, curve = pilot_bandwidth(rows, folds, feats, gammas, lams, criterion="loglik", n_draws=400_000,
-                                   random_state=1, grid=ProjectionGrid.from_rows(rows), block_bytes=1 << 24)
+    gamma, curve = pilot_bandwidth(rows, folds, feats, gammas, lams, n_draws=400_000, random_state=1,
+                                   block_bytes=1 << 24)
     assert gamma in gammas and len(curve) == 2
     for row in curve:
         g_feats = feats.with_bandwidth(row["bandwidth"])
@@ -67,11 +66,11 @@ def test_a_pilot_too_small_for_the_folds_is_refused():
     rows = np.arange(4.0)[:, None]
     feats = RandomFourierFeatures.draw(8, bandwidth=1.0, n_dims=1, shift=np.zeros(1), random_state=0)
     with pytest.raises(TooFewRowsError, match="fold"):
-        pilot_bandwidth(rows, np.array([0, 0, 0, 1]), feats, [1.0], [1.0], criterion="loglik", n_draws=100,
-                        random_state=0, grid=ProjectionGrid.from_rows(rows), block_bytes=1 << 20)
+        pilot_bandwidth(rows, np.array([0, 0, 0, 1]), feats, [1.0], [1.0], n_draws=100, random_state=0,
+                        block_bytes=1 << 20)
 
 
-def _serial_curve(rows, folds, feats, gammas, lams, n_draws, random_state, grid, box_units=None):
+def _serial_curve(rows, folds, feats, gammas, lams, n_draws, random_state):
     """pilot_bandwidth's curve computed one (γ, fold) after another in this process, BLAS on one thread: the
     loop it ran on the client before each γ became a task (the reference its tasks must equal bit for bit)."""
     from threadpoolctl import threadpool_limits
@@ -80,7 +79,6 @@ def _serial_curve(rows, folds, feats, gammas, lams, n_draws, random_state, grid,
     from tgpflow.solve.pilot_bandwidth import fold_average
     from tgpflow.solve.select import RidgePath, choose, score_tilts
     from tgpflow.solve.tgp import fd_system
-    from tgpflow.stats.projections import projection_counts
     from tgpflow.stats.support import SupportBox
 
     parts_rows = [rows[folds == k] for k in range(3)]
@@ -97,7 +95,7 @@ def _serial_curve(rows, folds, feats, gammas, lams, n_draws, random_state, grid,
                 thetas = RidgePath(A0, b).thetas([lam * g * g for lam in lams])
                 box = SupportBox.from_rows(np.concatenate([parts_rows[j] for j in range(3) if j != k]))
                 per_fold.append(score_tilts(stats[k], f, base, thetas, n_draws=n_draws, random_state=random_state,
-                                            projections=projection_counts(parts_rows[k], grid), grid=grid, box=box))
+                                            box=box))
             rows_g = [dict(bandwidth=g, lam=lam, **fold_average([pf[j] for pf in per_fold]))
                       for j, lam in enumerate(lams)]
             best.append(rows_g[choose(rows_g, "loglik")])
@@ -115,14 +113,14 @@ def test_the_per_gamma_tasks_equal_the_serial_loop_bit_for_bit(seed):
     rows = rng.normal(size=(1200, 2)) * [1.0, 0.5]
     folds = fold_index(np.arange(rows.shape[0]), 3, SPLIT_SALT)
     feats = RandomFourierFeatures.draw(32, bandwidth=1.0, n_dims=2, shift=rows.mean(axis=0), random_state=0)
-    gammas, lams, grid = [0.4, 0.8, 1.6], [0.01, 1.0, 100.0], ProjectionGrid.from_rows(rows, random_state=0)
+    gammas, lams = [0.4, 0.8, 1.6], [0.01, 1.0, 100.0]
 
     def copy(s):
         return s if not isinstance(s, np.random.SeedSequence) else np.random.SeedSequence(
             s.entropy, spawn_key=s.spawn_key, n_children_spawned=s.n_children_spawned)
 
-    want = _serial_curve(rows, folds, feats, gammas, lams, 3000, copy(seed), grid)
-    kwargs = dict(criterion="loglik", n_draws=3000, grid=grid, block_bytes=1 << 24)
+    want = _serial_curve(rows, folds, feats, gammas, lams, 3000, copy(seed))
+    kwargs = dict(n_draws=3000, block_bytes=1 << 24)
     _, threads = pilot_bandwidth(rows, folds, feats, gammas, lams, random_state=copy(seed), **kwargs)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
             Client(cluster):

@@ -52,9 +52,10 @@ def _log_wide(r2: np.ndarray, d: int, log_det_chol: float) -> np.ndarray:
 
 
 def proposal_draws(mean: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Generator,
-                   mixture: Any = None) -> tuple[np.ndarray, np.ndarray]:
+                   mixture: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """``n`` draws of the defensive proposal around N(mean, chol cholᵀ) — or around a mixture base with that mean
-    and covariance (module docstring) — and their log densities log q."""
+    and covariance (module docstring) — their log densities log q, and around a mixture its normalised log density
+    log m at the draws (which log q needs, and the caller's base term too: None around the Gaussian)."""
     d = mean.shape[0]
     if mixture is not None:
         return _mixture_draws(mixture, mean, chol, int(n), rng)
@@ -62,11 +63,11 @@ def proposal_draws(mean: np.ndarray, chol: np.ndarray, n: int, rng: np.random.Ge
     wide = rng.random(int(n)) < WIDE_SHARE
     z[wide] *= WIDE_SCALE
     r2 = np.einsum("nd,nd->n", z, z)
-    return mean + z @ chol.T, _log_q(r2, d, float(np.log(np.diag(chol)).sum()))
+    return mean + z @ chol.T, _log_q(r2, d, float(np.log(np.diag(chol)).sum())), None
 
 
 def _mixture_draws(mixture: Any, mean: np.ndarray, chol: np.ndarray, n: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     d = mean.shape[0]
     wide = rng.random(n) < WIDE_SHARE
     points = np.empty((n, d))
@@ -75,7 +76,8 @@ def _mixture_draws(mixture: Any, mean: np.ndarray, chol: np.ndarray, n: int,
     points[wide] = mean + z @ chol.T
     r = scipy.linalg.solve_triangular(chol, (points - mean).T, lower=True)
     log_wide = _log_wide(np.einsum("dn,dn->n", r, r), d, float(np.log(np.diag(chol)).sum()))
-    return points, np.logaddexp(math.log1p(-WIDE_SHARE) + mixture.log_pdf(points), log_wide)
+    log_m = mixture.log_pdf(points)
+    return points, np.logaddexp(math.log1p(-WIDE_SHARE) + log_m, log_wide), log_m
 
 
 def weighted_draws(log_density: Callable[[np.ndarray], np.ndarray], mean: np.ndarray, cov: np.ndarray, n: int,
@@ -84,7 +86,7 @@ def weighted_draws(log_density: Callable[[np.ndarray], np.ndarray], mean: np.nda
     ∝ exp(log p̃(ζ) − log q(ζ)) for an unnormalised ``log_density`` (docs/mathematics.md, "MAP, baselines and
     sampling"). A draw where the log density is not finite (e.g. KDE-RFF's estimate ≤ 0) gets weight 0; none finite
     raises. ``mixture``: the mixture base (with that mean and covariance) the proposal is built on."""
-    points, log_q = proposal_draws(mean, np.linalg.cholesky(cov), int(n), rng, mixture)
+    points, log_q, _ = proposal_draws(mean, np.linalg.cholesky(cov), int(n), rng, mixture)
     log_w = log_density(points) - log_q
     finite = np.isfinite(log_w)
     if not finite.any():
@@ -102,9 +104,10 @@ def _seed_sequence(random_state: Any) -> np.random.SeedSequence:
 
 
 def proposal_blocks(mean: np.ndarray, cov: np.ndarray, n_draws: int, random_state: Any,
-                    block_rows: int = DRAW_BLOCK, mixture: Any = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Blocks of (ζ, log q(ζ)) for ``n_draws`` draws of the proposal; block b from child seed b, so the
-    draws depend only on (seed, n_draws), not on how they are consumed."""
+                    block_rows: int = DRAW_BLOCK,
+                    mixture: Any = None) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Blocks of (ζ, log q(ζ), log m(ζ) or None) for ``n_draws`` draws of the proposal (:func:`proposal_draws`);
+    block b from child seed b, so the draws depend only on (seed, n_draws), not on how they are consumed."""
     if n_draws < 1:
         raise ValueError(f"n_draws must be >= 1; got {n_draws}")
     chol = np.linalg.cholesky(cov)

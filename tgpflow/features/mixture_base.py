@@ -31,7 +31,6 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-import scipy.special
 from threadpoolctl import threadpool_limits
 
 from tgpflow.core.backend import device_of, namespace
@@ -68,7 +67,9 @@ MIXTURE_ROWS_PER_DIM = 5
 MIXTURE_STARTS = 10
 #: The EM rows that the extra starts at the chosen K may spend (:func:`mixture_starts`).
 MIXTURE_START_ROWS = 20_000
-_BLOCK_ELEMENTS = 1 << 22
+#: Elements of a block's (rows, K·d) whitened residuals: 2 MiB, so a block stays in cache (measured at K = 64, d = 10:
+#: 0.29 s per 65 536 rows against 0.41 s at 32 MiB).
+_BLOCK_ELEMENTS = 1 << 18
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -168,8 +169,10 @@ class GaussianMixtureBase:
     def _log_components(self, x: np.ndarray) -> np.ndarray:
         """log π_k N(x | μ_k, Σ_k), (n, K), of a block of rows."""
         u_cat, u_mean, _, _ = self._stacked
-        y = (x @ u_cat - u_mean).reshape(x.shape[0], self.n_components, self.n_dims)
-        return self._factors[2][None] - 0.5 * np.einsum("nkd,nkd->nk", y, y)
+        y = x @ u_cat
+        y -= u_mean
+        y *= y
+        return self._factors[2][None] - 0.5 * y.reshape(x.shape[0], self.n_components, self.n_dims).sum(axis=2)
 
     def log_pdf(self, x: np.ndarray) -> np.ndarray:
         """log m(x), normalised, (n,)."""
@@ -177,7 +180,7 @@ class GaussianMixtureBase:
         out = np.empty(x.shape[0])
         step = self._rows_per_block()
         for a in range(0, x.shape[0], step):
-            out[a:a + step] = scipy.special.logsumexp(self._log_components(x[a:a + step]), axis=1)
+            out[a:a + step] = _logsumexp_rows(self._log_components(x[a:a + step]))
         return out
 
     def derivatives(self, x: np.ndarray, *, hess_diag: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -195,7 +198,7 @@ class GaussianMixtureBase:
         for a in range(0, n, step):
             xb = x[a:a + step]
             log_comp = self._log_components(xb)
-            lm = scipy.special.logsumexp(log_comp, axis=1)
+            lm = _logsumexp_rows(log_comp)
             r = np.exp(log_comp - lm[:, None])  # responsibilities (nb, K)
             s_k = (p_mean - xb @ p_cat).reshape(xb.shape[0], K, d)  # −P_k(x − μ_k)
             s = np.einsum("nk,nkd->nd", r, s_k)
@@ -227,6 +230,14 @@ class GaussianMixtureBase:
 
     def describe(self) -> str:
         return f"GaussianMixtureBase(K={self.n_components}, d={self.n_dims}, fingerprint={self.fingerprint[:12]})"
+
+
+def _logsumexp_rows(a: np.ndarray) -> np.ndarray:
+    """log Σ_k exp(a_nk) per row of a finite (n, K) block, shifted by the row's largest term. scipy's logsumexp, which
+    also handles signs, weights and the array API, took 1.3–2× as long on the blocks a density evaluates."""
+    top = a.max(axis=1)
+    top = np.where(np.isfinite(top), top, 0.0)
+    return top + np.log(np.exp(a - top[:, None]).sum(axis=1))
 
 
 def fit_mixture_base(rows: np.ndarray, random_state: Any = 0, components: tuple[int, ...] = MIXTURE_COMPONENTS,

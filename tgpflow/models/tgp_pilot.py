@@ -99,8 +99,7 @@ class TGPPilot:
         ``bandwidth_selection_``."""
         # the map to the data's units as a value of its own (it goes to the workers; self._to_data would take the
         # whole estimator there)
-        gamma, record = self._selector().pilot_bandwidth(lazy.get().rows, features, units=self._fit_bounds(),
-                                                         data_units=self._data_map(),
+        gamma, record = self._selector().pilot_bandwidth(lazy.get().rows, features, data_units=self._data_map(),
                                                          mixture=getattr(self, "base_mixture_", None),
                                                          progress=progress)
         if record is not None:

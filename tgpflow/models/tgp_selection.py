@@ -156,7 +156,7 @@ class TGPSelector(Selector):
         """Base draws of the held-out normalisers: a quarter of ``normalizer_draws``, the same for every candidate."""
         return max(int(self.params["normalizer_draws"]) // 4, 1000), self.seeds()[3]
 
-    def pilot_bandwidth(self, rows: np.ndarray, features: RandomFourierFeatures, *, units: Any,
+    def pilot_bandwidth(self, rows: np.ndarray, features: RandomFourierFeatures, *,
                         data_units: Callable[[np.ndarray], np.ndarray] | None, mixture: Any,
                         progress: Progress | None) -> tuple[float, dict[str, Any] | None]:
         """``bandwidth="auto"``: γ by the cross-validated log-likelihood of FD fits on (≤ 30 000 of) the pilot
@@ -173,8 +173,8 @@ class TGPSelector(Selector):
         picked γ = 0.19 where the log-likelihood's 0.55 gives a better model at 200k and 2M rows);
         its blindness to mass without data is what the constraint and the λ ``criterion`` address.
         Only the pilot rows already in memory are used (no extra read); the full pass then selects λ at this
-        γ. ``units``: the bounds the projection grid is drawn in; ``data_units``: the map of fitted rows to the
-        data's units; ``mixture``: the mixture base every fold's fit tilts, if any.
+        γ. ``data_units``: the map of fitted rows to the data's units; ``mixture``: the mixture base every fold's fit
+        tilts, if any.
         """
         if rows.shape[0] > AUTO_BANDWIDTH_ROWS:  # a uniform subsample of the (uniform) pilot
             keep = np.random.default_rng(self.seeds()[4]).choice(rows.shape[0], AUTO_BANDWIDTH_ROWS, replace=False)
@@ -184,14 +184,12 @@ class TGPSelector(Selector):
         gammas = [base_gamma * f for f in AUTO_BANDWIDTH_FACTORS]
         n_draws, seed = self.selection_draws()
         folds = fold_index(np.arange(rows.shape[0], dtype=np.int64), AUTO_BANDWIDTH_FOLDS, SPLIT_SALT)
-        grid = ProjectionGrid.from_rows(rows, random_state=self.seeds()[4], units=units)
         with phase("bandwidth", rows=rows.shape[0], candidates=len(gammas)) as info:
             try:
                 gamma, curve = pilot_bandwidth(rows, folds, features, gammas,
-                                               lam_grid(self.criterion, self.params["lam_grid"]), criterion="loglik",
-                                               n_draws=n_draws, random_state=seed, grid=grid,
-                                               block_bytes=int(self.params["block_bytes"]), data_units=data_units,
-                                               progress=progress, mixture=mixture)
+                                               lam_grid(self.criterion, self.params["lam_grid"]), n_draws=n_draws,
+                                               random_state=seed, block_bytes=int(self.params["block_bytes"]),
+                                               data_units=data_units, progress=progress, mixture=mixture)
             except TooFewRowsError as exc:
                 warnings.warn(f"{exc}; bandwidth='auto' fell back to Scott's rule", DiagnosticWarning, stacklevel=5)
                 return features.gamma, None

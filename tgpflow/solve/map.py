@@ -23,7 +23,7 @@ from scipy.special import logsumexp
 
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
-from tgpflow.core.proposal import proposal_blocks
+from tgpflow.solve.normalizer import base_proposal_blocks
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.tgp import block_rows_for
 
@@ -48,10 +48,10 @@ def proposal_point_set(base: Base, n_draws: int, random_state: int | np.random.G
     """S₂ draws ζ of the defensive proposal q around the base (:mod:`tgpflow.core.proposal`), each of weight
     base(ζ) / (S₂ q(ζ)): an importance rule for the same base expectation that also reaches where a
     runaway tilt puts its mass, so the fit's log E e^{θᵀφ} sees that mass and pays for it."""
-    draws = list(proposal_blocks(base.mean, base.cov, int(n_draws), random_state, mixture=base.mixture))
-    points = np.concatenate([p for p, _ in draws])
-    log_q = np.concatenate([lq for _, lq in draws])
-    log_base = -base.neg_log(points) - base.log_norm  # the normalised base (a Gaussian, or a mixture)
+    draws = list(base_proposal_blocks(base, int(n_draws), random_state))
+    points = np.concatenate([p for p, _, _ in draws])
+    log_q = np.concatenate([lq for _, lq, _ in draws])
+    log_base = -np.concatenate([nl for _, _, nl in draws]) - base.log_norm  # the normalised base (Gaussian or mixture)
     return PointSet(points, log_base - log_q - np.log(n_draws))
 
 

@@ -75,10 +75,13 @@ class NormalizerEstimate:
 
 
 def base_proposal_blocks(base: Base, n_draws: int, random_state: Any,
-                     block_rows: int = DRAW_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Blocks of (ζ, log q(ζ)) for ``n_draws`` draws ζ of the defensive proposal around the base
-    (N(μ, Σ) or a mixture, :func:`tgpflow.core.proposal.proposal_blocks`); block b from child seed b."""
-    return proposal_blocks(base.mean, base.cov, n_draws, random_state, block_rows, base.mixture)
+                         block_rows: int = DRAW_BLOCK) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Blocks of (ζ, log q(ζ), −log base(ζ)) for ``n_draws`` draws ζ of the defensive proposal around the base
+    (N(μ, Σ) or a mixture, :func:`tgpflow.core.proposal.proposal_blocks`); block b from child seed b. The third is
+    :meth:`~tgpflow.core.gaussian_base.Base.neg_log`, taken around a mixture from the log m that log q was built
+    from (one evaluation of the mixture, not two)."""
+    for points, log_q, log_m in proposal_blocks(base.mean, base.cov, n_draws, random_state, block_rows, base.mixture):
+        yield points, log_q, (base.neg_log(points) if log_m is None else -log_m - base.log_norm)
 
 
 class WeightSums:
@@ -170,7 +173,7 @@ def estimate_log_normalizer(log_density: Callable[[np.ndarray], np.ndarray], bas
     the data's units (bounded columns) before the moments and ``outside`` see them.
     """
     sums = WeightSums(1, base.mean.shape[0])
-    for points, log_prop in base_proposal_blocks(base, n_draws, random_state):
+    for points, log_prop, _ in base_proposal_blocks(base, n_draws, random_state):
         log_w = (np.asarray(log_density(points), dtype=np.float64) - log_prop)[:, None]
         data = points if data_units is None else data_units(points)
         sums.add(log_w, data, None if outside is None else outside(data))

@@ -1,6 +1,6 @@
 """``bandwidth="auto"``: the RFF bandwidth γ chosen by a held-out criterion on the pilot sample, before the pass
 (docs/gp_tilted.md). Each γ of a grid of multiples of Scott's is fitted by FD on the pilot rows of all folds but
-one and scored on that one by the selection's criterion (:mod:`tgpflow.solve.select`), the folds' scores averaged.
+one and scored on that one by its held-out log-likelihood (:mod:`tgpflow.solve.select`), the folds' scores averaged.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from tgpflow.core.proposal import DRAW_BLOCK
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.select import RidgePath, choose, score_tilts
 from tgpflow.solve.tgp import fd_system
-from tgpflow.stats.projections import ProjectionCounts, ProjectionGrid, projection_counts
 from tgpflow.stats.support import SupportBox
 from tgpflow.stats.tgp import mixture_terms
 
@@ -38,11 +37,11 @@ AUTO_BANDWIDTH_FOLDS = 3
 
 
 def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourierFeatures, gammas: list[float],
-                    lams: list[float], *, criterion: str, n_draws: int, random_state: Any, grid: ProjectionGrid,
-                    block_bytes: int, data_units: Callable[[np.ndarray], np.ndarray] | None = None,
+                    lams: list[float], *, n_draws: int, random_state: Any, block_bytes: int,
+                    data_units: Callable[[np.ndarray], np.ndarray] | None = None,
                     progress: Progress | None = None, mixture: Any = None) -> tuple[float, list[dict[str, float]]]:
-    """The γ of ``gammas`` whose best FD fit (over ``lams``) scores best by ``criterion`` ("loglik" or
-    "sliced"; "hyvarinen" uses the log-likelihood here), cross-validated over the pilot rows' ``folds``
+    """The γ of ``gammas`` whose best FD fit (over ``lams``) has the best held-out log-likelihood among the healthy
+    candidates (:func:`~tgpflow.solve.select.choose`), cross-validated over the pilot rows' ``folds``
     (an integer fold per row, :func:`~tgpflow.stats.split.fold_index`). Every γ shares the draw (Z, c);
     the normalisers' proposal draws come from ``random_state`` in the order (γ, fold) — a SeedSequence
     spawns new children for each (:func:`_serial_seeds`). Returns γ and, per γ, its best row (scores averaged over
@@ -71,9 +70,7 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
     if n_folds < 2 or sizes.min() < 2:
         raise TooFewRowsError(f"bandwidth='auto' needs at least 2 rows in each of at least 2 folds of the pilot "
                               f"sample; got fold sizes {sizes.tolist()}: give a bandwidth")
-    criterion = "loglik" if criterion == "hyvarinen" else criterion
     parts_rows = [rows[folds == k] for k in range(n_folds)]
-    counts = [projection_counts(part, grid) for part in parts_rows]  # γ-free: once, not in every γ's task
     terms = None if mixture is None else [mixture_terms(mixture, part) for part in parts_rows]  # γ-free too
     boxes = []
     for k in range(n_folds):
@@ -81,14 +78,14 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
         boxes.append(SupportBox.from_rows(data_units(train_rows) if data_units is not None else train_rows))
     # one task per γ: its folds' statistics and their scores stay on the worker (only the curve comes back)
     task = dask.delayed(_bandwidth_rows, pure=True)
-    shared = [dask.delayed(a, pure=True) for a in (parts_rows, counts, boxes, features, lams, grid)]
+    shared = [dask.delayed(a, pure=True) for a in (parts_rows, boxes, features, lams)]
     seeds = _serial_seeds(random_state, len(gammas) * n_folds, n_draws)
     curves = compute(*[task(*shared, g, n_draws=n_draws, random_states=seeds[i * n_folds:(i + 1) * n_folds],
                             block_bytes=block_bytes, data_units=data_units, mixture=mixture,
                             terms=None if terms is None else dask.delayed(terms, pure=True))
                        for i, g in enumerate(gammas)], progress=progress)
-    best_rows = [rows_g[choose(rows_g, criterion)] for rows_g in curves]
-    chosen = best_rows[choose(best_rows, criterion)]
+    best_rows = [rows_g[choose(rows_g, "loglik")] for rows_g in curves]
+    chosen = best_rows[choose(best_rows, "loglik")]
     return float(chosen["bandwidth"]), best_rows
 
 
@@ -114,16 +111,15 @@ def _copy_seed(seq: np.random.SeedSequence) -> np.random.SeedSequence:
                                   n_children_spawned=seq.n_children_spawned)
 
 
-def _bandwidth_rows(parts_rows: list[np.ndarray], counts: list[ProjectionCounts], boxes: list[SupportBox],
-                    features: RandomFourierFeatures, lams: list[float], grid: ProjectionGrid, gamma: float, *,
+def _bandwidth_rows(parts_rows: list[np.ndarray], boxes: list[SupportBox], features: RandomFourierFeatures,
+                    lams: list[float], gamma: float, *,
                     n_draws: int, random_states: list[Any], block_bytes: int,
                     data_units: Callable[[np.ndarray], np.ndarray] | None,
                     mixture: Any = None, terms: list[Any] | None = None) -> list[dict[str, float]]:
     """The fold-averaged scores of every λ at one γ of :func:`pilot_bandwidth` (a task: the folds' S×S
     statistics never leave it). Each fold's statistics are computed once; a fold's training statistics
     are the sum of the others'. ``terms``: each fold's :func:`~tgpflow.stats.tgp.mixture_terms` under a mixture
-    base, also the same for every γ. ``counts``: each fold's projection counts on ``grid`` (the held-out side of the
-    sliced KS), the same for every γ."""
+    base, also the same for every γ."""
     from tgpflow.core.gaussian_base import base_from_moments, mixture_base
     from tgpflow.stats.tgp import tgp_chunk_stats
 
@@ -145,8 +141,7 @@ def _bandwidth_rows(parts_rows: list[np.ndarray], counts: list[ProjectionCounts]
         A0, b = fd_system(train, feats, base, 0.0)
         thetas = RidgePath(A0, b).thetas([lam * gamma * gamma for lam in lams])  # θ only: no eigenvectors
         per_fold.append(score_tilts(fold_stats[k], feats, base, thetas, n_draws=n_draws, random_state=random_states[k],
-                                    projections=counts[k], grid=grid, box=boxes[k],
-                                    data_units=data_units))
+                                    box=boxes[k], data_units=data_units))
     return [dict(bandwidth=gamma, lam=lam, **fold_average([pf[j] for pf in per_fold])) for j, lam in enumerate(lams)]
 
 

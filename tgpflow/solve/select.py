@@ -220,9 +220,8 @@ def score_tilts(val: TGPStats, features: RandomFourierFeatures, base: Base, thet
     hist = grid.n_directions * grid.n_bins if (grid is not None and projections is not None) else 0
     sums = WeightSums(thetas.shape[0], features.n_dims, hist)
     phi_t = None
-    for points, log_prop in base_proposal_blocks(base, n_draws, random_state):
+    for points, log_prop, quad in base_proposal_blocks(base, n_draws, random_state):
         phi_t = _cos_features(features, points, phi_t)
-        quad = base.neg_log(points)
         sums.add((thetas @ phi_t).T - (quad + log_prop)[:, None], points, _box_mask(box, data_units, points),
                  bins=grid.bins(points) if hist else None)
     data = thetas @ val.psi / val.n - heldout_base_term(val, base)
@@ -256,10 +255,9 @@ def score_fvpd(val: TGPStats, features: RandomFourierFeatures, base: Base, A0: n
     hist = grid.n_directions * grid.n_bins if (grid is not None and projections is not None) else 0
     sums = WeightSums(len(lams), features.n_dims, hist)
     phi_t = None
-    for points, log_prop in base_proposal_blocks(base, n_draws, random_state):
+    for points, log_prop, quad in base_proposal_blocks(base, n_draws, random_state):
         phi_t = _cos_features(features, points, phi_t)
         pu = phi_t.T @ U
-        quad = base.neg_log(points)
         log_q = 0.5 * (pu * pu) @ inv.T - pu @ v_u.T - quad[:, None]
         sums.add(log_q - log_prop[:, None], points, _box_mask(box, data_units, points),
                  bins=grid.bins(points) if hist else None)
