@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.optimize
+import scipy.special
 from scipy.stats import multivariate_normal
 
 import tgpflow
@@ -28,6 +29,22 @@ def _mixture(d: int = 2, K: int = 3, seed: int = 0) -> GaussianMixtureBase:
     covs = A @ np.swapaxes(A, 1, 2) + 0.3 * np.eye(d)
     w = rng.uniform(0.5, 1.5, K)
     return GaussianMixtureBase(w / w.sum(), means, covs)
+
+
+def test_mixture_log_pdf_over_many_blocks_and_far_rows_is_scipys():
+    """Many components over several row blocks, with rows so far out that every component's density underflows:
+    the row's logsumexp against SciPy's of each component's own log density."""
+    mix = _mixture(d=5, K=40, seed=3)
+    rng = np.random.default_rng(4)
+    far = rng.normal(size=(500, 5))
+    x = np.concatenate([rng.normal(0, 2, (2500, 5)), 300 * far / np.linalg.norm(far, axis=1, keepdims=True)])
+    assert x.shape[0] > 2 * (1 << 18) // (40 * 6)  # more than two of log_pdf's blocks
+    per_component = np.stack([np.log(w) + multivariate_normal(m, c).logpdf(x)
+                              for w, m, c in zip(mix.weights, mix.means, mix.covariances, strict=True)], axis=1)
+    ref = scipy.special.logsumexp(per_component, axis=1)
+    assert np.all(ref[2500:] < -700)  # exp underflows there: only the shifted sum can see these rows
+    np.testing.assert_allclose(mix.log_pdf(x), ref, rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(mix.derivatives(x)[0], ref, rtol=1e-12, atol=1e-10)
 
 
 def _two_blobs(n: int, seed: int) -> np.ndarray:

@@ -172,7 +172,11 @@ class GaussianMixtureBase:
         y = x @ u_cat
         y -= u_mean
         y *= y
-        return self._factors[2][None] - 0.5 * y.reshape(x.shape[0], self.n_components, self.n_dims).sum(axis=2)
+        y3 = y.reshape(x.shape[0], self.n_components, self.n_dims)
+        sq = y3[:, :, 0].copy()
+        for j in range(1, self.n_dims):  # d strided adds: NumPy's reduction over a short last axis was 3-15x slower
+            sq += y3[:, :, j]
+        return self._factors[2][None] - 0.5 * sq
 
     def log_pdf(self, x: np.ndarray) -> np.ndarray:
         """log m(x), normalised, (n,)."""
