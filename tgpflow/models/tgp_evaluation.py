@@ -49,7 +49,8 @@ class TGPEvaluation(DensityEvaluation):
         return estimate_log_normalizer(
             ev.log_density, ev.base, n_draws=int(n_draws or self.normalizer_draws),
             random_state=self._seeds()[3] if random_state is None else random_state,
-            outside=None if box is None else box.outside, data_units=self._to_data)
+            outside=None if box is None else box.outside, data_units=self._to_data,
+            tilt=ev.log_tilt if ev.device is None else None)  # a device evaluates the whole density there
 
     def fitted(self, sigma: float | None = None) -> Fitted:
         """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value, on rows in the data's units:

@@ -168,21 +168,30 @@ class TGPFitted(BlockedScore, Fitted):
         return scipy.linalg.cho_solve((self.M_chol, True), cols, check_finite=False)
 
     def log_density(self, x: np.ndarray) -> np.ndarray:
-        """Unnormalised log density: T(x) − ½(x−μ)ᵀP(x−μ), or log(φᵀψ/N) for KDE-RFF.
-
-        θ and KDE-RFF tilts: ``√(2/S) cos(A)ᵀw`` by the fused kernel (:meth:`RandomFourierFeatures.cos_sin_sums`),
-        no (S, n) block formed. FVPD: per block, φ into a reused buffer and φᵀM⁻¹φ = ‖L⁻¹φ‖² by
-        :meth:`_inv_chol_norms`, in float64 and as a sum of squares (≥ 0).
-        """
+        """Unnormalised log density: T(x) − ½(x−μ)ᵀP(x−μ) (:meth:`log_tilt` minus the base's term), or log(φᵀψ/N)
+        for KDE-RFF."""
         x = np.asarray(x, dtype=np.float64)
         if self.device is not None and self.device.available():  # a worker without it computes on its CPU
             return log_density_on_device(self, self.device, x)  # tgpflow.models.tgp_on_device
-        if self.M_chol is None:
+        if self.kde_weights is not None:
             f = self._fused_sums(x, [self._weights], [])[0][:, 0]
-            if self.kde_weights is not None:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    return np.where(f > 0, np.log(np.where(f > 0, f, 1.0)), -np.inf)
-            return f - self.base.neg_log(x)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(f > 0, np.log(np.where(f > 0, f, 1.0)), -np.inf)
+        return self.log_tilt(x) - self.base.neg_log(x)
+
+    def log_tilt(self, x: np.ndarray) -> np.ndarray:
+        """The tilt T(x) alone, on the host: :meth:`log_density` + the base's −log (a caller that has the base's
+        term at these rows, as the normaliser's proposal draws do, adds it itself).
+
+        θ: ``√(2/S) cos(A)ᵀw`` by the fused kernel (:meth:`RandomFourierFeatures.cos_sin_sums`), no (S, n) block
+        formed. FVPD: ½φᵀM⁻¹φ − vᵀφ per block, φ into a reused buffer and φᵀM⁻¹φ = ‖L⁻¹φ‖² by
+        :meth:`_inv_chol_norms`, in float64 and as a sum of squares (≥ 0).
+        """
+        x = np.asarray(x, dtype=np.float64)
+        if self.kde_weights is not None:
+            raise ValueError("KDE-RFF's estimate φᵀψ/N is not a tilt of a base")
+        if self.M_chol is None:
+            return self._fused_sums(x, [self._weights], [])[0][:, 0]
         out = np.empty(x.shape[0])
         S = self.features.n_features
         rows = min(x.shape[0], self._block_rows)
@@ -194,7 +203,7 @@ class TGPFitted(BlockedScore, Fitted):
             phi_t = self.features.cos_features(xb, out=buf[:S * nb].reshape(S, nb))  # φᵀ (S, nb)
             # vᵀφ in the BLAS of the product after it (see _inv_chol_norms): not NumPy's beside SciPy's
             lin = dgemv(1.0, phi_t.T, self.v) if way == "dtrmm" else self.v @ phi_t
-            out[start:start + nb] = 0.5 * self._inv_chol_norms(phi_t, way, work) - lin - self.base.neg_log(xb)
+            out[start:start + nb] = 0.5 * self._inv_chol_norms(phi_t, way, work) - lin
         return out
 
     @staticmethod

@@ -164,17 +164,21 @@ class WeightSums:
 def estimate_log_normalizer(log_density: Callable[[np.ndarray], np.ndarray], base: Base, *,
                             n_draws: int = DEFAULT_NORMALIZER_DRAWS, random_state: Any = 0,
                             outside: Callable[[np.ndarray], np.ndarray] | None = None,
-                            data_units: Callable[[np.ndarray], np.ndarray] | None = None) -> NormalizerEstimate:
+                            data_units: Callable[[np.ndarray], np.ndarray] | None = None,
+                            tilt: Callable[[np.ndarray], np.ndarray] | None = None) -> NormalizerEstimate:
     """log Z of the unnormalised ``log_density`` by importance sampling from the defensive proposal around
     ``base`` (module docstring).
 
     ``outside(points) -> bool mask`` (optional, e.g. :meth:`tgpflow.stats.support.SupportBox.outside`)
     adds the normalised mass outside that region to the estimate. ``data_units`` maps the draws to
-    the data's units (bounded columns) before the moments and ``outside`` see them.
+    the data's units (bounded columns) before the moments and ``outside`` see them. ``tilt``: for a tilt of ``base``,
+    ``log_density − log base`` (unnormalised), so that the base's term comes from the proposal's own evaluation of it
+    (:func:`base_proposal_blocks`; a mixture's is most of a draw's cost) instead of a second one.
     """
     sums = WeightSums(1, base.mean.shape[0])
-    for points, log_prop, _ in base_proposal_blocks(base, n_draws, random_state):
-        log_w = (np.asarray(log_density(points), dtype=np.float64) - log_prop)[:, None]
+    for points, log_prop, neg_log_base in base_proposal_blocks(base, n_draws, random_state):
+        log_p = log_density(points) if tilt is None else tilt(points) - neg_log_base
+        log_w = (np.asarray(log_p, dtype=np.float64) - log_prop)[:, None]
         data = points if data_units is None else data_units(points)
         sums.add(log_w, data, None if outside is None else outside(data))
     return sums.estimates(outside is not None)[0]
