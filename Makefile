@@ -34,6 +34,7 @@ bench: venv
 	$(PY) benchmarks/kernel_iterative.py
 	$(PY) benchmarks/kernel_full_sample.py
 	$(PY) benchmarks/nu_convention.py
+	$(PY) benchmarks/mixture_density.py
 	$(PY) benchmarks/kef_ring_grid.py
 	$(PY) benchmarks/refit_speedup.py
 	$(PY) benchmarks/precision_modes.py

@@ -9,7 +9,7 @@ With responsibilities ``r_k(x) = π_k N_k(x) / m(x)`` and ``s_k(x) = −P_k (x �
 * ``∂_j s₀_j = Σ_k r_k (s_kj² − P_k,jj) − s₀_j²`` (the diagonal of the Hessian of log m);
 * ``Δ log m = Σ_k r_k (‖s_k‖² − tr P_k) − ‖s₀‖²``.
 
-Every product is float64, in blocks of rows sized so that the (rows, K, d) temporaries stay near 32 MB.
+Every product is float64, in blocks of rows sized so that the (rows, K, d) temporaries stay near 2 MiB (in cache).
 A mixture of one component is exactly the Gaussian N(μ, Σ) of the other bases (tested).
 
 K is the fewest components whose validation log-likelihood is within one standard error of the best count's

@@ -23,8 +23,8 @@ from scipy.special import logsumexp
 
 from tgpflow.core.gaussian_base import Base
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES
-from tgpflow.solve.normalizer import base_proposal_blocks
 from tgpflow.features.rff import RandomFourierFeatures
+from tgpflow.solve.normalizer import base_proposal_blocks
 from tgpflow.stats.tgp import block_rows_for
 
 __all__ = ["PointSet", "base_draws", "proposal_point_set", "map_objective", "map_gradient", "solve_map"]
