@@ -58,11 +58,12 @@ class Base:
         _, log_det = np.linalg.slogdet(self.cov)
         return 0.5 * (log_det + self.mean.shape[0] * math.log(2 * math.pi))
 
-    def neg_log(self, x: np.ndarray) -> np.ndarray:
+    def neg_log(self, x: np.ndarray, log_m: np.ndarray | None = None) -> np.ndarray:
         """−log of the unnormalised base at the rows of ``x``: ½(x−μ)ᵀP(x−μ) for the Gaussian,
-        −log m(x) − ½ log|2πΣ| for a mixture."""
+        −log m(x) − ½ log|2πΣ| for a mixture (from ``log_m``, the mixture's log density at ``x``, when the caller
+        has it already)."""
         if self.mixture is not None:
-            return -self.mixture.log_pdf(x) - self.log_norm
+            return -(self.mixture.log_pdf(x) if log_m is None else log_m) - self.log_norm
         r = x - self.mean
         return 0.5 * np.einsum("nd,nd->n", r, r @ self.precision)
 

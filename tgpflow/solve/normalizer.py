@@ -81,7 +81,7 @@ def base_proposal_blocks(base: Base, n_draws: int, random_state: Any,
     :meth:`~tgpflow.core.gaussian_base.Base.neg_log`, taken around a mixture from the log m that log q was built
     from (one evaluation of the mixture, not two)."""
     for points, log_q, log_m in proposal_blocks(base.mean, base.cov, n_draws, random_state, block_rows, base.mixture):
-        yield points, log_q, (base.neg_log(points) if log_m is None else -log_m - base.log_norm)
+        yield points, log_q, base.neg_log(points, log_m)
 
 
 class WeightSums:
