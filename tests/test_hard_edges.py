@@ -7,6 +7,7 @@ closed-form density of the table it was fitted to, on held-out rows."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats as sstats
 
@@ -142,3 +143,40 @@ def test_a_bound_the_pilot_found_goes_on_linearly_past_its_largest_value_and_the
     np.testing.assert_array_equal(back.bounds_.linear_from, auto.bounds_.linear_from)
     np.testing.assert_array_equal(back.log_density(held[:500], normalized=True),
                                   auto.log_density(held[:500], normalized=True))
+
+
+def _three_edges(n: int, seed: int) -> tuple[np.ndarray, list[str]]:
+    """Three non-negative columns that each raise a bound at 0 (a Gaussian of their mean and spread puts more than
+    1 % below it) and a column that follows the first: a share piled at 0 (Beta(0.6, 4)), two narrow clusters far
+    from 0 (nothing to bound: the rule fires on the spread alone) and a Gaussian."""
+    rng = np.random.default_rng(seed)
+    share = rng.beta(0.6, 4.0, n)
+    clusters = np.where(rng.random(n) < 0.5, rng.normal(0.6, 0.1, n), rng.normal(3.0, 0.1, n))
+    return np.c_[share, clusters, 2.0 * share + 0.3 * rng.standard_normal(n)], ["share", "clusters", "follower"]
+
+
+def test_bounds_auto_keeps_the_edge_the_open_model_leaks_past_and_leaves_a_bound_that_buys_nothing_open():
+    """edges_worth_keeping: the share's open one-column mixture puts 3 % of its mass below the smallest row (a
+    Gaussian of its mean and spread: 18 %), so its bound stays; the clusters' open mixture puts 0.02 % below theirs
+    and the log scores no better held out, so theirs is dropped. The same rows fitted: ``bounds_`` holds the kept
+    bound only, ``pilot_["edges"]`` and the fit's summary report both tests."""
+    from tgpflow.features.edges import EDGE_GAIN_SE, EDGE_LEAK, edges_worth_keeping
+    from tgpflow.models.fit_summaries import tgp_summary
+
+    X, names = _three_edges(5000, 0)
+    found = suggest_bounds(X, names, None)
+    assert set(found) == {"share", "clusters"}
+    kept, tests = edges_worth_keeping(X, names, found, seed=0)
+    assert set(kept) == {"share"} and kept["share"] == found["share"]
+    assert tests["share"]["kept"] and tests["share"]["leak"] > EDGE_LEAK
+    clusters = tests["clusters"]
+    assert not clusters["kept"] and clusters["leak"] < 0.1 * EDGE_LEAK
+    assert clusters["gain"] < EDGE_GAIN_SE * clusters["gain_se"]
+    # a pilot too small to tell keeps every bound the rule found
+    assert edges_worth_keeping(X[:150], names, found, seed=0) == (found, {})
+
+    est = tgpflow.GPTiltedDensity(method="fd", random_state=0, n_features=200).fit(pd.DataFrame(X, columns=names))
+    assert set(est.bounds_.to_dict()) == {"share"}
+    assert {c: t["kept"] for c, t in est.pilot_["edges"].items()} == {"share": True, "clusters": False}
+    summary = tgp_summary(est)
+    assert summary["bounds"] == est.bounds_.to_dict() and "clusters" in summary["suggested_bounds"]

@@ -15,7 +15,7 @@ from tgpflow import GPTiltedDensity
 from tgpflow.core.gaussian_base import base_from_moments, mixture_base
 from tgpflow.core.moments import Moments
 from tgpflow.errors import FeaturesMismatchError
-from tgpflow.features.mixture_base import GaussianMixtureBase, fit_mixture_base
+from tgpflow.features.mixture_base import MIXTURE_FLOOR, GaussianMixtureBase, fit_mixture_base
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.solve.tgp import solve_fd
 from tgpflow.stats.split import SPLIT_SALT, validation_mask
@@ -146,11 +146,22 @@ def test_fd_under_a_mixture_base_is_the_minimiser_of_the_score_matching_objectiv
     np.testing.assert_allclose(theta, res.x, rtol=1e-4, atol=1e-5 * np.abs(res.x).max())
 
 
-def test_fit_mixture_base_chooses_two_components_for_two_blobs():
-    mix, curve = fit_mixture_base(_two_blobs(6000, 14), random_state=0)
-    assert mix.n_components == 2
+def test_fit_mixture_base_chooses_two_components_for_two_blobs_and_adds_the_rows_own_gaussian_as_its_floor():
+    """Two fitted components and the floor (MIXTURE_FLOOR): the rows' mean and covariance (NumPy's, here) with that
+    weight, so that a row far from both blobs has at least the log density of that Gaussian plus log 0.001 (SciPy's
+    multivariate normal), where the two blobs alone give it hundreds of nats less."""
+    x = _two_blobs(6000, 14)
+    mix, curve = fit_mixture_base(x, random_state=0)
+    assert mix.n_components == 3
     scores = {row["components"]: row["heldout_loglik"] for row in curve}
     assert scores[2] > scores[1] + 0.3
+    assert mix.weights[-1] == pytest.approx(MIXTURE_FLOOR)
+    np.testing.assert_allclose(mix.means[-1], x.mean(axis=0), atol=1e-12)
+    np.testing.assert_allclose(mix.covariances[-1], np.cov(x, rowvar=False, bias=True), rtol=1e-5)
+    far = x.mean(axis=0) + 12.0 * np.sqrt(np.diag(np.cov(x, rowvar=False)))[None]
+    floor = multivariate_normal(x.mean(axis=0), np.cov(x, rowvar=False, bias=True)).logpdf(far) + np.log(MIXTURE_FLOOR)
+    blobs = GaussianMixtureBase(mix.weights[:2] / mix.weights[:2].sum(), mix.means[:2], mix.covariances[:2])
+    assert mix.log_pdf(far)[0] >= floor - 1e-6 and mix.log_pdf(far)[0] > blobs.log_pdf(far)[0] + 100
 
 
 @pytest.mark.parametrize("n, starts", [(2_000, 10), (9_000, 2), (13_000, 1)])
@@ -178,7 +189,7 @@ def test_a_small_table_keeps_the_best_of_several_em_starts_at_its_k(n, starts, m
     monkeypatch.setattr(GaussianMixture, "fit", fit)
     monkeypatch.setattr(GaussianMixture, "score_samples", score_samples)
     mix, _ = fit_mixture_base(_two_blobs(n, 16), random_state=0)
-    k = mix.n_components
+    k = mix.n_components - 1  # the fitted components, the floor beside them
     at_k = [f for f in fits if f[0] == k and not f[1]]
     assert len(at_k) == starts
     final = [f for f in fits if f[1]]

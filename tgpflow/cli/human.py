@@ -77,6 +77,13 @@ def _bounds(bounds: dict[str, Any] | None) -> str | None:
     return ", ".join(out) or None
 
 
+def _open_edges(edges: dict[str, Any] | None) -> str | None:
+    """The edges ``bounds="auto"`` found and left open (they neither stop a leak nor score better)."""
+    names = [c for c, test in (edges or {}).items() if not test.get("kept")]
+    return (f"edges left open: {', '.join(names)} (no leak, no gain; to bound one: --bounds COL:LO:HI, bounds=)"
+            if names else None)
+
+
 def _discrete(columns: dict[str, Any] | None) -> list[str]:
     """The columns modelled on a lattice, and the atoms at an edge (a value carrying a share of the rows)."""
     if not columns:
@@ -104,6 +111,8 @@ def fit_lines(record: dict[str, Any]) -> list[str]:
         details.append("base: one Gaussian" if components == 1 else f"base: a mixture of {components} Gaussians")
     if _bounds(record.get("bounds")):
         details.append(f"bounds: {_bounds(record.get('bounds'))}")
+    if _open_edges(record.get("edges")):
+        details.append(_open_edges(record.get("edges")))
     details += _discrete(record.get("discrete"))
     if record.get("smoothness") is not None:
         details.append(f"smoothness {number(record['smoothness'])}")
@@ -169,6 +178,8 @@ def model_info_lines(record: dict[str, Any]) -> list[str]:
                  if pre.get("standardized") else f"  {pre.get('note', 'fitted to the rows as given')}")
     if _bounds(record.get("bounds")):
         lines.append(f"  bounds: {_bounds(record.get('bounds'))}")
+    if _open_edges((record.get("pilot") or {}).get("edges")):
+        lines.append(f"  {_open_edges(record['pilot']['edges'])}")
     lines += [f"  {text}" for text in _discrete(record.get("discrete"))]
     health = health_line(record.get("diagnostics"))
     if health:

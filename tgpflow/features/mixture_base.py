@@ -9,6 +9,9 @@ With responsibilities ``r_k(x) = π_k N_k(x) / m(x)`` and ``s_k(x) = −P_k (x �
 * ``∂_j s₀_j = Σ_k r_k (s_kj² − P_k,jj) − s₀_j²`` (the diagonal of the Hessian of log m);
 * ``Δ log m = Σ_k r_k (‖s_k‖² − tr P_k) − ‖s₀‖²``.
 
+Beside the K fitted components (K > 1) the mixture carries a floor, the pilot rows' own Gaussian with weight
+:data:`MIXTURE_FLOOR`, so that a held-out row far from every component is not scored by a narrow component's tail.
+
 Every product is float64, in blocks of rows sized so that the (rows, K, d) temporaries stay near 2 MiB (in cache).
 A mixture of one component is exactly the Gaussian N(μ, Σ) of the other bases (tested).
 
@@ -39,7 +42,7 @@ from tgpflow.features.digest import array_hash
 from tgpflow.io.column_kinds import dequantize
 
 __all__ = ["GaussianMixtureBase", "fit_mixture_base", "MIXTURE_COMPONENTS", "MIXTURE_FIT_ROWS", "MIXTURE_REG",
-           "mixture_starts"]
+           "MIXTURE_FLOOR", "mixture_starts"]
 
 #: The component counts that a mixture base tries, in order, keeping the best by held-out log-likelihood
 #: (the search stops after two counts in a row that do not improve on the best).
@@ -56,6 +59,14 @@ MIXTURE_REG = 1e-6
 #: the mixture base scored −28.65 nats/row held out against the tuned mixture's −24.88; at 5, −25.11. The held-out
 #: log-likelihood still decides among the counts tried, so the smaller floor only lets it look further.
 MIXTURE_ROWS_PER_DIM = 5
+#: The weight of a floor under the mixture's tails: beside the K fitted components, the Gaussian of the rows
+#: themselves (their mean and covariance, after the dequantizing) with this weight (none where K = 1: the mixture is
+#: that Gaussian already). Held-out rows far from every fitted component then get the density a single Gaussian
+#: gives them, not a narrow component's far tail; rows where the mixture lives lose log(1 − 0.001) ≈ 0.001 nats. On
+#: cardio (split 1 of ``benchmarks/vs_mixture.py``, FD) five held-out rows of 366, far along a column the pilot
+#: rows barely spread, scored −1 400 to −2 900 nats each, and the fit −33.5 nats/row against the tuned mixture's
+#: −14.1; with the floor +3.1 nats/row above it.
+MIXTURE_FLOOR = 1e-3
 #: EM starts at the chosen K (one per K during the search): as many as fit in :data:`MIXTURE_START_ROWS` rows of
 #: EM (⌊MIXTURE_START_ROWS / training rows⌋), at most this many; the best on the validation rows is carried on. On
 #: small tables a K's fit moves most with EM's initialisation and each start is cheap; above 10 000 training rows
@@ -257,7 +268,8 @@ def fit_mixture_base(rows: np.ndarray, random_state: Any = 0, components: tuple[
     column → the width of its lattice's cells (integer codes, binary flags:
     :func:`~tgpflow.io.column_kinds.column_kinds`); those columns are dequantized by seeded uniform noise over each
     value's cell before the fit, so that no component collapses onto one value of a code. Returns the mixture in the
-    rows' units and the curve (K, held-out log-likelihood per row in those units).
+    rows' units, its floor last where K > 1 (:data:`MIXTURE_FLOOR`), and the curve (K, held-out log-likelihood per
+    row in those units).
 
     The counts are fitted as tasks on the active scheduler, as many at once as it runs (:func:`_search`), and the
     search reads their results in order: the same counts are kept, with the same seeds, as one fit after another
@@ -295,8 +307,14 @@ def fit_mixture_base(rows: np.ndarray, random_state: Any = 0, components: tuple[
     gm.set_params(warm_start=True, max_iter=100)  # all the rows, from the chosen K's fit
     with threadpool_limits(limits=1, user_api="blas"):  # a few small matrices a call: threads only cost
         gm.fit(z)
+    weights, means = gm.weights_ / gm.weights_.sum(), center + gm.means_ * scale
     covs = gm.covariances_ * np.outer(scale, scale)[None]
-    return GaussianMixtureBase(gm.weights_ / gm.weights_.sum(), center + gm.means_ * scale, covs), curve
+    if means.shape[0] > 1 and MIXTURE_FLOOR > 0:  # the rows' own Gaussian under the tails (MIXTURE_FLOOR)
+        wide = np.cov(z, rowvar=False, bias=True).reshape(d, d) + MIXTURE_REG * np.eye(d)
+        weights = np.append((1.0 - MIXTURE_FLOOR) * weights, MIXTURE_FLOOR)
+        means = np.vstack([means, center])
+        covs = np.concatenate([covs, (wide * np.outer(scale, scale))[None]])
+    return GaussianMixtureBase(weights, means, covs), curve
 
 
 def mixture_starts(n_train: int) -> int:

@@ -57,11 +57,13 @@ def _solved(est: Any) -> dict[str, Any]:
 
 def tgp_summary(est: Any) -> dict[str, Any]:
     """A GP-tilted density: beside :func:`_solved`, its features, the bounds as resolved (and those only
-    suggested), the pilot's column kinds, the discrete columns and the mixture base."""
+    suggested, and the tests of the edges ``bounds="auto"`` found), the pilot's column kinds, the discrete columns
+    and the mixture base."""
     pilot = est.pilot_
     return {**_solved(est), "n_features": est.n_features,
             "bounds": None if est.bounds_ is None else est.bounds_.to_dict(),
-            "suggested_bounds": pilot.get("suggested_bounds") or None, "column_kinds": pilot.get("column_kinds"),
+            "suggested_bounds": pilot.get("suggested_bounds") or None, "edges": pilot.get("edges") or None,
+            "column_kinds": pilot.get("column_kinds"),
             "discrete": discrete_columns(est), "base_mixture": pilot.get("mixture")}
 
 

@@ -146,8 +146,9 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
 
     def _seeds(self) -> tuple[np.random.SeedSequence, ...]:
         # pilot, features, MAP draws, normaliser draws, held-out projection directions, mixture base, lattice noise,
-        # the code calibration's draws
-        return tuple(np.random.SeedSequence(self.random_state).spawn(8))
+        # the code calibration's draws, bounds="auto"'s edge tests (a child's stream does not depend on how many
+        # are spawned: adding one left the others as they were)
+        return tuple(np.random.SeedSequence(self.random_state).spawn(9))
 
     def _chunk_fn(self, validation: bool = False) -> Any:
         """The method's per-chunk statistics function and its trailing arguments (after the features);
@@ -274,6 +275,8 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         self.pilot_["suggested_bounds"] = {c: b for c, b in suggest_bounds(rows, self._column_names(source),
                                                                            self.bounds_).items() if c not in discrete}
         self.pilot_["column_kinds"] = column_kinds(rows, self._column_names(source))
+        if getattr(self, "_edge_tests", None):
+            self.pilot_["edges"] = self._edge_tests
         if self.pilot_["suggested_bounds"]:
             logger.info("columns that look bounded (at 0 or 1, or rows piled against an edge): %s; declare them with "
                         "bounds=, or bounds='auto'", self.pilot_["suggested_bounds"])

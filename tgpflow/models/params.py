@@ -260,7 +260,8 @@ class GPTiltedParams(StreamingParams):
     kernel_cov: Literal["paper", "identity"] = param("paper", "Σ_z = dΣ/tr Σ (Paisley et al., §IV) or the identity.")
     bounds: Bounds = param("auto", "Hard column bounds, fitted after a log/logit transform; 'auto': those the pilot "
                                    "shows (non-negative columns, shares, rows piled against an edge), just beyond "
-                                   "its extreme values; None: none.")
+                                   "its extreme values, where a mixture fitted without them leaks past the edge or "
+                                   "their transform scores better on held-out pilot rows; None: none.")
     discrete: Discrete = param(
         "auto", "Columns modelled as discrete (dequantized over their lattice's cells; samples rounded): 'auto' the "
                 "binary columns and coarse lattices of the pilot, None none, or a list.")

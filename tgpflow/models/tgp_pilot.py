@@ -14,7 +14,7 @@ from tgpflow.core.engine import accumulate as run_pass
 from tgpflow.core.gaussian_base import check_covariance
 from tgpflow.core.logs import phase
 from tgpflow.core.moments import Moments
-from tgpflow.features.mixture_base import fit_mixture_base
+from tgpflow.features.mixture_base import MIXTURE_FLOOR, fit_mixture_base
 from tgpflow.features.noise import AUTO_SIGMA_MAX_FACTOR, noise_levels, paper_sigma_max
 from tgpflow.features.rff import RandomFourierFeatures, paper_kernel_cov, scott_bandwidth
 from tgpflow.io.column_kinds import cell_widths, column_kinds
@@ -79,7 +79,8 @@ class TGPPilot:
         """A mixture base (``base="mixture"``, or ``"auto"`` with λ selected: :attr:`_mixture_base`): the Gaussian
         mixture fitted on the pilot rows (in the fitting space), K by held-out log-likelihood
         (:func:`~tgpflow.features.mixture_base.fit_mixture_base`), before the pass sums its score
-        (docs/gp_tilted.md, "A mixture base"). Kept in ``base_mixture_``, its curve in ``pilot_["mixture"]``."""
+        (docs/gp_tilted.md, "A mixture base"), with its floor. Kept in ``base_mixture_``, its curve in
+        ``pilot_["mixture"]``."""
         pilot = lazy.get()
         rows, keys = pilot.rows, pilot.keys
         if self._selecting and keys is not None and len(keys) == len(rows):
@@ -88,9 +89,12 @@ class TGPPilot:
         cells = cell_widths(rows, column_kinds(rows, [str(j) for j in range(rows.shape[1])]))
         with phase("mixture base", rows=rows.shape[0], dequantized=len(cells)) as info:
             self.base_mixture_, curve = fit_mixture_base(rows, self._seeds()[5], cells=cells, progress=progress)
-            info.update(components=self.base_mixture_.n_components)
+            # the K components fitted; beside them (K > 1) the floor, the rows' own Gaussian (MIXTURE_FLOOR)
+            floor = MIXTURE_FLOOR if self.base_mixture_.n_components > 1 else 0.0
+            info.update(components=self.base_mixture_.n_components - (floor > 0))
         self.pilot_ = dict(getattr(self, "pilot_", {}) or {}, mixture={
-            "components": self.base_mixture_.n_components, "rows": int(rows.shape[0]), "curve": curve})
+            "components": self.base_mixture_.n_components - (floor > 0), "floor": floor, "rows": int(rows.shape[0]),
+            "curve": curve})
 
     def _auto_bandwidth(self, features: RandomFourierFeatures, lazy: LazyPilot,
                         progress: Progress | None = None) -> float:
