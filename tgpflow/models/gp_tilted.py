@@ -78,7 +78,7 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
     _runs_on_gpu = True
     _DRAW = "features_"
     _FIT_STATE = ("features_", "stats_", "selection_", "noise_levels_", "pilot_", "support_", "heldout_grid_",
-                  "bandwidth_selection_", "_fitted", "base_mixture_", "discrete_", "split_key_")
+                  "bandwidth_selection_", "_fitted", "base_mixture_", "discrete_", "split_key_", "edges_")
     _NO_DRAW = ("fit_from_stats needs the feature draw the statistics were computed with, and these statistics do not "
                 "carry it (read from a file written before statistics carried their draw): pass features=… (the "
                 "RandomFourierFeatures they were accumulated with, e.g. est.features_ of that model)")
@@ -275,8 +275,8 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         self.pilot_["suggested_bounds"] = {c: b for c, b in suggest_bounds(rows, self._column_names(source),
                                                                            self.bounds_).items() if c not in discrete}
         self.pilot_["column_kinds"] = column_kinds(rows, self._column_names(source))
-        if getattr(self, "_edge_tests", None):
-            self.pilot_["edges"] = self._edge_tests
+        if getattr(self, "edges_", None):  # kept in the model file with the pilot's other findings
+            self.pilot_["edges"] = self.edges_
         if self.pilot_["suggested_bounds"]:
             logger.info("columns that look bounded (at 0 or 1, or rows piled against an edge): %s; declare them with "
                         "bounds=, or bounds='auto'", self.pilot_["suggested_bounds"])

@@ -17,7 +17,7 @@ import numpy as np
 from tgpflow.core.engine import Progress
 from tgpflow.core.logs import logger
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk
-from tgpflow.features.edges import edges_worth_keeping, suggest_bounds, with_linear_tails
+from tgpflow.features.edges import EDGE_LEAK_COMPONENTS, edges_worth_keeping, suggest_bounds, with_linear_tails
 from tgpflow.features.lattice import LatticeCells, dequantize_chunk
 from tgpflow.features.lattice_choice import choose_discrete
 from tgpflow.features.scaling import Scaling
@@ -85,7 +85,7 @@ class TGPFittingSpace:
         self._fix_scaling(source, scaling, progress)
         self.bounds_ = ColumnBounds.from_param(self._declared_bounds(), self._column_names(source))
         self.discrete_ = None
-        self._edge_tests: dict[str, dict[str, Any]] = {}
+        self.edges_: dict[str, dict[str, Any]] | None = None
         return self._fix_discrete(source, progress)
 
     def _lazy_pilot(self, fitting: Source, progress: Progress | None) -> LazyPilot:
@@ -136,11 +136,13 @@ class TGPFittingSpace:
     def _auto_bounds(self, rows: np.ndarray, names: list[str]) -> ColumnBounds | None:
         """``bounds="auto"``: the bounds :func:`~tgpflow.features.edges.suggest_bounds` reads off the pilot's rows
         (just beyond them: a row on a bound would be a bad row), in the columns that are neither bounded nor
-        discrete already, those worth their transform (:func:`~tgpflow.features.edges.edges_worth_keeping`; its
-        tests kept for ``pilot_["edges"]``); added to ``bounds_``. None when no column qualifies."""
+        discrete already, those worth their transform (:func:`~tgpflow.features.edges.edges_worth_keeping`, for the
+        fit's base; its tests kept in ``edges_``, and a fit's ``pilot_["edges"]``); added to ``bounds_``. None when
+        no column qualifies."""
         found = suggest_bounds(rows, names, self.bounds_)
-        found, self._edge_tests = edges_worth_keeping(rows, names, found, self._edge_seed())
-        dropped = [c for c, test in self._edge_tests.items() if not test["kept"]]
+        found, self.edges_ = edges_worth_keeping(rows, names, found, self._edge_seed(),
+                                                 EDGE_LEAK_COMPONENTS if self._mixture_base else 1)
+        dropped = [c for c, test in self.edges_.items() if not test["kept"]]
         if dropped:
             logger.info("bounds='auto': left open, as their bounds neither stop a leak nor score better on the "
                         "pilot's held-out rows: %s", ", ".join(dropped))
