@@ -175,7 +175,7 @@ def test_bounds_auto_keeps_the_edge_the_open_model_leaks_past_and_leaves_a_bound
     # a pilot too small to tell keeps every bound the rule found
     assert edges_worth_keeping(X[:150], names, found, seed=0) == (found, {})
 
-    est = tgpflow.GPTiltedDensity(method="fd", random_state=0, n_features=200).fit(pd.DataFrame(X, columns=names))
+    est = tgpflow.GPTiltedDensity(method="fd", random_state=0, n_features=64).fit(pd.DataFrame(X, columns=names))
     assert set(est.bounds_.to_dict()) == {"share"}
     assert {c: t["kept"] for c, t in est.pilot_["edges"].items()} == {"share": True, "clusters": False}
     summary = tgp_summary(est)
