@@ -207,6 +207,8 @@ def _one_column_mixture(train: np.ndarray, val: np.ndarray, seed: int) -> np.nda
     from sklearn.mixture import GaussianMixture
     from threadpoolctl import threadpool_limits
 
+    from tgpflow.features.mixture_base import MIXTURE_REG
+
     center, scale = float(train.mean()), float(train.std()) or 1.0
     z = ((train - center) / scale)[:, None]
     best = None
@@ -214,7 +216,7 @@ def _one_column_mixture(train: np.ndarray, val: np.ndarray, seed: int) -> np.nda
         for k in _EDGE_COMPONENTS:
             if k > 1 and z.shape[0] < 20 * k:
                 break
-            gm = GaussianMixture(k, reg_covar=1e-6, init_params="k-means++", random_state=seed).fit(z)
+            gm = GaussianMixture(k, reg_covar=MIXTURE_REG, init_params="k-means++", random_state=seed).fit(z)
             bic = gm.bic(z)
             if best is None or bic < best[0]:
                 best = (bic, gm)

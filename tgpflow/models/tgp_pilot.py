@@ -91,10 +91,10 @@ class TGPPilot:
             self.base_mixture_, curve = fit_mixture_base(rows, self._seeds()[5], cells=cells, progress=progress)
             # the K components fitted; beside them (K > 1) the floor, the rows' own Gaussian (MIXTURE_FLOOR)
             floor = MIXTURE_FLOOR if self.base_mixture_.n_components > 1 else 0.0
-            info.update(components=self.base_mixture_.n_components - (floor > 0))
+            fitted = self.base_mixture_.n_components - (floor > 0)
+            info.update(components=fitted)
         self.pilot_ = dict(getattr(self, "pilot_", {}) or {}, mixture={
-            "components": self.base_mixture_.n_components - (floor > 0), "floor": floor, "rows": int(rows.shape[0]),
-            "curve": curve})
+            "components": fitted, "floor": floor, "rows": int(rows.shape[0]), "curve": curve})
 
     def _auto_bandwidth(self, features: RandomFourierFeatures, lazy: LazyPilot,
                         progress: Progress | None = None) -> float:
