@@ -144,3 +144,37 @@ def test_a_column_constant_in_some_folds_does_not_stop_the_bandwidth_search():
     est = GPTiltedDensity(method="fd", n_features=64, random_state=0).fit(X)
     assert est.bandwidth_selection_["chosen"] == est.bandwidth_
     assert np.isfinite(est.log_density(X)).all()
+
+
+def test_folds_that_share_a_mixture_base_share_its_draws_and_each_scores_as_if_scored_alone():
+    """Under a mixture base every fold's tilts are scored on one set of proposal draws (score_fold_tilts, the
+    features of a block formed once): each fold's held-out log-likelihood, normaliser, ESS and mass outside its own
+    box are those of scoring that fold alone on the same seeded draws."""
+    from tgpflow.core.gaussian_base import mixture_base
+    from tgpflow.features.mixture_base import GaussianMixtureBase
+    from tgpflow.solve.select import score_fold_tilts, score_tilts
+    from tgpflow.stats.support import SupportBox
+    from tgpflow.stats.tgp import mixture_terms
+
+    rng = np.random.default_rng(3)
+    rows = np.concatenate([rng.normal(size=(600, 2)), rng.normal(2.5, 0.4, size=(300, 2))])
+    mixture = GaussianMixtureBase(np.array([0.6, 0.4]), np.array([[0.0, 0.0], [2.5, 2.5]]),
+                                  np.stack([np.eye(2), 0.16 * np.eye(2)]))
+    feats = RandomFourierFeatures.draw(24, bandwidth=0.8, n_dims=2, shift=rows.mean(axis=0), random_state=1)
+    parts = np.array_split(rows[rng.permutation(rows.shape[0])], 3)
+    vals = [tgp_chunk_stats(p, feats, 1 << 20, "float64", False, mixture, mixture_terms(mixture, p)) for p in parts]
+    thetas = [rng.normal(scale=0.3, size=(4, 24)) for _ in parts]
+    boxes = [SupportBox.from_rows(np.concatenate([q for j, q in enumerate(parts) if j != k])) for k in range(3)]
+    base = mixture_base(mixture)
+    shared = score_fold_tilts(vals, feats, base, thetas, n_draws=5000, random_state=11, boxes=boxes)
+    for k in range(3):
+        alone = score_tilts(vals[k], feats, base, thetas[k], n_draws=5000, random_state=11, box=boxes[k])
+        assert [sorted(r) for r in shared[k]] == [sorted(r) for r in alone]
+        for got, want in zip(shared[k], alone, strict=True):
+            for key in want:
+                assert got[key] == pytest.approx(want[key], rel=1e-12, abs=1e-15), (k, key)
+    # the folds' thetas and boxes differ, so their scores do too: the loop did not score one fold three times
+    assert len({round(shared[k][0]["loglik"], 9) for k in range(3)}) == 3
+    with pytest.raises(ValueError, match="one fold"):
+        score_fold_tilts(vals, feats, base, thetas, n_draws=100, random_state=0, boxes=boxes,
+                         projections=object(), grid=None)

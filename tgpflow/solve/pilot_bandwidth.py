@@ -13,7 +13,7 @@ import numpy as np
 from tgpflow.core.engine import Progress
 from tgpflow.core.proposal import DRAW_BLOCK
 from tgpflow.features.rff import RandomFourierFeatures
-from tgpflow.solve.select import RidgePath, choose, score_tilts
+from tgpflow.solve.select import RidgePath, choose, score_fold_tilts, score_tilts
 from tgpflow.solve.tgp import fd_system
 from tgpflow.stats.support import SupportBox
 from tgpflow.stats.tgp import mixture_terms
@@ -44,8 +44,9 @@ def pilot_bandwidth(rows: np.ndarray, folds: np.ndarray, features: RandomFourier
     candidates (:func:`~tgpflow.solve.select.choose`), cross-validated over the pilot rows' ``folds``
     (an integer fold per row, :func:`~tgpflow.stats.split.fold_index`). Every γ shares the draw (Z, c);
     the normalisers' proposal draws come from ``random_state`` in the order (γ, fold) — a SeedSequence
-    spawns new children for each (:func:`_serial_seeds`). Returns γ and, per γ, its best row (scores averaged over
-    folds). ``progress`` is called with the futures of its one distributed compute
+    spawns new children for each (:func:`_serial_seeds`); under a mixture base, whose folds share one base, every
+    fold of a γ takes its first fold's draws (:func:`~tgpflow.solve.select.score_fold_tilts`). Returns γ and, per
+    γ, its best row (scores averaged over folds). ``progress`` is called with the futures of its one distributed compute
     (:data:`tgpflow.core.engine.Progress`). ``mixture``: the mixture base of every fold's fit (else each fold's
     training rows' N(μ, Σ); a column constant within one fold's training rows takes the Gaussian of all the
     pilot rows instead, which the pilot check has seen to vary).
@@ -128,20 +129,27 @@ def _bandwidth_rows(parts_rows: list[np.ndarray], boxes: list[SupportBox], featu
     fold_terms = terms if terms is not None else [None] * len(parts_rows)
     fold_stats = [tgp_chunk_stats(part, feats, block_bytes, "float64", False, mixture, t)
                   for part, t in zip(parts_rows, fold_terms, strict=True)]
-    per_fold = []
+    shared = None if mixture is None else mixture_base(mixture)
+    bases, thetas = [], []
     for k in range(n_folds):
         train = sum(fold_stats[j] for j in range(n_folds) if j != k)
-        if mixture is not None:
-            base = mixture_base(mixture)
+        if shared is not None:
+            base = shared
         else:
             try:
                 base = base_from_moments(train.moments)
             except ValueError:  # a column constant in these folds' rows (mnist's pixels): all the pilot's rows
                 base = base_from_moments(sum(fold_stats).moments)
         A0, b = fd_system(train, feats, base, 0.0)
-        thetas = RidgePath(A0, b).thetas([lam * gamma * gamma for lam in lams])  # θ only: no eigenvectors
-        per_fold.append(score_tilts(fold_stats[k], feats, base, thetas, n_draws=n_draws, random_state=random_states[k],
-                                    box=boxes[k], data_units=data_units))
+        bases.append(base)
+        thetas.append(RidgePath(A0, b).thetas([lam * gamma * gamma for lam in lams]))  # θ only: no eigenvectors
+    if shared is not None:  # one base for every fold: one set of draws, fold 0's (score_fold_tilts)
+        per_fold = score_fold_tilts(fold_stats, feats, shared, thetas, n_draws=n_draws,
+                                    random_state=random_states[0], boxes=boxes, data_units=data_units)
+    else:
+        per_fold = [score_tilts(fold_stats[k], feats, bases[k], thetas[k], n_draws=n_draws,
+                                random_state=random_states[k], box=boxes[k], data_units=data_units)
+                    for k in range(n_folds)]
     return [dict(bandwidth=gamma, lam=lam, **fold_average([pf[j] for pf in per_fold])) for j, lam in enumerate(lams)]
 
 

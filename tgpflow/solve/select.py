@@ -36,8 +36,8 @@ from tgpflow.stats.support import SupportBox, mass_outside_limit
 from tgpflow.stats.tgp import TGPStats
 
 __all__ = ["DEFAULT_LAM_GRID", "DEFAULT_LOGLIK_LAM_GRID", "GRID_EXTENSION_DECADES", "heldout_loss", "RidgePath",
-           "GridScorer", "MIN_SELECT_ESS_FRACTION", "KS_MEDIAN_SE", "heldout_base_term", "score_tilts", "score_fvpd",
-           "healthy", "choose"]
+           "GridScorer", "MIN_SELECT_ESS_FRACTION", "KS_MEDIAN_SE", "heldout_base_term", "score_tilts",
+           "score_fold_tilts", "score_fvpd", "healthy", "choose"]
 
 #: λ grid of ``lam="auto"`` with the Hyvärinen criterion: 19 values, 10⁻⁴ … 10², three per decade
 #: (contains the paper's 0.1).
@@ -214,18 +214,38 @@ def score_tilts(val: TGPStats, features: RandomFourierFeatures, base: Base, thet
     training rows' support ``box`` (in the data's units, ``data_units`` mapping the draws there),
     each candidate's normalised mass outside it.
     """
-    if val.n == 0:
+    return score_fold_tilts([val], features, base, [thetas], n_draws=n_draws, random_state=random_state,
+                            boxes=[box], data_units=data_units, projections=projections, grid=grid)[0]
+
+
+def score_fold_tilts(vals: Sequence[TGPStats], features: RandomFourierFeatures, base: Base,
+                     thetas: Sequence[np.ndarray], *, n_draws: int, random_state: Any,
+                     boxes: Sequence[SupportBox | None], data_units: Callable[[np.ndarray], np.ndarray] | None = None,
+                     projections: ProjectionCounts | None = None,
+                     grid: ProjectionGrid | None = None) -> list[list[dict[str, float]]]:
+    """:func:`score_tilts` for the folds of a cross-validation whose tilts share one ``base`` (a mixture base,
+    fitted once for all of them): fold k's tilts ``thetas[k]`` scored on its validation statistics ``vals[k]``, its
+    mass outside measured against ``boxes[k]``. Every fold's normalisers use the same seeded proposal draws, as every
+    candidate within one fold does, so the features of a block of draws are formed once for all the folds (the
+    cosines are most of a score's cost). ``projections`` (one fold only) as in :func:`score_tilts`."""
+    if any(val.n == 0 for val in vals):
         raise ValueError("the validation part has no rows; raise validation_fraction or add rows")
-    thetas = np.atleast_2d(thetas)
+    if projections is not None and len(vals) != 1:
+        raise ValueError("held-out projection counts are one validation part's; score one fold with them")
+    thetas = [np.atleast_2d(t) for t in thetas]
     hist = grid.n_directions * grid.n_bins if (grid is not None and projections is not None) else 0
-    sums = WeightSums(thetas.shape[0], features.n_dims, hist)
+    sums = [WeightSums(t.shape[0], features.n_dims, hist) for t in thetas]
     phi_t = None
     for points, log_prop, quad in base_proposal_blocks(base, n_draws, random_state):
         phi_t = _cos_features(features, points, phi_t)
-        sums.add((thetas @ phi_t).T - (quad + log_prop)[:, None], points, _box_mask(box, data_units, points),
-                 bins=grid.bins(points) if hist else None)
-    data = thetas @ val.psi / val.n - heldout_base_term(val, base)
-    return _candidate_rows(sums, data, projections, grid, box)
+        mapped = points if data_units is None or all(box is None for box in boxes) else data_units(points)
+        bins = grid.bins(points) if hist else None
+        for fold_sums, fold_thetas, box in zip(sums, thetas, boxes, strict=True):
+            fold_sums.add((fold_thetas @ phi_t).T - (quad + log_prop)[:, None], points,
+                          None if box is None else box.outside(mapped), bins=bins)
+    return [_candidate_rows(fold_sums, fold_thetas @ val.psi / val.n - heldout_base_term(val, base), projections,
+                            grid, box)
+            for fold_sums, fold_thetas, val, box in zip(sums, thetas, vals, boxes, strict=True)]
 
 
 def score_fvpd(val: TGPStats, features: RandomFourierFeatures, base: Base, A0: np.ndarray, b: np.ndarray,
