@@ -86,8 +86,10 @@ def test_map_step_is_stable_for_large_n(gaussian_mix):
 
 
 def test_map_estimator_end_to_end(gaussian_mix, tmp_path):
-    est = GPTiltedDensity(method="map", n_features=40, map_draws=20_000).fit(gaussian_mix)
-    assert est.solver_info_["converged"]
+    # a fixed λ: on these rows (two Gaussian components) the default selection may rightly keep the mixture base
+    # alone (λ = ∞, θ = 0), and then no MAP problem is solved
+    est = GPTiltedDensity(method="map", n_features=40, lam=1.0, map_draws=20_000, random_state=0).fit(gaussian_mix)
+    assert est.solver_info_["converged"] and np.abs(est.theta_).max() > 0
     back = __import__("tgpflow").load(est.save(tmp_path / "m.zarr"))
     np.testing.assert_array_equal(back.log_density(gaussian_mix[:5]), est.log_density(gaussian_mix[:5]))
 

@@ -133,7 +133,7 @@ def test_svgd_direction_equals_the_finite_difference_kl_descent_rate(graph):
 
 def test_svgd_and_graphical_svgd_reproduce_gaussian_moments():
     x0 = np.random.default_rng(11).normal(size=(300, 2))
-    res = svgd(GAUSS, x0, 1500, step_size=0.05)
+    res = svgd(GAUSS, x0, 500, step_size=0.05)  # (measured: at 400 steps as near the fixed point as at 1500)
     _moments_within_mc_error(res.particles, MU, SIGMA)
     phi0, _ = svgd_direction(x0, GAUSS.score(x0))
     assert res.direction_norm < 0.1 * np.sqrt(np.mean(phi0**2))  # near a fixed point (AdaGrad keeps a jitter)
@@ -150,7 +150,7 @@ def test_svgd_and_graphical_svgd_reproduce_gaussian_moments():
     b = rng.normal(size=9)
     cov, mean = np.linalg.inv(A), np.linalg.solve(A, b)
     mrf = Target(lambda x: b - x @ A)
-    res = svgd(mrf, rng.normal(size=(200, 9)), 1500, step_size=0.05, graph=nb)
+    res = svgd(mrf, rng.normal(size=(200, 9)), 500, step_size=0.05, graph=nb)
     se = np.sqrt(np.diag(cov) / 200)
     assert np.all(np.abs(res.particles.mean(0) - mean) < 4.5 * se)
     var = res.particles.var(0)

@@ -88,8 +88,18 @@ class LatticeFitted(WrappedFitted):
 
     # -- evaluation -------------------------------------------------------------------------
     def log_density(self, x: np.ndarray) -> np.ndarray:
+        rows = self.cells.snap(x, block=False)  # a reading at an atom is within δ/2 of it; further beyond has no mass
+        distinct, inverse = np.unique(rows, axis=0, return_inverse=True)
+        if distinct.shape[0] <= rows.shape[0] // 2:
+            # equal rows have equal densities: a table of codes alone repeats a few hundred cells over its rows, and
+            # each cell's integral costs up to 256 points (measured: the anomaly threshold over a 30 000-row pilot of
+            # four codes took 14 s). Rows that are mostly distinct are integrated as they come, in their order
+            return self._snapped_log_density(distinct)[inverse.reshape(-1)]
+        return self._snapped_log_density(rows)
+
+    def _snapped_log_density(self, rows: np.ndarray) -> np.ndarray:
+        """:meth:`log_density` of rows already snapped to the atoms."""
         cells = self.cells
-        rows = cells.snap(x, block=False)  # a reading at an atom is within δ/2 of it; further beyond has no mass
         codes = cells.codes(rows)
         # a code beyond the range: its edge cell's, times its share; a calibration's weight of the row's codes
         tails = cells.tail_log_shares(codes) + cells.code_log_weights(codes)
@@ -97,7 +107,7 @@ class LatticeFitted(WrappedFitted):
         at = cells.at_atom(rows)
         beyond = cells.atom_side * (rows[:, cells.atom_positions] - cells.atom_value) > 1e-9 * cells.atom_width
         inside = ~np.any(beyond, axis=1) & np.isfinite(tails)
-        out = np.full(x.shape[0], -np.inf)  # beyond an atom's edge (or a tail of no mass): no cell, no mass
+        out = np.full(rows.shape[0], -np.inf)  # beyond an atom's edge (or a tail of no mass): no cell, no mass
         for pattern in np.unique(at[inside], axis=0):  # the rows at the same atoms integrate over the same blocks
             chosen = inside & np.all(at == pattern, axis=1)
             out[chosen] = self._cell_log_density(rows[chosen], np.flatnonzero(pattern)) + tails[chosen]
