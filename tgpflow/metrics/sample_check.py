@@ -8,13 +8,19 @@ compares them with a uniform sample of held-out rows (≤ ``max_rows`` rows of a
   the data itself are apart, at the same sizes;
 * per column, the samples' mean error in held-out standard deviations and their spread ratio;
 * the samples' share outside the training rows' support box (:mod:`tgpflow.stats.support`)
-  beside the held-out rows' share;
+  beside the data's share: the held-out rows' and the training rows' (those the box was built from), pooled;
 * the effective sample size of the draw (importance resampling), as a share of the proposals.
 
 The default thresholds are the ones that separated good from broken fits (demo mixture at 200k
 rows, and a 2M-row dataset of [Paisley et al.]'s Table II): ESS ≥ 1 % of the proposals; mass outside the
-box ≤ max(5 × the held-out share, 3 %); |mean error| ≤ 0.1 sd; spread ratio in [0.9, 1.1]; and,
+box ≤ max(5 × the data's share, 3 %); |mean error| ≤ 0.1 sd; spread ratio in [0.9, 1.1]; and,
 when ``max_ks`` is given, a sliced KS median at most that.
+
+The data's share outside the box counts every row that can tell it: the held-out rows and the training rows the
+box was built from (its ``rate_outside`` over ``n_rows``). A few hundred held-out rows hold a handful of rows
+outside, so their share alone is mostly noise: on Pima (154 held out, 614 training rows, 8 columns) one held-out
+row lay outside (0.65 %), the training rows' share was 1.47 %, and FD's samples (4.3 % outside, three times
+the training rows' share) failed against the held-out rows' limit of 3.25 %.
 
 The mean and spread bands widen to the noise of the comparison itself where that is larger
 (docs/gp_tilted.md, "The sample check"): a held-out set of a few hundred rows of a heavy-tailed
@@ -76,6 +82,7 @@ class SampleCheck:
     spread_band: np.ndarray
     mass_outside: float | None
     heldout_outside: float | None
+    data_outside: float | None
     ess_fraction: float | None
     checks: dict[str, bool]
 
@@ -100,7 +107,8 @@ class SampleCheck:
                f"[{ok[self.checks['spread']]}]"]
         if self.mass_outside is not None:
             out.append(f"outside the training box: samples {100 * self.mass_outside:.2f}%, held-out rows "
-                       f"{100 * self.heldout_outside:.2f}% [{ok[self.checks['outside']]}]")
+                       f"{100 * self.heldout_outside:.2f}%, with the training rows {100 * self.data_outside:.2f}% "
+                       f"(limit {100 * mass_outside_limit(self.data_outside):.3g}%) [{ok[self.checks['outside']]}]")
         if self.ess_fraction is not None:
             out.append(f"resampling ESS {100 * self.ess_fraction:.3g}% of the proposals [{ok[self.checks['ess']]}]")
         return out
@@ -153,17 +161,19 @@ def sample_check(model: Any, X: Any, *, samples: np.ndarray | None = None, ess_f
     checks = {"mean": bool(np.all(np.abs(mean_error) <= mean_band)),
               "spread": bool(np.all((spread >= spread_band[:, 0]) & (spread <= spread_band[:, 1])))}
     box = box if box is not None else getattr(model, "support_", None)
-    mass_outside = heldout_outside = None
+    mass_outside = heldout_outside = data_outside = None
     if box is not None:
-        mass_outside, heldout_outside = float(box.outside(samples).mean()), float(box.outside(rows).mean())
-        checks["outside"] = mass_outside <= mass_outside_limit(heldout_outside)
+        mass_outside, held_out = float(box.outside(samples).mean()), int(box.outside(rows).sum())
+        heldout_outside = held_out / rows.shape[0]
+        data_outside = (box.rate_outside * box.n_rows + held_out) / (box.n_rows + rows.shape[0])
+        checks["outside"] = mass_outside <= mass_outside_limit(data_outside)
     if ess_fraction is not None:
         checks["ess"] = ess_fraction >= MIN_ESS_FRACTION
     if max_ks is not None:
         checks["ks"] = model_dist["ks_median"] <= max_ks
     return SampleCheck(int(samples.shape[0]), int(rows.shape[0]), model_dist["ks_median"], model_dist["wd_median"],
                        data_dist["ks_median"], data_dist["wd_median"], mean_error, spread, mean_band, spread_band,
-                       mass_outside, heldout_outside, ess_fraction, checks)
+                       mass_outside, heldout_outside, data_outside, ess_fraction, checks)
 
 
 def _kurtosis(x: np.ndarray) -> np.ndarray:
