@@ -495,6 +495,19 @@ def test_support_box_and_heldout_rate():
     assert SupportBox.from_dict(box.to_dict()).to_dict() == box.to_dict()
 
 
+def test_a_code_rebuilt_from_its_lattice_an_ulp_off_the_tables_value_is_inside_the_box():
+    """A lattice's values come back as origin + k·step (LatticeCells.snap), which can differ from the table's own
+    value by an ulp: the box of rebuilt rows must still hold the table's rows at its extreme codes (cardio's top
+    code, 36 % of its held-out rows, fell one ulp outside a fit's box, and the sample check's data share read 40 %)."""
+    codes = np.array([-2.1266054668088588, -0.49329396944014214, 1.1400175279285745])  # three standardized codes
+    rows = np.random.default_rng(0).choice(codes, size=(1000, 1))
+    rebuilt = np.where(rows == codes[2], np.nextafter(codes[2], -np.inf), rows)  # the top code an ulp low
+    box = SupportBox.from_rows(rebuilt)
+    assert box.upper[0] < codes[2]
+    assert not box.outside(rows).any() and box.rate_outside == 0.0
+    assert box.outside(np.array([[codes[2] + 1e-6], [codes[0] - 1e-6]])).all()  # a real step beyond is outside
+
+
 def test_kernel_exponential_family_normaliser_matches_quadrature():
     from tgpflow import NystromKEF
 
