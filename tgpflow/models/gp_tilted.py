@@ -277,9 +277,11 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         self.pilot_["column_kinds"] = column_kinds(rows, self._column_names(source))
         if getattr(self, "edges_", None):  # kept in the model file with the pilot's other findings
             self.pilot_["edges"] = self.edges_
-        if self.pilot_["suggested_bounds"]:
+        tested = getattr(self, "edges_", None) or {}  # left open by bounds="auto"'s edge tests: the fix is bounds=
+        untested = {c: b for c, b in self.pilot_["suggested_bounds"].items() if c not in tested}
+        if untested:
             logger.info("columns that look bounded (at 0 or 1, or rows piled against an edge): %s; declare them with "
-                        "bounds=, or bounds='auto'", self.pilot_["suggested_bounds"])
+                        "bounds=, or bounds='auto'", untested)
         self.fit_from_stats(stats)
         self._set_threshold(rows)
         return self
