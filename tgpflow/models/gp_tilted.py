@@ -275,9 +275,10 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
         self.pilot_["suggested_bounds"] = {c: b for c, b in suggest_bounds(rows, self._column_names(source),
                                                                            self.bounds_).items() if c not in discrete}
         self.pilot_["column_kinds"] = column_kinds(rows, self._column_names(source))
-        if getattr(self, "edges_", None):  # kept in the model file with the pilot's other findings
-            self.pilot_["edges"] = self.edges_
-        tested = getattr(self, "edges_", None) or {}  # left open by bounds="auto"'s edge tests: the fix is bounds=
+        tested = getattr(self, "edges_", None) or {}  # bounds="auto"'s edge tests
+        if tested:  # kept in the model file with the pilot's other findings
+            self.pilot_["edges"] = tested
+        # a column the tests left open has its fix named by the summary (bounds=); the others may want bounds='auto'
         untested = {c: b for c, b in self.pilot_["suggested_bounds"].items() if c not in tested}
         if untested:
             logger.info("columns that look bounded (at 0 or 1, or rows piled against an edge): %s; declare them with "
