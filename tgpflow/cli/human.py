@@ -78,10 +78,11 @@ def _bounds(bounds: dict[str, Any] | None) -> str | None:
 
 
 def _open_edges(edges: dict[str, Any] | None) -> str | None:
-    """The edges ``bounds="auto"`` found and left open (they neither stop a leak nor score better)."""
+    """The edges ``bounds="auto"`` found and left open (they neither stop a leak, score better nor make a skewed
+    column symmetric)."""
     names = [c for c, test in (edges or {}).items() if not test.get("kept")]
-    return (f"edges left open: {', '.join(names)} (no leak, no gain; to bound one: --bounds COL:LO:HI, bounds=)"
-            if names else None)
+    return (f"edges left open: {', '.join(names)} (no leak, no gain, no skew; "
+            "to bound one: --bounds COL:LO:HI, bounds=)" if names else None)
 
 
 def _discrete(columns: dict[str, Any] | None) -> list[str]:

@@ -144,8 +144,8 @@ class TGPFittingSpace:
                                                  EDGE_LEAK_COMPONENTS if self._mixture_base else 1)
         dropped = [c for c, test in self.edges_.items() if not test["kept"]]
         if dropped:
-            logger.info("bounds='auto': left open, as their bounds neither stop a leak nor score better on the "
-                        "pilot's held-out rows: %s", ", ".join(dropped))
+            logger.info("bounds='auto': left open, as their bounds neither stop a leak, score better on the "
+                        "pilot's held-out rows nor make a skewed column symmetric: %s", ", ".join(dropped))
         if not found:
             return None
         logger.info("bounds='auto': %s", ColumnBounds.from_param(found, names).describe())
