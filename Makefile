@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 venv: $(VENV)/.installed
 
 test: venv
-	$(PY) -m pytest -n auto --durations=15
+	$(PY) -m pytest -n auto --dist worksteal --durations=15
 
 demo: venv
 	$(PY) -m tgpflow.demo
