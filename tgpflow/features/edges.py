@@ -44,7 +44,7 @@ EDGE_LEAK_COMPONENTS = 8
 #: this many standard errors.
 EDGE_GAIN_SE = 2.0
 #: ... or where the column is highly skewed away from a one-sided bound (sample skewness above this) and the
-#: bound's log leaves it fairly symmetric (\|skewness\| below :data:`EDGE_SYMMETRIC`): an amount that is lognormal,
+#: bound's log leaves it fairly symmetric (absolute skewness below :data:`EDGE_SYMMETRIC`): a lognormal amount,
 #: or nearly, whose open fit is wrong where neither test above looks, at its far tail (the two thresholds are the
 #: textbook's lines between "highly skewed", "moderately" and "fairly symmetric").
 EDGE_SKEW = 1.0
