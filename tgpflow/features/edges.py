@@ -206,7 +206,7 @@ def edge_gain(column: np.ndarray, lower: float | None, upper: float | None,
     open one's, per value in the data's units (the bounded one through its Jacobian), and its standard error
     (paired over the 20 %)."""
     x = np.asarray(column, dtype=np.float64)
-    bounds = with_linear_tails(ColumnBounds.from_param({"c": [lower, upper]}, ["c"]), x[:, None], declared=())
+    bounds = _column_bound(x, lower, upper)
     t = bounds.forward(x[:, None])[:, 0]
     log_jac = bounds.log_jacobian(x[:, None])
     order = rng.permutation(x.size)
@@ -224,9 +224,14 @@ def edge_skewness(column: np.ndarray, lower: float | None, upper: float | None) 
     from scipy.stats import skew
 
     x = np.asarray(column, dtype=np.float64)
-    bounds = with_linear_tails(ColumnBounds.from_param({"c": [lower, upper]}, ["c"]), x[:, None], declared=())
     sign = -1.0 if lower is None else 1.0
-    return float(sign * skew(x)), float(sign * skew(bounds.forward(x[:, None])[:, 0]))
+    return float(sign * skew(x)), float(sign * skew(_column_bound(x, lower, upper).forward(x[:, None])[:, 0]))
+
+
+def _column_bound(x: np.ndarray, lower: float | None, upper: float | None) -> ColumnBounds:
+    """The bound a test of one column's values ``x`` puts on them (:func:`edge_gain`, :func:`edge_skewness`): its
+    log or logit, with the linear tail past the values that :func:`with_linear_tails` gives a found bound."""
+    return with_linear_tails(ColumnBounds.from_param({"c": [lower, upper]}, ["c"]), x[:, None], declared=())
 
 
 def _one_column_mixture(train: np.ndarray, val: np.ndarray, seed: int) -> np.ndarray:
