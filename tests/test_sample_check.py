@@ -12,6 +12,7 @@ import scipy.stats
 
 from tgpflow.metrics import sample_check
 from tgpflow.metrics.sample_check import FALSE_FAIL_RATE, MAX_MEAN_ERROR, SPREAD_RANGE
+from tgpflow.stats.support import SupportBox
 
 
 def _law(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -40,6 +41,25 @@ def test_draws_from_the_datas_own_law_pass_where_fixed_bands_fail():
     assert reps - passed <= 12, f"{reps - passed} of {reps} draws from the data's own law failed"
     # the fixed bands (0.1 sd, spread 0.9–1.1) reject most of the same perfect draws at this size
     assert fixed_passed < reps // 2, fixed_passed
+
+
+def test_a_draw_of_the_training_rows_themselves_passes_once_their_noise_counts():
+    # a model that learned its 150 training rows exactly (a resample of them) is as close to the held-out rows as
+    # those rows allow; counting only the held-out rows and the samples failed half of such draws (50.5 % of 1000
+    # replicates), counting the training rows 3.5 % (the normal approximation at this size, as at 120 held-out
+    # rows above): 200 replicates at 3.5 % exceed 15 failures with p < 1 %, at 50 % fall under 60 with p < 1e-9
+    rng = np.random.default_rng(3)
+    counted = uncounted = 0
+    reps = 200
+    for _ in range(reps):
+        train, held = _law(rng, 150), _law(rng, 400)
+        samples = train[rng.integers(150, size=20_000)]
+        box = SupportBox.from_rows(train)
+        check = _check(held, samples, box=box)  # the box's rows are the training rows by default
+        counted += not (check.checks["mean"] and check.checks["spread"])
+        alone = _check(held, samples, n_train=0)
+        uncounted += not (alone.checks["mean"] and alone.checks["spread"])
+    assert counted <= 15 and uncounted >= 60, (counted, uncounted)
 
 
 def test_the_bands_shrink_to_the_fixed_ones_on_large_samples_and_catch_small_errors():
