@@ -11,7 +11,7 @@ import pytest
 import scipy.stats
 
 from tgpflow.metrics import sample_check
-from tgpflow.metrics.sample_check import FALSE_FAIL_RATE, MAX_MEAN_ERROR, SPREAD_RANGE
+from tgpflow.metrics.sample_check import FALSE_FAIL_RATE, MAX_MEAN_ERROR, SPREAD_RANGE, _noise_bands
 from tgpflow.stats.support import SupportBox
 
 
@@ -43,23 +43,36 @@ def test_draws_from_the_datas_own_law_pass_where_fixed_bands_fail():
     assert fixed_passed < reps // 2, fixed_passed
 
 
+def _fails_bands(held: np.ndarray, samples: np.ndarray, n_train: int | None) -> bool:
+    """Whether ``samples`` fail the mean or spread band against ``held`` (the figures of the module docstring)."""
+    sd = held.std(axis=0)
+    mean_error, spread = (samples.mean(axis=0) - held.mean(axis=0)) / sd, samples.std(axis=0) / sd
+    mean_band, spread_band = _noise_bands(held, samples, None, n_train)
+    return not (np.all(np.abs(mean_error) <= mean_band)
+                and np.all((spread >= spread_band[:, 0]) & (spread <= spread_band[:, 1])))
+
+
 def test_a_draw_of_the_training_rows_themselves_passes_once_their_noise_counts():
-    # a model that learned its 150 training rows exactly (a resample of them) is as close to the held-out rows as
-    # those rows allow; counting only the held-out rows and the samples failed half of such draws (50.5 % of 1000
-    # replicates), counting the training rows 3.5 % (the normal approximation at this size, as at 120 held-out
-    # rows above): 200 replicates at 3.5 % exceed 15 failures with p < 1 %, at 50 % fall under 60 with p < 1e-9
+    # a model that learned its 150 training rows exactly (2 000 draws resampled from them) is as close to the
+    # held-out rows as those rows allow: of 1000 replicates, 45.1 % failed the bands that count only the held-out
+    # rows and the samples, 1.0 % those that count the training rows too (at 20 000 draws: 50.5 % and 3.5 %). 400
+    # replicates at 1 % exceed 14 failures with p < 1e-4; at 45 % fall under 120 with p < 1e-9
     rng = np.random.default_rng(3)
     counted = uncounted = 0
-    reps = 200
-    for _ in range(reps):
+    for _ in range(400):
         train, held = _law(rng, 150), _law(rng, 400)
-        samples = train[rng.integers(150, size=20_000)]
-        box = SupportBox.from_rows(train)
-        check = _check(held, samples, box=box)  # the box's rows are the training rows by default
-        counted += not (check.checks["mean"] and check.checks["spread"])
-        alone = _check(held, samples, n_train=0)
-        uncounted += not (alone.checks["mean"] and alone.checks["spread"])
-    assert counted <= 15 and uncounted >= 60, (counted, uncounted)
+        samples = train[rng.integers(150, size=2000)]
+        counted += _fails_bands(held, samples, 150)
+        uncounted += _fails_bands(held, samples, None)
+    assert counted <= 14 and uncounted >= 120, (counted, uncounted)
+    # sample_check takes n_t from the model's n_samples_seen_, else from the rows its box was built from
+    box = SupportBox.from_rows(train)
+    fitted = type("Fitted", (), {"n_samples_seen_": 900, "support_": box})()
+    for model, kw, n_t in ((None, {"box": box}, 150), (fitted, {}, 900), (fitted, {"n_train": 0}, None)):
+        check = sample_check(model, held, samples=samples, n_directions=10, max_rows=10_000, **kw)
+        want = _noise_bands(held, samples, None, n_t)
+        np.testing.assert_allclose(check.mean_band, want[0], rtol=1e-12)
+        np.testing.assert_allclose(check.spread_band, want[1], rtol=1e-12)
 
 
 def test_the_bands_shrink_to_the_fixed_ones_on_large_samples_and_catch_small_errors():
