@@ -162,16 +162,10 @@ def sample_check(model: Any, X: Any, *, samples: np.ndarray | None = None, ess_f
     seed = int(rng.integers(2**31))
     model_dist = sliced_distances(half_a, points=samples, n_directions=n_directions, random_state=seed).summary()
     data_dist = sliced_distances(half_a, points=half_b, n_directions=n_directions, random_state=seed).summary()
-    sd = rows.std(axis=0)
-    sd = np.where(sd > 0, sd, 1.0)
-    mean_error = (samples.mean(axis=0) - rows.mean(axis=0)) / sd
-    spread = samples.std(axis=0) / sd
     box = box if box is not None else getattr(model, "support_", None)
     if n_train is None:
         n_train = getattr(model, "n_samples_seen_", None) or (box.n_rows if box is not None else None)
-    mean_band, spread_band = _noise_bands(rows, samples, ess, n_train)
-    checks = {"mean": bool(np.all(np.abs(mean_error) <= mean_band)),
-              "spread": bool(np.all((spread >= spread_band[:, 0]) & (spread <= spread_band[:, 1])))}
+    mean_error, spread, mean_band, spread_band, checks = _mean_and_spread(rows, samples, ess, n_train)
     mass_outside = heldout_outside = data_outside = None
     if box is not None:
         mass_outside, held_out = float(box.outside(samples).mean()), int(box.outside(rows).sum())
@@ -198,6 +192,20 @@ def _band(band: np.ndarray, side: int) -> str:
     """One side of the per-column spread bands: one figure if they agree, else their range."""
     lo, hi = float(band[:, side].min()), float(band[:, side].max())
     return f"{lo:.3g}" if np.isclose(lo, hi) else f"[{lo:.3g}, {hi:.3g}]"
+
+
+def _mean_and_spread(rows: np.ndarray, samples: np.ndarray, ess: float | None, n_train: int | None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, bool]]:
+    """Per column, the samples' mean error (in the rows' sd) and spread ratio against ``rows``, their bands
+    (:func:`_noise_bands`), and whether every column is inside them (the "mean" and "spread" checks)."""
+    sd = rows.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+    mean_error = (samples.mean(axis=0) - rows.mean(axis=0)) / sd
+    spread = samples.std(axis=0) / sd
+    mean_band, spread_band = _noise_bands(rows, samples, ess, n_train)
+    checks = {"mean": bool(np.all(np.abs(mean_error) <= mean_band)),
+              "spread": bool(np.all((spread >= spread_band[:, 0]) & (spread <= spread_band[:, 1])))}
+    return mean_error, spread, mean_band, spread_band, checks
 
 
 def _noise_bands(rows: np.ndarray, samples: np.ndarray, ess: float | None,
