@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.core.engine import single_blas_thread
 from tgpflow.features.bounds import ColumnBounds
 
 __all__ = ["suggest_bounds", "edges_worth_keeping", "open_leaks", "edge_gain", "edge_skewness", "with_linear_tails",
@@ -170,7 +171,6 @@ def open_leaks(rows: np.ndarray, names: Sequence[str], found: dict[str, list[flo
     eight-column one 8.6 %, and the fit without that bound 13 % outside the box."""
     from scipy.stats import norm
     from sklearn.mixture import GaussianMixture
-    from threadpoolctl import threadpool_limits
 
     from tgpflow.features.mixture_base import MIXTURE_REG, MIXTURE_ROWS_PER_DIM
     from tgpflow.io.column_kinds import cell_widths, column_kinds, dequantize
@@ -181,7 +181,7 @@ def open_leaks(rows: np.ndarray, names: Sequence[str], found: dict[str, list[flo
     center, scale = noisy.mean(axis=0), noisy.std(axis=0)
     scale = np.where(scale > 0, scale, 1.0)
     k = int(min(components, max(1, n // (MIXTURE_ROWS_PER_DIM * (d + 1)))))
-    with threadpool_limits(limits=1, user_api="blas"):  # small matrices: threads only cost
+    with single_blas_thread():  # small matrices: threads only cost
         gm = GaussianMixture(k, reg_covar=MIXTURE_REG, init_params="k-means++",
                              random_state=int(rng.integers(2**31))).fit((noisy - center) / scale)
     means = center + gm.means_ * scale
@@ -238,14 +238,13 @@ def _one_column_mixture(train: np.ndarray, val: np.ndarray, seed: int) -> np.nda
     """The log density at ``val`` of a Gaussian mixture of one column's ``train`` values (K by BIC), in the values'
     units."""
     from sklearn.mixture import GaussianMixture
-    from threadpoolctl import threadpool_limits
 
     from tgpflow.features.mixture_base import MIXTURE_REG
 
     center, scale = float(train.mean()), float(train.std()) or 1.0
     z = ((train - center) / scale)[:, None]
     best = None
-    with threadpool_limits(limits=1, user_api="blas"):  # tiny matrices: threads only cost
+    with single_blas_thread():  # tiny matrices: threads only cost
         for k in _EDGE_COMPONENTS:
             if k > 1 and z.shape[0] < 20 * k:
                 break

@@ -34,10 +34,9 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from tgpflow.core.backend import device_of, namespace
-from tgpflow.core.engine import Progress, compute, parallel_tasks
+from tgpflow.core.engine import Progress, compute, parallel_tasks, single_blas_thread
 from tgpflow.features.digest import array_hash
 from tgpflow.io.column_kinds import dequantize
 
@@ -305,7 +304,7 @@ def fit_mixture_base(rows: np.ndarray, random_state: Any = 0, components: tuple[
             if float(other_scores.mean()) > val_score:
                 gm, val_score = other, float(other_scores.mean())
     gm.set_params(warm_start=True, max_iter=100)  # all the rows, from the chosen K's fit
-    with threadpool_limits(limits=1, user_api="blas"):  # a few small matrices a call: threads only cost
+    with single_blas_thread():  # a few small matrices a call: threads only cost
         gm.fit(z)
     weights, means = gm.weights_ / gm.weights_.sum(), center + gm.means_ * scale
     covs = gm.covariances_ * np.outer(scale, scale)[None]

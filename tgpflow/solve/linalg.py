@@ -35,9 +35,9 @@ def safe_blas_threads(size: int) -> Any:
     """A context that limits BLAS to one thread for matrices of ``size`` ≥ LARGE_BLAS_SIZE."""
     if size < LARGE_BLAS_SIZE:
         return contextlib.nullcontext()
-    from threadpoolctl import threadpool_limits
+    from tgpflow.core.engine import single_blas_thread
 
-    return threadpool_limits(limits=1, user_api="blas")
+    return single_blas_thread()
 
 
 @functools.cache
