@@ -183,9 +183,11 @@ def _magic_fit_and_sample(X: np.ndarray, bounds: list, method: str) -> None:
     if method == "fd":
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore", DiagnosticWarning)  # the unbounded fit rightly warns (tested here)
-            free = GPTiltedDensity(method=method, n_features=64, bounds=None).fit(X)  # (S: half the cost)
+            # S and the pilot (which the mixture search fits on) cut: a quarter of the cost, and 12.1 % of the mass
+            # outside against 11.0 % on all 19 020 rows at S = 64 (measured)
+            free = GPTiltedDensity(method=method, n_features=64, bounds=None, pilot_rows=5000).fit(X)
         assert free.fit_diagnostics_["warnings"]
-        assert est.normalizer_.mass_outside < free.normalizer_.mass_outside / 3
+        assert est.normalizer_.mass_outside < free.normalizer_.mass_outside / 3  # measured 2.0 % against 12.1 %
     inside = est.bounds_.inside(X)  # rows on a bound (fWidth = 0, fAlpha = 0) have density 0
     assert inside.sum() == est.n_samples_seen_ and np.all(np.isfinite(est.log_density(X[inside]))), method
     samples = est.sample(4000, random_state=1)
