@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import threading
 import warnings
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse.linalg
 
+from tgpflow.core.engine import blas_controller, single_blas_thread
 from tgpflow.errors import TgpflowWarning
 
 __all__ = ["SPDFactor", "spd_factor", "spd_solve", "safe_blas_threads", "gemm_is_safe", "LARGE_BLAS_SIZE"]
@@ -35,16 +35,7 @@ def safe_blas_threads(size: int) -> Any:
     """A context that limits BLAS to one thread for matrices of ``size`` ≥ LARGE_BLAS_SIZE."""
     if size < LARGE_BLAS_SIZE:
         return contextlib.nullcontext()
-    from tgpflow.core.engine import single_blas_thread
-
     return single_blas_thread()
-
-
-@functools.cache
-def _blas_libraries() -> list[Any]:
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController().select(user_api="blas").lib_controllers
 
 
 def gemm_is_safe() -> bool:
@@ -57,7 +48,7 @@ def gemm_is_safe() -> bool:
     ignores it, and it outlives the task (measured: the caller's BLAS left at one thread)."""
     if threading.current_thread() is threading.main_thread():
         return True
-    return all(lib.num_threads == 1 for lib in _blas_libraries())
+    return all(lib.num_threads == 1 for lib in blas_controller().select(user_api="blas").lib_controllers)
 
 
 @dataclasses.dataclass(frozen=True)
