@@ -317,6 +317,38 @@ def test_ncfd_noisy_sums_are_unbiased_under_a_two_component_mixture():
     assert np.abs(ref).max() > 5 * se.max()  # the sums are not all noise
 
 
+def test_ncfd_noise_is_keyed_by_the_chunk_values_not_their_last_bits():
+    """The NCFD noise seed survives a few ulps in every value (the CPU's vector code moves the last bits of the
+    fitting-space rows: keyed on their bytes, the goldens' NCFD fit drew other noise on an AVX-512 machine), −0 is
+    0, and rows that differ in one value by 10⁻⁵ of the largest, or in their order, draw other noise. The sums
+    V_h of rows a few ulps apart agree to rounding."""
+    from tgpflow.stats.ncfd import ncfd_chunk_stats, noise_seed
+
+    rng = np.random.default_rng(31)
+    for scale in (1e-3, 1.0, 1e6):
+        x = rng.normal(size=(500, 4)) * scale
+        x[7, 2] = 0.0
+        seed = noise_seed(x)
+        y = x.copy()
+        for _ in range(3):  # each value moved up or down by up to three ulps
+            y = np.where(rng.random(x.shape) < 0.5, np.nextafter(y, np.inf), np.nextafter(y, -np.inf))
+        y[7, 2] = -0.0
+        assert noise_seed(y) == seed
+        z = x.copy()
+        z[100, 1] += 1e-5 * np.abs(x).max()
+        assert noise_seed(z) != seed
+        assert noise_seed(x[::-1]) != seed
+    mix = _mixture(d=2, K=2, seed=26)
+    x = mix.draw(800, np.random.default_rng(32))[0]
+    y = np.nextafter(x, np.where(rng.random(x.shape) < 0.5, np.inf, -np.inf))
+    feats = RandomFourierFeatures.draw(12, bandwidth=0.9, n_dims=2, shift=x.mean(axis=0), random_state=33)
+    sigmas = np.array([0.0, 0.3, 0.6])
+    vx, vy = (ncfd_chunk_stats(r, feats, sigmas, mixture=mix).V for r in (x, y))
+    np.testing.assert_allclose(vy, vx, rtol=0, atol=1e-10 * np.abs(vx).max())
+    other = ncfd_chunk_stats(x[::-1], feats, sigmas, mixture=mix).V  # other noise: the check above can fail
+    assert np.abs(other[1:] - vx[1:]).max() > 1e-3 * np.abs(vx).max()
+
+
 def test_ncfd_on_a_mixture_base_fits_and_scores_the_mixture_limit():
     x = _two_blobs(6000, 23)
     est = GPTiltedDensity(method="ncfd", base="mixture", n_features=100, random_state=0).fit(x)

@@ -21,9 +21,9 @@ One pass accumulates, as sums over rows, for H noise levels σ_h (same Z, c; wid
   likewise: an unbiased estimate of the part of the objective's expectations over the noise that the Gaussian's
   closed form (from ``U_h``, ``u_h``) does not give. Subtracting g_h on the same draws is a control variate: the
   estimate is exact for a mixture of one component, and its noise is that of the mixture's departure from its
-  Gaussian only. The noise is seeded by a digest of the chunk's bytes and the level, so a chunk's statistics do
-  not depend on where or when it is computed. At σ = 0 there is no noise, and :attr:`NCFDStats.fd` adds the
-  Gaussian's part back (its ``V`` is the FD sum); ``base_sums`` are the FD ones.
+  Gaussian only. The noise is seeded by a digest of the chunk's values and the level (:func:`noise_seed`), so a
+  chunk's statistics do not depend on where or when it is computed. At σ = 0 there is no noise, and
+  :attr:`NCFDStats.fd` adds the Gaussian's part back (its ``V`` is the FD sum); ``base_sums`` are the FD ones.
 
 The weights are recomputed per chunk and level (O(S²d + H S²), docs/mathematics.md, "Noise-conditional Fisher
 divergence") instead of being stored (2H·S² floats). Loop order is level-outer inside a chunk, so each level's weights
@@ -51,7 +51,7 @@ from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.stats.tgp import RFFStats, TGPStats, level_products, mixture_terms
 from tgpflow.stats.tgp_cupy import DEVICE_BLOCK_BYTES
 
-__all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights", "ncfd_memory"]
+__all__ = ["NCFDStats", "ncfd_chunk_stats", "ncfd_weights", "ncfd_memory", "noise_seed"]
 
 
 def ncfd_weights(features: RandomFourierFeatures, sigma: float) -> tuple[np.ndarray, np.ndarray | None]:
@@ -227,6 +227,7 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
         host = to_numpy(x).astype(np.float64)
         score0, base_sums = mixture_terms(mixture, host)
         score0 = score0 - _gaussian_score(mixture, 0.0, host)  # the departure from the mixture's Gaussian
+        seed = noise_seed(host)
     if n == 0:
         return dataclasses.replace(out, moments=moments, V=V, base_sums=base_sums, mixture=mixture)
     rows = plan_blocks(ncfd_memory(features, sigmas.size, precision, mixture, prefixes), block_bytes, chunk_rows=n,
@@ -241,7 +242,8 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
         g_sin, g_cos, u_h, U_h, psi_h, V_h = level_products(x, level, rows, cos_gram=sigma > 0, precision=precision,
                                                             score=score)
         if V is not None:
-            V[h] = -scale * (V_h if h == 0 else _noisy_sin_score(host, level, mixture, float(sigma), h, rows, x))
+            V[h] = -scale * (V_h if h == 0 else _noisy_sin_score(host, level, mixture, float(sigma), (seed, h), rows,
+                                                                 x))
         w_plus, w_minus = ncfd_weights(features, float(sigma))
         g_sin *= scale2
         if h == 0:
@@ -260,14 +262,29 @@ def ncfd_chunk_stats(x: Any, features: RandomFourierFeatures, sigmas: np.ndarray
     return dataclasses.replace(out, moments=moments, V=V, base_sums=base_sums, mixture=mixture)
 
 
+def noise_seed(x: np.ndarray) -> int:
+    """The seed of a chunk's NCFD noise: a BLAKE2b digest of its rows rounded to 2⁻²⁰ of the power of two just
+    above its largest |value| (−0 as 0).
+
+    Why rounded: the rows reach the pass in the fitting space, after standardization, bounds and dequantization,
+    whose last bits depend on the CPU's vector code (NumPy's exp, log and reductions). Keyed on the exact bytes, the
+    goldens' NCFD fit drew other noise on an AVX-512 machine than where they were written, its rows a few ulps
+    apart: every noisy level's ``V_h`` moved by up to 20 %. Rounded, a value changes the key only when its own
+    rounding error crosses a grid point, about once in 10⁹ values."""
+    top = float(np.max(np.abs(x), initial=0.0))
+    quantum = math.ldexp(1.0, math.frexp(top)[1] - 20) if 0.0 < top < math.inf else 1.0
+    grid = np.rint(np.asarray(x, dtype=np.float64) / quantum) + 0.0  # a power of two: the division is exact
+    return int.from_bytes(hashlib.blake2b(np.ascontiguousarray(grid, dtype="<f8").tobytes(), digest_size=8).digest(),
+                          "little")
+
+
 def _noisy_sin_score(x: np.ndarray, level: RandomFourierFeatures, mixture: GaussianMixtureBase, sigma: float,
-                     h: int, rows: int, chunk: Any = None) -> np.ndarray:
-    """Σ_i sin_h(y_i) (s_h(y_i) − g_h(y_i))ᵀ (unscaled, S × d) at y_i = x_i + ξ_i, ξ_i ~ N(0, σ²I) seeded by the
-    chunk's bytes and the level (module docstring). The noise is drawn on the host (the same draws wherever the chunk
-    is); with ``chunk`` on a device (docs/gpu.md) the noisy rows go there, and the scores, the sines and their
-    product are formed there."""
-    digest = hashlib.blake2b(np.ascontiguousarray(x).tobytes(), digest_size=8).digest()
-    rng = np.random.default_rng([int.from_bytes(digest, "little"), h])
+                     key: tuple[int, int], rows: int, chunk: Any = None) -> np.ndarray:
+    """Σ_i sin_h(y_i) (s_h(y_i) − g_h(y_i))ᵀ (unscaled, S × d) at y_i = x_i + ξ_i, ξ_i ~ N(0, σ²I) seeded by
+    ``key``, the chunk's :func:`noise_seed` and the level h (module docstring). The noise is drawn on the host (the
+    same draws wherever the chunk is); with ``chunk`` on a device (docs/gpu.md) the noisy rows go there, and the
+    scores, the sines and their product are formed there."""
+    rng = np.random.default_rng(list(key))
     y = x + sigma * rng.standard_normal(x.shape)
     if on_a_device(chunk):
         return _noisy_sin_score_on(chunk, y, mixture, sigma, level, rows)
