@@ -70,6 +70,8 @@ def test_a_draw_of_the_training_rows_themselves_passes_once_their_noise_counts()
         want = _noise_bands(held, samples, None, n_t)
         np.testing.assert_allclose(check.mean_band, want[0], rtol=1e-12)
         np.testing.assert_allclose(check.spread_band, want[1], rtol=1e-12)
+        assert check.n_train == n_t and check.to_dict()["n_train"] == n_t  # and says which n_t it counted
+        assert (f", {n_t} training rows" in check.lines()[1]) == (n_t is not None)
 
 
 def test_the_bands_shrink_to_the_fixed_ones_on_large_samples_and_catch_small_errors():

@@ -91,6 +91,8 @@ class SampleCheck:
     data_outside: float | None
     ess_fraction: float | None
     checks: dict[str, bool]
+    #: the training rows whose noise the mean and spread bands count (None: not known, not counted)
+    n_train: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -110,7 +112,8 @@ class SampleCheck:
                f"mean error max {np.abs(self.mean_error).max():.3f} sd (band ±{self.mean_band.max():.3g}) "
                f"[{ok[self.checks['mean']]}], spread ratio {self.spread_ratio.min():.3f}–{self.spread_ratio.max():.3f} "
                f"(band {_band(self.spread_band, 0)}–{_band(self.spread_band, 1)} by column) "
-               f"[{ok[self.checks['spread']]}]"]
+               f"[{ok[self.checks['spread']]}]; bands for {self.n_heldout} held-out rows, {self.n_samples} samples"
+               + (f", {self.n_train} training rows" if self.n_train else "")]
         if self.mass_outside is not None:
             out.append(f"outside the training box: samples {100 * self.mass_outside:.2f}%, held-out rows "
                        f"{100 * self.heldout_outside:.2f}%, with the training rows {100 * self.data_outside:.2f}% "
@@ -178,7 +181,8 @@ def sample_check(model: Any, X: Any, *, samples: np.ndarray | None = None, ess_f
         checks["ks"] = model_dist["ks_median"] <= max_ks
     return SampleCheck(int(samples.shape[0]), int(rows.shape[0]), model_dist["ks_median"], model_dist["wd_median"],
                        data_dist["ks_median"], data_dist["wd_median"], mean_error, spread, mean_band, spread_band,
-                       mass_outside, heldout_outside, data_outside, ess_fraction, checks)
+                       mass_outside, heldout_outside, data_outside, ess_fraction, checks,
+                       int(n_train) if n_train else None)
 
 
 def _kurtosis(x: np.ndarray) -> np.ndarray:
