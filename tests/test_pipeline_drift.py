@@ -134,7 +134,7 @@ def _hours(tmp: Path, t: int, rng) -> None:
                   "load": rng.gamma(3, 2, 4000)}).to_parquet(tmp / "data" / f"d{t:03d}.parquet")
 
 
-@pytest.mark.filterwarnings("ignore::tgpflow.errors.DiagnosticWarning")  # the unhealthy fit is the point
+@pytest.mark.filterwarnings("default::tgpflow.errors.DiagnosticWarning")  # the unhealthy fit is the point
 def test_fail_on_warning_exits_1_after_committing_an_unhealthy_version(tmp_path):
     rng = np.random.default_rng(9)
     _hours(tmp_path, 0, rng)
@@ -146,6 +146,9 @@ def test_fail_on_warning_exits_1_after_committing_an_unhealthy_version(tmp_path)
     assert "failing (--fail-on-warning): the fits of fd warned; the run is committed" in result.output
     summary = json.loads(next(line for line in result.output.splitlines() if line.startswith("{")))
     assert summary["health"]["fd"]["warnings"] and summary["health"]["fd"]["ess_fraction"] < 0.01
+    # each of the fit's warnings said once on stderr, after the commit, naming the version (not also at fit time)
+    warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert warned == [f"warning: daily: model fd v000001: {w}" for w in summary["health"]["fd"]["warnings"]], warned
     assert ModelVersions(tmp_path / "models" / "fd").current() == "v000001"  # committed and published
     _hours(tmp_path, 1, rng)
     assert _cli_run(spec).exit_code == 0  # without the flag a warning is said, not failed on

@@ -6,6 +6,9 @@ it replaces on the run's new partitions (rows that version had not seen).
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -14,7 +17,7 @@ from tgpflow.models.anomaly import model_log_normalizer
 from tgpflow.models.fit_summaries import diagnostics_summary, json_number
 from tgpflow.pipeline.drift_sums import LOGLIK_FLOOR_QUANTILE, LoglikSums, floored
 
-__all__ = ["version_health", "pilot_loglik"]
+__all__ = ["version_health", "pilot_loglik", "held_fit_warnings", "say_version_warnings"]
 
 
 def pilot_loglik(est: Any, rows: np.ndarray) -> tuple[LoglikSums | None, float | None]:
@@ -43,3 +46,28 @@ def version_health(est: Any, pilot_mean: float | None, heldout: dict[str, Any] |
             "selected": {k: json_number(v) for k, v in chosen.items()} or
             ({"smoothness": smoothness} if smoothness is not None else None),
             "pilot_loglik": pilot_mean, "heldout_loglik": heldout}
+
+
+@contextlib.contextmanager
+def held_fit_warnings(listed: list[str]) -> Iterator[None]:
+    """Hold the warnings of a version's fit until it ends: those that its health lists (``listed``, filled in by
+    the caller before the block exits) are said once after the commit, naming the version
+    (:func:`say_version_warnings`); any other is passed on as it was raised. Said at fit time too, a `tgpflow run`
+    printed each of them twice."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    said = {" ".join(line.split()) for line in listed}
+    for w in caught:
+        if " ".join(str(w.message).split()) not in said:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def say_version_warnings(pipeline: str, lines: list[str]) -> None:
+    """Each health warning of the run's new versions (``model NAME VERSION: …``) as a
+    :class:`~tgpflow.errors.DiagnosticWarning`, after the commit: shown as the fit's own would be (a CLI prints one
+    line each), turned into an error by a warnings filter that asks for it."""
+    from tgpflow.errors import DiagnosticWarning
+
+    for line in lines:
+        warnings.warn(f"{pipeline}: {line}", DiagnosticWarning, stacklevel=3)

@@ -71,7 +71,7 @@ from tgpflow.pipeline.drift import drift_lines, drift_summary
 from tgpflow.pipeline.drift_step import DriftPass
 from tgpflow.pipeline.drift_sums import DriftSums
 from tgpflow.pipeline.frozen_draw import Frozen, freeze
-from tgpflow.pipeline.health import pilot_loglik, version_health
+from tgpflow.pipeline.health import held_fit_warnings, pilot_loglik, say_version_warnings, version_health
 from tgpflow.pipeline.journal import collect, finish, steps_after_commit
 from tgpflow.pipeline.partitions import partition_source, union_source
 from tgpflow.pipeline.run_plan import RunPlan, plan_run
@@ -260,16 +260,19 @@ def _solve_version(spec: PipelineSpec, store: StatsStore, frozen: Frozen, m: Any
     version."""
     name, est, columns, pre = m.name, frozen.estimators[m.name], frozen.columns, frozen.preprocess
     record = frozen.models[name]
-    if m.refits_from_rows():  # no statistics: the rows of every partition kept, with the frozen draw
-        with phase("refit-rows", model=name, partitions=len(partitions)):
-            est.fit(union_source(spec, sorted(f for f in partitions if f in with_rows), columns, fmt),
-                    features=est.draw_, scaling=Scaling.from_dict(pre))
-        rows = est.n_samples_seen_
-    else:
-        total = _running_total(spec, store, name, frozen, plan, partitions, new_parts, read, empty)
-        record["total"] = store.save(total, f"totals/{name}-{plan.run:06d}.zarr")
-        est.fit_from_stats(total)  # its diagnostics measure the mass outside the plan's box: the run's pilot rows
-        rows = total.n
+    listed: list[str] = []  # the fit's health warnings: said after the commit, naming the version
+    with held_fit_warnings(listed):
+        if m.refits_from_rows():  # no statistics: the rows of every partition kept, with the frozen draw
+            with phase("refit-rows", model=name, partitions=len(partitions)):
+                est.fit(union_source(spec, sorted(f for f in partitions if f in with_rows), columns, fmt),
+                        features=est.draw_, scaling=Scaling.from_dict(pre))
+            rows = est.n_samples_seen_
+        else:
+            total = _running_total(spec, store, name, frozen, plan, partitions, new_parts, read, empty)
+            record["total"] = store.save(total, f"totals/{name}-{plan.run:06d}.zarr")
+            est.fit_from_stats(total)  # its diagnostics measure the mass outside the plan's box: the run's pilot rows
+            rows = total.n
+        listed.extend(version_health(est, None, None)["warnings"])
     threshold = None
     if spec.outputs.scores is not None and hasattr(est, "calibrate_threshold"):  # the version flags what the
         # pipeline flags (tgpflow score MODELDIR): on −log p of the run's pilot rows, raw (the model carries its
@@ -333,8 +336,9 @@ def _commit(spec: PipelineSpec, store: StatsStore, frozen: Frozen, plan: RunPlan
     drifted = {f: drift_summary(partitions[f]["drift"]["verdict"]) for f in new
                if (partitions[f].get("drift") or {}).get("verdict") is not None}
     said = _health_lines(health, versions) + drift_lines(drifted)
-    for line in said:
+    for line in drift_lines(drifted):
         logger.warning("%s: %s", spec.name, line)
+    say_version_warnings(spec.name, _health_lines(health, versions))
     return RunResult(changed=True, added=added, removed=plan.removed, run=plan.run, versions=versions, rows=rows,
                      rows_dropped=rows_dropped, empty=sorted(set(added) & empty),
                      scored_with=None if step is None else {k: step[k] for k in ("model", "version", "scored_with")},
