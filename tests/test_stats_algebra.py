@@ -214,8 +214,28 @@ def test_carried_fields_must_agree():
         a + ncfd_chunk_stats(B, features(0), SIGMAS[:2])
     with pytest.raises(ValueError, match="cannot remove 500 rows from 300"):
         kde_sdo_chunk_stats(A, features(0)) - kde_sdo_chunk_stats(np.concatenate([A, B]), features(0))
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="cannot combine TGPStats with KDESDOStats: statistics of different kinds"):
         tgp_chunk_stats(A, features(0)) + kde_sdo_chunk_stats(A, features(0))
+
+
+def test_stats_merge_names_the_file_of_another_kind_and_writes_nothing(tmp_path):
+    """`tgpflow stats merge` of FD and NCFD statistics (one draw): one line naming the file and both kinds, exit 1
+    and no output (it was Python's TypeError, an "internal error"); of one kind, their sum."""
+    from click.testing import CliRunner
+
+    from tgpflow.cli import main
+
+    paths = [str(tmp_path / name) for name in ("a.stats.npz", "b.stats.npz", "c.stats.npz")]
+    tgp_chunk_stats(A, features(0)).save(paths[0])
+    tgp_chunk_stats(B, features(0)).save(paths[1])
+    ncfd_chunk_stats(B, features(0), SIGMAS).save(paths[2])
+    out = tmp_path / "merged.npz"
+    bad = CliRunner().invoke(main, ["stats", "merge", *paths, "--out", str(out)])
+    assert bad.exit_code == 1 and not out.exists()
+    assert (f"Error: {paths[2]} does not add to {paths[0]}, {paths[1]}: cannot combine TGPStats with NCFDStats"
+            in bad.output), bad.output
+    good = CliRunner().invoke(main, ["--json", "stats", "merge", *paths[:2], "--out", str(out)])
+    assert good.exit_code == 0 and json.loads(good.output)["rows"] == A.shape[0] + B.shape[0]
 
 
 @pytest.mark.parametrize("kind", MAKERS)

@@ -129,6 +129,10 @@ class AdditiveStats(Summable):
 
     def _combine(self, other: Any, sign: float) -> Any:
         if type(other) is not type(self):
+            if isinstance(other, AdditiveStats):  # not Python's TypeError: a user's mix-up, said as one
+                raise ValueError(f"cannot combine {type(self).__name__} with {type(other).__name__}: statistics of "
+                                 f"different kinds (another method or estimator) do not add; accumulate every part "
+                                 f"with the same estimator")
             return NotImplemented
         self._check_combinable(other, sign)
         values = {}
