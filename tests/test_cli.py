@@ -67,6 +67,18 @@ def test_fit_with_bounds_reports_diagnostics_and_info_shows_them(tmp_path, rng):
     assert r.exit_code == 2 and "--bounds" in r.output
 
 
+def test_info_says_a_fixed_lambda_as_fit_did(tmp_path, rng):
+    src, _ = _data(tmp_path, rng)
+    runner = CliRunner()
+    model = str(tmp_path / "fixed.zarr")
+    r = runner.invoke(main, ["fit", src, "--model", "fd", "--out", model, "--n-features", "16", "--lam", "0.1",
+                             "--bandwidth", "1.5", "--progress", "none"])
+    assert r.exit_code == 0 and "  chosen: bandwidth 1.5, λ 0.1\n" in r.stdout, r.output
+    r = runner.invoke(main, ["info", model])
+    assert r.exit_code == 0 and "  chosen: bandwidth 1.5, λ 0.1\n" in r.stdout, r.output  # it said bandwidth only
+    assert json.loads(runner.invoke(main, ["--json", "info", model]).stdout)["lam"] == 0.1
+
+
 def test_exit_codes_and_nothing_written_on_failure(tmp_path, rng):
     src, _ = _data(tmp_path, rng, bad=True)
     runner = CliRunner()

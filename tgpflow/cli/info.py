@@ -39,7 +39,7 @@ def info(model: str) -> None:
             "model": model, "kind": kind, "method": cli_model_of(est), "rows": est.n_samples_seen_,
             "d": est.n_features_in_, "n_features": getattr(draw, "n_features", None),
             "n_basis": getattr(draw, "n_basis", None), "bandwidth": getattr(est, "bandwidth_", None),
-            "smoothness": getattr(est, "smoothness_", None),
+            "lam": getattr(est, "lam_", None), "smoothness": getattr(est, "smoothness_", None),
             "fingerprint": draw.fingerprint, "columns": meta.get("feature_names_in"),
             "params": meta.get("params"), "solver": meta.get("solver_info"), "pilot": meta.get("pilot"),
             "selection": (meta.get("selection") or {}).get("chosen"), "diagnostics": diagnostics_summary(est),
