@@ -49,7 +49,7 @@ def _solved(est: Any) -> dict[str, Any]:
     the solver, the health."""
     chosen = (getattr(est, "selection_", None) or {}).get("chosen") or {}
     return {"rows": est.n_samples_seen_, "rows_dropped": est.n_rows_dropped_, "bandwidth": est.bandwidth_,
-            "lam": json_number(est.lam_), "n_rows_dropped": est.last_rows_dropped_,
+            "lam": json_number(est.lam_),
             "selected": {k: json_number(v) for k, v in chosen.items()} or None,
             "solver": {k: v for k, v in est.solver_info_.items() if k != "history"},
             "diagnostics": diagnostics_summary(est)}
