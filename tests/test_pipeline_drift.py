@@ -154,6 +154,28 @@ def test_fail_on_warning_exits_1_after_committing_an_unhealthy_version(tmp_path)
     assert _cli_run(spec).exit_code == 0  # without the flag a warning is said, not failed on
 
 
+def test_a_versions_fit_holds_back_only_the_warnings_its_health_lists():
+    """Listed warnings wait for the commit (said there, naming the version); any other passes on, and a fit that
+    fails passes on all it warned of before its error."""
+    import warnings
+
+    from tgpflow.errors import DiagnosticWarning
+    from tgpflow.pipeline.health import held_fit_warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        listed: list[str] = []
+        with held_fit_warnings(listed):
+            warnings.warn("the FD fit:  mass  outside", DiagnosticWarning)
+            warnings.warn("a fallback", UserWarning)
+            listed.append("the FD fit: mass outside")  # as health lists it (spaces as the CLI prints them)
+        with pytest.raises(RuntimeError), held_fit_warnings([]):
+            warnings.warn("the FD fit: mass outside", DiagnosticWarning)
+            raise RuntimeError("the solve failed")
+    assert [(str(w.message), w.category) for w in seen] == [("a fallback", UserWarning),
+                                                            ("the FD fit: mass outside", DiagnosticWarning)]
+
+
 def test_fail_on_drift_exits_1_after_committing_a_drifted_partition(tmp_path):
     rng = np.random.default_rng(10)
     spec = _spec(tmp_path)

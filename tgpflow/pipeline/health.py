@@ -54,13 +54,16 @@ def held_fit_warnings(listed: list[str]) -> Iterator[None]:
     the caller before the block exits) are said once after the commit, naming the version
     (:func:`say_version_warnings`); any other is passed on as it was raised. Said at fit time too, a `tgpflow run`
     printed each of them twice."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    said = {" ".join(line.split()) for line in listed}
-    for w in caught:
-        if " ".join(str(w.message).split()) not in said:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:  # a fit that failed lists nothing: all it warned of is passed on before its error
+        said = {" ".join(line.split()) for line in listed}
+        for w in caught:
+            if " ".join(str(w.message).split()) not in said:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def say_version_warnings(pipeline: str, lines: list[str]) -> None:
