@@ -54,11 +54,11 @@ def stats_merge(paths: tuple[str, ...], out: str, overwrite: bool) -> None:
     check_out(out, "statistics", overwrite)
     with runtime_errors():
         total = load_stats(paths[0])
-        for p in paths[1:]:
+        for i, p in enumerate(paths[1:], start=1):
             try:
                 total = total + load_stats(p)
             except ValueError as exc:  # another draw or kind: name the file that does not add
-                raise ValueError(f"{p} does not add to {', '.join(paths[:paths.index(p)])}: {exc}") from None
+                raise ValueError(f"{p} does not add to {', '.join(paths[:i])}: {exc}") from None
         total.save(out)
     emit({"merged": list(paths), "out": out, "rows": total.n},
          lambda r: [f"added {len(paths)} statistics artifacts ({number(r['rows'])} rows) → {out}"], default=float)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.errors import DiagnosticWarning
 from tgpflow.models.anomaly import model_log_normalizer
 from tgpflow.models.fit_summaries import diagnostics_summary, json_number
 from tgpflow.pipeline.drift_sums import LOGLIK_FLOOR_QUANTILE, LoglikSums, floored
@@ -70,7 +71,5 @@ def say_version_warnings(pipeline: str, lines: list[str]) -> None:
     """Each health warning of the run's new versions (``model NAME VERSION: …``) as a
     :class:`~tgpflow.errors.DiagnosticWarning`, after the commit: shown as the fit's own would be (a CLI prints one
     line each), turned into an error by a warnings filter that asks for it."""
-    from tgpflow.errors import DiagnosticWarning
-
     for line in lines:
         warnings.warn(f"{pipeline}: {line}", DiagnosticWarning, stacklevel=3)

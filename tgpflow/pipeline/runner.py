@@ -335,17 +335,18 @@ def _commit(spec: PipelineSpec, store: StatsStore, frozen: Frozen, plan: RunPlan
     health = {name: frozen.models[name]["info"]["health"] for name in versions}
     drifted = {f: drift_summary(partitions[f]["drift"]["verdict"]) for f in new
                if (partitions[f].get("drift") or {}).get("verdict") is not None}
-    said = _health_lines(health, versions) + drift_lines(drifted)
-    for line in drift_lines(drifted):
+    unhealthy, drift_said = _health_lines(health, versions), drift_lines(drifted)
+    for line in drift_said:
         logger.warning("%s: %s", spec.name, line)
-    say_version_warnings(spec.name, _health_lines(health, versions))
+    say_version_warnings(spec.name, unhealthy)
     return RunResult(changed=True, added=added, removed=plan.removed, run=plan.run, versions=versions, rows=rows,
                      rows_dropped=rows_dropped, empty=sorted(set(added) & empty),
                      scored_with=None if step is None else {k: step[k] for k in ("model", "version", "scored_with")},
                      scored=owed["scored"] + done["scored"],
                      anomaly_rates=owed["anomaly_rates"] + done["anomaly_rates"],
                      health=health, drift=drifted,
-                     reports=owed["reports"] + done["reports"], warnings=owed["warnings"] + done["warnings"] + said)
+                     reports=owed["reports"] + done["reports"],
+                     warnings=owed["warnings"] + done["warnings"] + unhealthy + drift_said)
 
 
 def _health_lines(health: dict[str, dict[str, Any]], versions: dict[str, str]) -> list[str]:
