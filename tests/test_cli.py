@@ -42,6 +42,10 @@ def test_fit_score_sample_info(tmp_path, rng):
     r = runner.invoke(main, ["--json", "sample", model, "-n", "100", "--out", str(tmp_path / "s.parquet")])
     assert r.exit_code == 0, r.output
     assert pd.read_parquet(tmp_path / "s.parquet").shape == (100, 2)
+    # a name of another format would hide the Parquet it holds: refused before any work, nothing written
+    r = runner.invoke(main, ["sample", model, "-n", "100", "--out", str(tmp_path / "s.csv")])
+    assert r.exit_code == 2 and "writes a Parquet file, not CSV" in r.output and "s.parquet" in r.output
+    assert not (tmp_path / "s.csv").exists()
     r = runner.invoke(main, ["--json", "info", model])
     assert r.exit_code == 0 and json.loads(r.stdout)["columns"] == ["u", "v"]
 

@@ -149,6 +149,16 @@ def test_too_many_dropped_rows_fail_the_run_and_are_counted(tmp_path):
     assert manifest["partitions"]["d1.parquet"]["rows_dropped"] == {"density": nan_kept}
 
 
+def test_a_bad_partition_names_the_spec_key_that_drops_its_rows(tmp_path):
+    """A run reads data through its spec: the error of a partition with missing values names the spec's key (the
+    `tgpflow run` command has no --on-bad-rows), and nothing is committed."""
+    _day(tmp_path / "data" / "d0.parquet", 0, nan_rows=3)
+    with pytest.raises(TgpflowError, match=r"d0\.parquet row group 0: 3 of \d+ rows .*column 'latency_ms': 3.*"
+                                           r"a pipeline spec: source\.on_bad_rows: drop"):
+        run_pipeline(load_spec(_spec(tmp_path)))
+    assert StatsStore(tmp_path / "store.zarr").read_manifest() is None
+
+
 def test_a_partition_flagged_far_beyond_its_quantile_is_warned_about(tmp_path):
     for k in range(3):
         _day(tmp_path / "data" / f"d{k}.parquet", k)
@@ -207,7 +217,7 @@ def test_validate_and_dry_run_check_columns_and_bounds_against_the_newest_footer
     misspelt = _spec(tmp_path, source={"columns": ["latency", "bytes_in"]})
     for command in (["validate", str(misspelt)], ["run", str(misspelt), "--dry-run"]):
         r = runner.invoke(main, command)
-        assert r.exit_code == 1 and "missing column(s) ['latency'] (did you mean 'latency_ms'?)" in r.output, r.output
+        assert r.exit_code == 1 and "missing column(s) ['latency'] ('latency_ms' is close: misspelt in the selection, or renamed in the file?)" in r.output, r.output
     outputs = {"store": str(tmp_path / "store.zarr"), "models": str(tmp_path / "models"),
                "scores": {"path": "s", "keep_columns": ["idd"]}}
     r = runner.invoke(main, ["--json", "validate", str(_spec(tmp_path, outputs=outputs))])
@@ -349,6 +359,13 @@ def test_a_first_run_with_nothing_ready_says_so_and_validate_passes_over_an_empt
     r = CliRunner().invoke(main, ["--json", "validate", str(_spec(tmp_path))])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["source"]["checked"] == "d0.parquet"
+    # a path that matches nothing (a typo, or data not there yet) is valid, and says why nothing was checked
+    typo = yaml.safe_load(_spec(tmp_path).read_text())
+    typo["source"]["path"] = str(tmp_path / "dta" / "*.parquet")
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump(typo))
+    r = CliRunner().invoke(main, ["validate", str(tmp_path / "typo.yaml")])
+    assert r.exit_code == 0, r.output
+    assert "source: not checked: " in r.stdout and "dta" in r.stdout and "source.path" in r.stdout
 
 
 def test_tgpflow_score_numbers_the_rows_of_a_zarr_store_without_the_suffix(tmp_path):

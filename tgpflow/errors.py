@@ -107,3 +107,9 @@ class SchedulerError(TgpflowError, ConnectionError):
 
 class SchedulerAddressError(TgpflowError, ValueError):
     """A scheduler named by neither an existing scheduler file nor an address: the request is wrong (CLI exit 2)."""
+
+
+#: How a user selects columns, in each place tgpflow reads data: the hint of an error about a column.
+COLUMNS_HINT = "columns=[...] (CLI: --columns; a pipeline spec: source.columns)"
+#: How a user drops bad rows instead of failing, in each place tgpflow reads data.
+DROP_HINT = "on_bad_rows='drop' (CLI: --on-bad-rows drop; a pipeline spec: source.on_bad_rows: drop)"

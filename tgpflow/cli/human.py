@@ -261,11 +261,12 @@ def plan_lines(record: dict[str, Any]) -> list[str]:
 
 def validate_lines(record: dict[str, Any]) -> list[str]:
     """``tgpflow validate``: the spec is valid; its models, policy, cluster and the partition checked."""
-    checked = (record.get("source") or {}).get("checked")
+    source = record.get("source") or {}
+    checked = source.get("checked")
     return [f"{record['spec']}: valid ({record.get('name')}: models {', '.join(record.get('models') or [])}, "
             f"refit {record.get('refit')})",
             f"  cluster: {record.get('cluster')}",
-            f"  source: {f'checked {checked}' if checked else 'no partition to check yet'}"]
+            f"  source: {f'checked {checked}' if checked else source.get('note') or 'no partition to check yet'}"]
 
 
 def gc_lines(record: dict[str, Any]) -> list[str]:

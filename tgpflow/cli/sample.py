@@ -50,6 +50,7 @@ def sample(model: str, n_samples: int, out: str, overwrite: bool, method: str, s
 
     from tgpflow.io.atomic import atomic_path
 
+    _check_parquet_name(out)
     check_out(out, "samples", overwrite)
     check_model_path(model)
     if init_source not in (None, "base"):
@@ -74,6 +75,21 @@ def sample(model: str, n_samples: int, out: str, overwrite: bool, method: str, s
         with atomic_path(out, "samples", overwrite=overwrite) as tmp, tmp.open("wb") as fh:
             pq.write_table(table.replace_schema_metadata({"tgpflow.output": "samples"}), fh)
         emit(info, sample_lines)
+
+
+#: Suffixes of other formats than the Parquet file ``sample`` writes: such a name would hide the format it holds.
+_OTHER_FORMATS = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".npy", ".npz", ".xlsx", ".feather", ".arrow")
+
+
+def _check_parquet_name(out: str) -> None:
+    """Refuse (exit 2) an --out named for another format: the samples are written as Parquet whatever the name."""
+    name = out.rstrip("/").rsplit("/", 1)[-1]
+    suffix = "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    if suffix in _OTHER_FORMATS:
+        stem = out.rstrip("/")[: -len(suffix)]
+        raise click.BadParameter(f"{out}: tgpflow sample writes a Parquet file, not {suffix[1:].upper()}; name it "
+                                 f"{stem}.parquet (pandas reads it with read_parquet, and to_csv writes CSV)",
+                                 param_hint="--out")
 
 
 def _score_sampler(est: Any, model: str, n: int, method: str, steps: int, chains: int, warmup: int,

@@ -22,7 +22,7 @@ import scipy.linalg
 
 from tgpflow.core.moments import Moments
 from tgpflow.core.proposal import weighted_draws
-from tgpflow.errors import SourceError
+from tgpflow.errors import COLUMNS_HINT, SourceError
 
 __all__ = ["Base", "base_from_moments", "mixture_base", "check_covariance", "COLLINEAR_TOL", "importance_resample",
            "resample"]
@@ -133,7 +133,7 @@ def check_covariance(n: int, mean: np.ndarray, cov: np.ndarray, columns: Sequenc
         raise SourceError(
             f"{where}: {n} row(s) in {d} column(s) are too few (n_samples = {n}) for {model}, which estimates a "
             f"{d}×{d} covariance and needs at least {d + 1} rows (more rows than columns); supply more rows, or "
-            f"select fewer columns with columns=[...] (CLI: --columns)")
+            f"select fewer columns with {COLUMNS_HINT}")
     std = np.sqrt(np.maximum(np.diag(cov), 0.0))
     # a constant column: its spread is rounding of its mean (exactly 0 when the values are all equal)
     flat = np.flatnonzero(std <= 8 * np.finfo(np.float64).eps * np.abs(mean))

@@ -14,7 +14,7 @@ from typing import Any
 
 import fsspec
 
-from tgpflow.errors import SourceError, cause
+from tgpflow.errors import COLUMNS_HINT, SourceError, cause
 from tgpflow.io.hidden import is_hidden
 
 __all__ = ["list_parquet_files", "ParquetLayout", "read_row_group"]
@@ -63,19 +63,20 @@ class ParquetLayout:
             missing = [c for c in columns if c not in names]
             if missing:
                 close = difflib.get_close_matches(missing[0], names, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                # the selection misspelt, or the file's column renamed (a new partition): say which is close
+                hint = f" ({close[0]!r} is close: misspelt in the selection, or renamed in the file?)" if close else ""
                 raise SourceError(f"{path}: missing column(s) {missing}{hint}; it has {names}")
             for c in columns:
                 if len(schema.get_all_field_indices(c)) > 1:
                     raise SourceError(
                         f"{path}: column {c!r} appears {len(schema.get_all_field_indices(c))} times in the schema; "
-                        f"rename the duplicates, or select other columns with columns=[...] (CLI: --columns)")
+                        f"rename the duplicates, or select other columns with {COLUMNS_HINT}")
             types = {c: schema.field(c).type for c in columns} if numeric else {}  # not: columns carried along
             for c, t in types.items():
                 if not (pat.is_integer(t) or pat.is_floating(t) or pat.is_boolean(t)):
                     raise SourceError(
                         f"{path}: column {c!r} is not numeric (type {t}); choose numeric columns with "
-                        f"columns=[...] (CLI: --columns)")
+                        f"{COLUMNS_HINT}")
             full = [(n, str(schema.field(n).type)) for n in names]
             if first_types is None:
                 first_types = full

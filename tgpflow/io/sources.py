@@ -24,7 +24,7 @@ import dask
 import dask.array as da
 import numpy as np
 
-from tgpflow.errors import EmptySourceError, SourceError
+from tgpflow.errors import COLUMNS_HINT, EmptySourceError, SourceError
 from tgpflow.io.validate import OnBadRows, check_exact_ints, check_numeric, check_on_bad_rows, validate_block
 
 __all__ = ["Source", "as_source", "concat_sources", "make_source", "select_indices", "select_frame"]
@@ -171,7 +171,7 @@ def select_indices(columns: Any, names: list[str], where: str) -> list[int]:
     for i in out:
         if names.count(names[i]) > 1:
             raise SourceError(f"{where}: column {names[i]!r} appears {names.count(names[i])} times; rename the "
-                              f"duplicates, or select other columns with columns=[...] (CLI: --columns)")
+                              f"duplicates, or select other columns with {COLUMNS_HINT}")
     return out
 
 

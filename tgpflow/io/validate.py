@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tgpflow.errors import SourceError
+from tgpflow.errors import COLUMNS_HINT, DROP_HINT, SourceError
 
 __all__ = ["validate_block", "OnBadRows", "check_on_bad_rows", "check_numeric", "check_exact_ints",
            "MAX_EXACT_INT", "MAX_MAGNITUDE"]
@@ -49,13 +49,13 @@ def check_numeric(dtypes: Iterable[tuple[Any, Any]], label: str) -> None:
     for name, dtype in dtypes:
         if getattr(dtype, "kind", "O") not in "biuf":
             raise SourceError(f"{label}: column {str(name)!r} has non-numeric dtype {dtype}; select numeric columns "
-                              f"with columns=[...] (CLI: --columns)")
+                              f"with {COLUMNS_HINT}")
 
 
 def _inexact_int_error(label: str, name: str, count: int) -> SourceError:
     return SourceError(
         f"{label}: column {name!r} holds {count} integer(s) beyond ±2**53, which lose precision as float64 "
-        f"(an identifier or a nanosecond timestamp?); leave it out with columns=[...] (CLI: --columns), or cast "
+        f"(an identifier or a nanosecond timestamp?); leave it out with {COLUMNS_HINT}, or cast "
         f"it to float64 first if the rounding is acceptable")
 
 
@@ -131,7 +131,7 @@ def validate_block(raw: Any, label: str, columns: tuple[str, ...], on_bad_rows: 
     detail = ", ".join(f"column {columns[j]!r}: {int(k)}" for j, k in enumerate(per_column) if k)
     raise SourceError(
         f"{label}: {n_bad} of {a.shape[0]} rows have missing, NaN or infinite values ({detail}); "
-        f"clean the data, or pass on_bad_rows='drop' (CLI: --on-bad-rows drop) to drop and count them")
+        f"clean the data, or pass {DROP_HINT} to drop and count them")
 
 
 def _overflow_error(a: np.ndarray, usable: np.ndarray, label: str, columns: tuple[str, ...]) -> SourceError:
@@ -142,5 +142,5 @@ def _overflow_error(a: np.ndarray, usable: np.ndarray, label: str, columns: tupl
     return SourceError(
         f"{label}: column {columns[j]!r} has {count} value(s) of magnitude up to {peak:.3g}, beyond "
         f"{MAX_MAGNITUDE:.0e}, whose squares overflow float64; rescale the column (e.g. divide it by "
-        f"{10.0 ** np.floor(np.log10(peak)):.0e}), or pass on_bad_rows='drop' (CLI: --on-bad-rows drop) to drop "
+        f"{10.0 ** np.floor(np.log10(peak)):.0e}), or pass {DROP_HINT} to drop "
         f"and count those rows")

@@ -98,8 +98,9 @@ class TGPEvaluation(DensityEvaluation):
         if ess / int(n_prop) < MIN_ESS_FRACTION:
             warnings.warn(f"sample(): only {ess:.0f} effective draws among {n_prop} base proposals "
                           f"({100 * ess / n_prop:.3g}% < {100 * MIN_ESS_FRACTION:g}%): the rows repeat a few proposals "
-                          f"and do not represent the model; raise lam (or lam='auto'), or sample by MCMC from the "
-                          f"base (tgpflow.sample.mcmc_sample)", DiagnosticWarning, stacklevel=2)
+                          f"and do not represent the model; refit with a larger lam (or lam='auto'; CLI: --lam), or "
+                          f"sample by MCMC from the base (tgpflow.sample.mcmc_sample; CLI: tgpflow sample --method "
+                          f"mala)", DiagnosticWarning, stacklevel=2)
         return rows
 
     def base_draws(self, n_samples: int, random_state: Any = None) -> np.ndarray:

@@ -50,7 +50,7 @@ def _check_source(spec: PipelineSpec) -> dict[str, Any]:
     try:
         parts = discover(spec.source.path, spec.source.partition_by, spec.source.array)
     except TgpflowError as exc:
-        return {"checked": None, "note": f"not checked: {exc}"}
+        return {"checked": None, "note": f"not checked: {exc} (source.path; a run fails until a partition matches)"}
     for key in reversed(parts.keys):  # the newest partition a run could read (an empty or half-written one waits)
         try:
             src = partition_source(spec, key, spec.source.columns, parts.format, parts.ranges.get(key))

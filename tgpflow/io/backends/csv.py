@@ -22,7 +22,7 @@ from typing import Any
 
 import dask
 
-from tgpflow.errors import SourceError
+from tgpflow.errors import COLUMNS_HINT, SourceError
 from tgpflow.io.hidden import is_hidden
 from tgpflow.io.sources import Source, make_source, select_indices
 from tgpflow.io.validate import OnBadRows
@@ -214,5 +214,5 @@ def _pick_columns(frame: Any, idx: tuple[int, ...], label: str, numeric: bool) -
         hint = (" (a decimal comma: write the file with decimal points, or convert it first)"
                 if re.fullmatch(r"[-+]?\d+,\d+", example) else "")
         raise SourceError(f"{label}: column {name!r} holds text, e.g. {example!r}{hint}; select numeric columns "
-                          f"with columns=[...] (CLI: --columns)")
+                          f"with {COLUMNS_HINT}")
     return frame
