@@ -23,6 +23,7 @@ from tgpflow.core.engine import Progress
 from tgpflow.core.logs import logger
 from tgpflow.core.memory import DEFAULT_BLOCK_BYTES, declare_wrapper
 from tgpflow.features.bounds import BoundsSpec
+from tgpflow.features.code_calibration import count_codes
 from tgpflow.features.edges import suggest_bounds
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.features.scaling import Scaling
@@ -39,7 +40,7 @@ from tgpflow.models.tgp_methods import get_method
 from tgpflow.models.tgp_persistence import TGPModelFile
 from tgpflow.models.tgp_pilot import TGPPilot
 from tgpflow.models.tgp_solve import TGPSolve
-from tgpflow.models.tgp_space import TGPFittingSpace
+from tgpflow.models.tgp_space import TGPFittingSpace, to_data_rows
 from tgpflow.solve.normalizer import DEFAULT_NORMALIZER_DRAWS
 from tgpflow.stats.ncfd import NCFDStats
 from tgpflow.stats.split import SPLIT_SALT, StatsBundle, split_chunk_stats
@@ -49,11 +50,14 @@ from tgpflow.stats.tgp import TGPStats
 __all__ = ["GPTiltedDensity"]
 
 
-def _carrying(fn: Any, carried: dict[str, Any], *args: Any) -> Any:
+def _carrying(fn: Any, carried: dict[str, Any], counter: Any, *args: Any) -> Any:
     """``fn(*args)``, chunk statistics, carrying how their rows were read: the discrete columns' ``cells`` they were
-    dequantized over and the ``bounds`` they were transformed by."""
+    dequantized over and the ``bounds`` they were transformed by; and, with a ``counter`` (:func:`count_codes`
+    bound to the cells), the rows per code of each discrete column (the rows are ``args[0]``)."""
     out = fn(*args)
-    return dataclasses.replace(out, **carried) if hasattr(out, "cells") else out
+    if not hasattr(out, "cells"):
+        return out
+    return dataclasses.replace(out, **carried, **({} if counter is None else {"code_counts": counter(args[0])}))
 
 # A chunk function run on the device, or carrying how its rows were read, is planned as the function it wraps.
 declare_wrapper(on_device, 1)
@@ -167,7 +171,12 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
                                      ("bounds", getattr(self, "bounds_", None))) if v is not None}
         if not carried:
             return spec
-        return functools.partial(_carrying, spec[0], carried), spec[1]  # the statistics say how rows were read
+        counter = None
+        if cells is not None and cells.positions.size:  # the code frequencies the fit is calibrated to
+            to_data = functools.partial(to_data_rows, bounds=getattr(self, "bounds_", None),
+                                        scaling=getattr(self, "scaling_", None))
+            counter = functools.partial(count_codes, cells=cells.uncalibrated(), to_data=to_data)
+        return functools.partial(_carrying, spec[0], carried, counter), spec[1]  # the statistics say how rows were read
 
     def _val_args(self) -> tuple[Any, ...] | None:
         """Arguments of the chunk function for held-out rows, where they need more sums (FVPD's Σφφᵀ)."""

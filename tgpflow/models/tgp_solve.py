@@ -14,7 +14,7 @@ import numpy as np
 
 from tgpflow.core.gaussian_base import base_from_moments, mixture_base
 from tgpflow.core.logs import logger, phase
-from tgpflow.features.code_calibration import calibrate_cells
+from tgpflow.features.code_calibration import MAX_RESIDUAL, calibrate_cells
 from tgpflow.features.rff import RandomFourierFeatures
 from tgpflow.models.diagnostics import DiagnosticWarning, fit_diagnostics, remedies
 from tgpflow.models.estimator_base import entry
@@ -82,14 +82,18 @@ class TGPSolve:
         self.discrete_, result = calibrate_cells(
             cells, self.stats_.moments, functools.partial(from_data_rows, bounds=bounds, scaling=scaling),
             self._to_data(self.stats_.moments.mean[None])[0],
-            lambda: self._continuous_fitted(None).reference_sample(int(self.normalizer_draws), self._seeds()[7]))
+            lambda: self._continuous_fitted(None).reference_sample(int(self.normalizer_draws), self._seeds()[7]),
+            getattr(self.stats_, "code_counts", None))
         self.fit_diagnostics_["code_calibration"] = result.to_dict()
         if not result.matched:
+            why = (f"a mismatch of {result.residual:.2g} model standard deviations remains: the fit draws too few "
+                   f"rows at a code the data hold" if result.residual > MAX_RESIDUAL else
+                   f"matching them would keep {result.ess_ratio:.1%} of the draws' effective size: the fit's "
+                   f"frequencies are far from the data's")
             self.fit_diagnostics_["warnings"].append(
-                f"the discrete columns' code frequencies could not be matched to the data's (a mismatch of "
-                f"{result.residual:.2g} model standard deviations remains: the fit draws too few rows at a code "
-                f"the data hold); its samples and scores keep the fit's own frequencies: raise normalizer_draws, "
-                f"or fit the columns as continuous with discrete=None")
+                f"the discrete columns' code frequencies could not be matched to the data's ({why}); its samples "
+                f"and scores keep the fit's own frequencies: raise normalizer_draws, or fit the columns as "
+                f"continuous with discrete=None")
 
     def _health(self) -> FitHealth:
         """The solved and diagnosed fit, as the raise policy reads it."""

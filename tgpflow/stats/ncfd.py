@@ -139,6 +139,7 @@ class NCFDStats(RFFStats):
     mixture: GaussianMixtureBase | None = None
     cells: LatticeCells | None = None
     bounds: ColumnBounds | None = None
+    code_counts: np.ndarray | None = None  # (m, K): rows per code of each discrete column (code_calibration)
     fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     @property
@@ -160,7 +161,7 @@ class NCFDStats(RFFStats):
             V = self.V[0] - (self.U[0] - np.outer(self.u[0], self.mixture.mean - shift)) @ precision
         return TGPStats(self.draw, self.moments, self.gram0, self.u[0], self.U[0], self.psi[0],
                         V=V, base_sums=self.base_sums, mixture=self.mixture, cells=self.cells,
-                        bounds=self.bounds, fingerprint=self.fingerprint)
+                        bounds=self.bounds, code_counts=self.code_counts, fingerprint=self.fingerprint)
 
     @property
     def prefixes(self) -> tuple[int, ...]:

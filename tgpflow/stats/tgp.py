@@ -174,6 +174,7 @@ class TGPStats(RFFStats):
     mixture: GaussianMixtureBase | None = None
     cells: LatticeCells | None = None
     bounds: ColumnBounds | None = None
+    code_counts: np.ndarray | None = None  # (m, K): rows per code of each discrete column (code_calibration)
     fingerprint: str = dataclasses.field(default="", kw_only=True)
 
     CARRIED: ClassVar[tuple[str, ...]] = ("fingerprint", "draw", "mixture", "cells", "bounds")
