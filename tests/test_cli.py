@@ -46,6 +46,14 @@ def test_fit_score_sample_info(tmp_path, rng):
     r = runner.invoke(main, ["sample", model, "-n", "100", "--out", str(tmp_path / "s.csv")])
     assert r.exit_code == 2 and "writes a Parquet file, not CSV" in r.output and "s.parquet" in r.output
     assert not (tmp_path / "s.csv").exists()
+    # rows whose columns have other names: the error names the model's columns and how to map the source's
+    write_parquet(tmp_path / "other.parquet", X[:100], ["u", "w"])
+    r = runner.invoke(main, ["score", model, str(tmp_path / "other.parquet"), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 1 and "missing column(s) ['v']" in r.output and "was fitted on ['u', 'v']" in r.output
+    assert "--columns" in r.output and not (tmp_path / "o").exists()
+    r = runner.invoke(main, ["score", model, str(tmp_path / "other.parquet"), "--out", str(tmp_path / "o"),
+                             "--columns", "u,w", "--progress", "none"])
+    assert r.exit_code == 0, r.output
     r = runner.invoke(main, ["--json", "info", model])
     assert r.exit_code == 0 and json.loads(r.stdout)["columns"] == ["u", "v"]
 

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 import tgpflow
 from tgpflow.cli import main
+from tgpflow.cli.human import run_lines
 from tgpflow.errors import TgpflowError
 from tgpflow.pipeline.runner import run_pipeline
 from tgpflow.pipeline.spec import load_spec
@@ -145,6 +146,7 @@ def test_too_many_dropped_rows_fail_the_run_and_are_counted(tmp_path):
     frame = pd.read_parquet(tmp_path / "data" / "d1.parquet")
     nan_kept = int(((frame.n_requests > 0) & frame.latency_ms.isna()).sum())
     assert result["rows_dropped"] == {"density": nan_kept}
+    assert f"({nan_kept} bad rows dropped: source.on_bad_rows)" in "\n".join(run_lines(result))  # said in the summary
     manifest = StatsStore(tmp_path / "store.zarr").read_manifest()
     assert manifest["partitions"]["d1.parquet"]["rows_dropped"] == {"density": nan_kept}
 
@@ -217,7 +219,9 @@ def test_validate_and_dry_run_check_columns_and_bounds_against_the_newest_footer
     misspelt = _spec(tmp_path, source={"columns": ["latency", "bytes_in"]})
     for command in (["validate", str(misspelt)], ["run", str(misspelt), "--dry-run"]):
         r = runner.invoke(main, command)
-        assert r.exit_code == 1 and "missing column(s) ['latency'] ('latency_ms' is close: misspelt in the selection, or renamed in the file?)" in r.output, r.output
+        assert r.exit_code == 1, r.output
+        assert ("missing column(s) ['latency'] ('latency_ms' is close: misspelt in the selection, or renamed in the "
+                "file?)") in r.output, r.output
     outputs = {"store": str(tmp_path / "store.zarr"), "models": str(tmp_path / "models"),
                "scores": {"path": "s", "keep_columns": ["idd"]}}
     r = runner.invoke(main, ["--json", "validate", str(_spec(tmp_path, outputs=outputs))])

@@ -229,7 +229,10 @@ def run_lines(record: dict[str, Any]) -> list[str]:
         state = health_line({"warnings": h.get("warnings"), "ess_fraction": h.get("ess_fraction"),
                              "mass_outside": h.get("mass_outside"), "mass_outside_limit": h.get("mass_outside_limit")}
                             ) if h else None
-        lines.append(f"  {name}: published {version}, {number(rows)} rows" + (f"; {state}" if state else ""))
+        dropped = (record.get("rows_dropped") or {}).get(name)
+        lines.append(f"  {name}: published {version}, {number(rows)} rows"
+                     + (f" ({number(dropped)} bad rows dropped: source.on_bad_rows)" if dropped else "")
+                     + (f"; {state}" if state else ""))
     drift = record.get("drift") or {}
     flagged = {k: v for k, v in drift.items() if v.get("drifted")}
     for key, verdict in flagged.items():

@@ -41,6 +41,7 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
 
     from tgpflow.cluster import dask_client
     from tgpflow.core.engine import compute
+    from tgpflow.errors import SourceError
     from tgpflow.io.atomic import atomic_path, is_local, resolve
     from tgpflow.io.row_context import row_context
     from tgpflow.io.sources import as_source
@@ -57,7 +58,13 @@ def score(model: str, source: str, out: str, overwrite: bool, columns: str | Non
         names = getattr(est, "feature_names_in_", None)
         cols = split_columns(columns) or ([str(c) for c in names] if names is not None else None)
         filters = None if no_filters else _pipeline_filters(model, source)
-        src = as_source(source, columns=cols, on_bad_rows=on_bad_rows, filters=filters)
+        try:
+            src = as_source(source, columns=cols, on_bad_rows=on_bad_rows, filters=filters)
+        except SourceError as exc:  # the model's own columns, missing: say so, and how to map others onto them
+            if columns or names is None or "missing column" not in str(exc):
+                raise
+            raise SourceError(f"{exc}; {model} was fitted on {[str(c) for c in names]}: rename the source's columns, "
+                              f"or give --columns the source's columns in the model's order") from exc
         if src.n_columns != est.n_features_in_:
             raise click.ClickException(f"{source}: X has {src.n_columns} features, but {model} (a "
                                        f"{type(est).__name__}) is expecting {est.n_features_in_} features as input; "
