@@ -271,3 +271,14 @@ def test_numpy_integers_beyond_2_53_are_refused_by_column(rng):
         GPTiltedDensity(n_features=8).fit(X)
     with pytest.raises(SourceError, match="no valid rows remain"):
         GPTiltedDensity(n_features=8, on_bad_rows="drop").fit(np.full((50, 2), np.nan))
+
+
+def test_a_misspelt_column_in_bounds_or_discrete_gets_the_closest_name():
+    """bounds= and discrete= name columns: a name that is not among them is refused with the closest one."""
+    from tgpflow.features.bounds import ColumnBounds
+
+    with pytest.raises(ValueError, match=r"bounds name column 'agee' \(did you mean 'age'\?\), which is not among"):
+        ColumnBounds.from_param({"agee": (0.0, None)}, ["income", "age", "score"])
+    rows = np.c_[np.arange(300) % 7, np.linspace(0.0, 1.0, 300)]
+    with pytest.raises(ValueError, match=r"discrete names column 'houre' \(did you mean 'hour'\?\)"):
+        tgpflow.GPTiltedDensity(discrete=["houre"], n_features=16).fit(pd.DataFrame(rows, columns=["hour", "load"]))

@@ -113,3 +113,11 @@ class SchedulerAddressError(TgpflowError, ValueError):
 COLUMNS_HINT = "columns=[...] (CLI: --columns; a pipeline spec: source.columns)"
 #: How a user drops bad rows instead of failing, in each place tgpflow reads data.
 DROP_HINT = "on_bad_rows='drop' (CLI: --on-bad-rows drop; a pipeline spec: source.on_bad_rows: drop)"
+
+
+def closest_hint(name: str, names: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``names`` to a ``name`` that is not among them, else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(n) for n in names], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.errors import closest_hint
+
 __all__ = ["ColumnBounds", "BoundsSpec", "bounded_chunk"]
 
 #: What ``bounds=`` accepts: {column: (lower, upper)} or one (lower, upper) pair per column; None = open.
@@ -143,7 +145,8 @@ class ColumnBounds:
             names = [str(c) for c in columns]
             for name, value in bounds.items():
                 if str(name) not in names:
-                    raise ValueError(f"bounds name column {name!r}, which is not among the data's columns {names}")
+                    raise ValueError(f"bounds name column {name!r}{closest_hint(name, names)}, which is not among "
+                                     f"the data's columns {names}")
                 j = names.index(str(name))
                 lower[j], upper[j] = _pair(value, f"column {name!r}")
         else:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.errors import closest_hint
 from tgpflow.features.lattice import LatticeCells
 from tgpflow.io.column_kinds import as_decimal
 
@@ -50,7 +51,8 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
         for c in which:
             name = str(c)
             if name not in names:
-                raise ValueError(f"discrete names column {c!r}, which is not among the data's columns {names}")
+                raise ValueError(f"discrete names column {c!r}{closest_hint(name, names)}, which is not among the "
+                                 f"data's columns {names}")
             if name in bounded:
                 raise ValueError(f"discrete: column {name!r} also has bounds; a lattice column is modelled by its "
                                  f"cells, a bounded one after a log/logit transform: declare one of the two")
