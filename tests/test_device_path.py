@@ -245,7 +245,7 @@ def test_device_tasks_go_to_gpu_workers_of_a_mixed_cluster(rows, draw, monkeypat
     monkeypatch.setattr(GPTiltedDensity, "_device_target", lambda self: Recording("array_api_strict", "device1"))
     workers = {"cpu": {"cls": Worker, "options": {"nthreads": 2}},  # unannotated tasks would go there too
                "gpu": {"cls": Worker, "options": {"nthreads": 1, "resources": {"GPU": 1}}}}
-    scheduler = {"cls": Scheduler, "options": {"dashboard_address": None}}
+    scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}  # a free port: 8787 may be taken
     chunks = da.from_array(rows, chunks=(125, 3))  # eight tasks
     assert cluster_has_gpus() is None  # no cluster: this machine decides
     with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster):
