@@ -90,8 +90,7 @@ def validation_message(err: Any, where: str, what: str, keys: Iterable[str] = ()
         path = ".".join(str(p) for p in e["loc"]) or "(top level)"
         message = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden" and e["loc"]:
-            close = difflib.get_close_matches(str(e["loc"][-1]), sorted(set(keys)), n=1)
-            message = f"not a known key{f' (did you mean {close[0]!r}?)' if close else ''}"
+            message = f"not a known key{closest_hint(str(e['loc'][-1]), sorted(set(keys)))}"
         elif e["type"] == "union_tag_not_found":  # a keyed choice without its key (refit: {polcy: …})
             tag = str((e.get("ctx") or {}).get("discriminator", "")).strip("'")
             given = list(e["input"]) if isinstance(e.get("input"), dict) else []

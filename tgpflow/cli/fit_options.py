@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from typing import Any
 
 import click
+
+from tgpflow.errors import closest_hint
 
 
 class ModelChoice(click.Choice):
@@ -154,9 +155,8 @@ def model_params(ctx: click.Context, model: str, options: dict[str, Any], pairs:
         if not param_applies(kind, preset.get("method"), name):
             users = models_using(name)
             if not users:
-                close = difflib.get_close_matches(name, list(table.model_fields), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise click.UsageError(f"{how}: no model has a parameter {name!r}{hint}; --model {model} takes "
+                raise click.UsageError(f"{how}: no model has a parameter {name!r}"
+                                       f"{closest_hint(name, table.model_fields)}; --model {model} takes "
                                        f"{', '.join(table.model_fields)}.", ctx=ctx)
             raise click.UsageError(f"{how} does nothing with --model {model}; it applies to --model "
                                    f"{', '.join(users)}.", ctx=ctx)

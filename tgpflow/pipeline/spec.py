@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import copy
 import datetime
-import difflib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tgpflow.errors import model_keys, validation_message
+from tgpflow.errors import closest_hint, model_keys, validation_message
 from tgpflow.io.row_context import RESERVED
 from tgpflow.models.registry import model_kinds, pipeline_estimators, refits_from_rows
 
@@ -111,9 +110,8 @@ class ModelSpec(_Strict):
             raise ValueError(f"params: {name!r} is no longer a parameter of {type(est).__name__}: {renamed[name]}")
         known = sorted(est.get_params())
         for name in sorted(set(self.params) - set(known)):
-            close = difflib.get_close_matches(name, known, n=1)
             raise ValueError(f"params: {name!r} is not a parameter of {type(est).__name__}"
-                             f"{f' (did you mean {close[0]!r}?)' if close else ''}; it takes {', '.join(known)}")
+                             f"{closest_hint(name, known)}; it takes {', '.join(known)}")
         try:
             est.set_params(**self.params)
             est.check_params()
@@ -243,16 +241,13 @@ class PipelineSpec(_Strict):
     @field_validator("storage_options")
     @classmethod
     def _known_protocols(cls, options: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        import difflib
-
         from fsspec.registry import known_implementations, registry
 
         known = {*known_implementations, *registry}
         for protocol in options:
             if protocol not in known:
-                close = difflib.get_close_matches(protocol, sorted(known), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ValueError(f"storage_options: {protocol!r} is not a filesystem protocol fsspec knows{hint}")
+                raise ValueError(f"storage_options: {protocol!r} is not a filesystem protocol fsspec knows"
+                                 f"{closest_hint(protocol, sorted(known))}")
         return options
 
     @field_validator("models")
