@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 import click
@@ -83,10 +84,8 @@ _OTHER_FORMATS = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".npy", ".npz", ".x
 
 def _check_parquet_name(out: str) -> None:
     """Refuse (exit 2) an --out named for another format: the samples are written as Parquet whatever the name."""
-    name = out.rstrip("/").rsplit("/", 1)[-1]
-    suffix = "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
-    if suffix in _OTHER_FORMATS:
-        stem = out.rstrip("/")[: -len(suffix)]
+    stem, suffix = posixpath.splitext(out.rstrip("/"))
+    if suffix.lower() in _OTHER_FORMATS:
         raise click.BadParameter(f"{out}: tgpflow sample writes a Parquet file, not {suffix[1:].upper()}; name it "
                                  f"{stem}.parquet (pandas reads it with read_parquet, and to_csv writes CSV)",
                                  param_hint="--out")

@@ -112,7 +112,7 @@ def count_codes(rows: np.ndarray, cells: LatticeCells, to_data: Callable[[np.nda
     code of each discrete column of ``cells`` (K the most codes of a column), the pass's sums that
     :func:`calibrate_cells` takes its targets from. A dequantized value lies strictly inside its cell, so the
     nearest lattice point of its value in the data's units is its code."""
-    codes = np.clip(cells.codes(to_data(np.asarray(rows, dtype=np.float64))), 0, cells.n_steps).astype(np.int64)
+    codes = cells.code_indices(to_data(np.asarray(rows, dtype=np.float64)))
     K = int(np.max(cells.n_steps, initial=-1)) + 1
     return np.stack([np.bincount(codes[:, j], minlength=K).astype(np.float64) for j in range(codes.shape[1])]) \
         if codes.shape[1] else np.zeros((0, K))
@@ -205,7 +205,7 @@ def calibrate_cells(cells: LatticeCells, moments: Moments, to_fitting: Callable[
         mean_square = np.diag(moments.m2)[p] / moments.n + mean * mean
     with phase("calibrate codes", columns=len(cells.columns)) as info:
         points, weights = reference()
-        codes = np.clip(cells.codes(points), 0, cells.n_steps).astype(np.int64)
+        codes = cells.code_indices(points)
         result = calibrate_codes(codes, weights, f1, f2, mean, mean_square)
         info.update(result.to_dict())
     return (cells.with_calibration(result.weights, result.log_z) if result.matched else cells), result

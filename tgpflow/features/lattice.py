@@ -224,6 +224,10 @@ class LatticeCells:
         below 0 or above :attr:`n_steps` beyond the pilot's range)."""
         return np.round((x[:, self.positions] - self.origin) / self.step)
 
+    def code_indices(self, x: np.ndarray) -> np.ndarray:
+        """(n, m) int64: :meth:`codes` clipped to the pilot's range, each row's cell among its column's codes."""
+        return np.clip(self.codes(x), 0, self.n_steps).astype(np.int64)
+
     @property
     def n_steps(self) -> np.ndarray:
         """(m,): the index of each lattice's highest point."""
@@ -246,7 +250,7 @@ class LatticeCells:
     def clip_codes(self, x: np.ndarray) -> np.ndarray:
         """A copy of rows ``x`` with each discrete column at its nearest lattice point within the pilot's range."""
         out = np.array(x, dtype=np.float64, copy=True)
-        out[:, self.positions] = self.origin + self.step * np.clip(self.codes(x), 0, self.n_steps)
+        out[:, self.positions] = self.origin + self.step * self.code_indices(x)
         return out
 
     def spill(self, rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
