@@ -12,7 +12,8 @@ import pytest
 from scipy import integrate, optimize
 
 import tgpflow
-from tgpflow.features.code_calibration import MAX_RESIDUAL, calibrate_codes, code_tables
+from tgpflow.features.code_calibration import (MAX_RESIDUAL, MIN_ESS_RATIO, calibrate_cells, calibrate_codes,
+                                               calibrate_worst_first, code_tables, worst_first)
 from tgpflow.features.lattice import NOISE_WIDTH, LatticeCells
 from tgpflow.features.scaling import Scaling
 from tgpflow.models.lattice_fitted import with_lattice
@@ -73,6 +74,114 @@ def test_sums_the_draws_cannot_reach_leave_the_model_as_fitted():
     np.testing.assert_array_equal(result.weights, 0.0)
 
 
+def test_a_reweighting_that_holds_only_on_the_draws_it_was_solved_on_is_not_applied():
+    """The draws it is solved on visit code 3 three times in 100 000; matching a mean and spread pulled towards
+    code 2 gives code 3 the largest weight of the quadratic η. Independent draws of the same q that visit code 3
+    more often (1 % of them) then put most of their mass on those few: the check's effective share (recomputed
+    here by Kish's formula) is below :data:`MIN_ESS_RATIO` though the solve's own is not, and the calibration is
+    not applied."""
+    rng = np.random.default_rng(3)
+    n = 100_000
+    solved = rng.choice(3, n, p=[0.5, 0.3, 0.2])[:, None]
+    solved[:3] = 3
+    fresh = rng.choice(4, n, p=[0.495, 0.297, 0.198, 0.01])[:, None]
+    weights = np.full(n, 1.0 / n)
+    f1, f2 = _tables(4)
+    data = np.array([0.05, 0.15, 0.8, 0.0])
+    result = calibrate_codes(solved, weights, f1[None], f2[None], np.array([data @ f1]), np.array([data @ f2]),
+                             check=(fresh, weights))
+    assert result.residual < 1e-8 and result.ess_ratio >= MIN_ESS_RATIO
+    eta = result.weights[0]
+    assert eta[3] == eta.max()
+    after = np.exp(eta[fresh[:, 0]])
+    kish = after.sum() ** 2 / np.sum(after ** 2) / n
+    assert result.check_ess_ratio == pytest.approx(kish, rel=1e-9) and kish < MIN_ESS_RATIO
+    assert not result.matched
+    # without the check it would have been applied
+    assert calibrate_codes(solved, weights, f1[None], f2[None], np.array([data @ f1]), np.array([data @ f2])).matched
+
+
+def test_codes_the_draws_never_visit_keep_weights_within_the_visited_codes_range():
+    """η is solved where the draws are: at a code none of them visits (code 3 here, in range but with no draw)
+    the quadratic would extrapolate upwards; it is held at the visited codes' largest, and the sums, which do not
+    see it, are matched all the same."""
+    rng = np.random.default_rng(4)
+    n = 100_000
+    codes = rng.choice(3, n, p=[0.5, 0.3, 0.2])[:, None]
+    weights = np.full(n, 1.0 / n)
+    f1, f2 = _tables(4)
+    data = np.array([0.05, 0.15, 0.8, 0.0])
+    result = calibrate_codes(codes, weights, f1[None], f2[None], np.array([data @ f1]), np.array([data @ f2]))
+    eta = result.weights[0]
+    assert result.matched and result.residual < 1e-8
+    theta = np.polyfit(f1[:3], eta[:3], 2)  # the quadratic through the visited codes, extrapolated
+    assert np.polyval(theta, f1[3]) > eta[2] + 1.0
+    assert eta[3] == eta[2] == eta[:3].max()
+
+
+def test_a_spread_out_of_reach_falls_back_to_the_mean_alone():
+    """A column at code 0 on 99.7 % of the rows but for a few far ones (codes 2 and 3), which q draws at code 1
+    12 % of the time: the data's spread, carried by the far rows, is met by a quadratic η that rises towards
+    code 3, which the draws it is solved on visit twice and independent ones 2 % of the time, so the check keeps
+    under :data:`MIN_ESS_RATIO`. The mean alone is then matched, by an η linear in the code that falls away from
+    code 0, and holds on both sets of draws."""
+    rng = np.random.default_rng(0)
+    n = 100_000
+    solved = rng.choice(3, n, p=[0.88, 0.119, 0.001]).astype(float)[:, None]
+    solved[:2] = 3.0
+    fresh = rng.choice(4, n, p=[0.87, 0.1, 0.01, 0.02]).astype(float)[:, None]
+    weights = np.full(n, 1.0 / n)
+    cells = LatticeCells(np.array([0]), ("c",), np.array([0.0]), np.array([1.0]), np.array([3.0]), seed=0)
+    counts = np.array([[9_970.0, 10.0, 2.0, 18.0]])
+    calibrated, result = calibrate_cells(cells, None, lambda rows: rows, np.array([0.0]),  # the identity: f₁ = k
+                                         lambda i: ((solved, weights), (fresh, weights))[i], counts)
+    first = result.first
+    assert first.spread and first.ess_ratio >= MIN_ESS_RATIO > first.check_ess_ratio
+    assert result.matched and not result.spread and calibrated.calibrated
+    eta = result.weights[0]
+    np.testing.assert_allclose(np.diff(eta), np.diff(eta)[0], rtol=1e-9)  # linear in the code, falling
+    assert np.diff(eta)[0] < 0
+    w = weights * np.exp(calibrated.code_log_weights(calibrated.codes(solved)))
+    assert w @ solved[:, 0] == pytest.approx(counts[0] @ np.arange(4) / counts.sum(), abs=1e-9)
+    after = np.exp(calibrated.code_log_weights(calibrated.codes(fresh)))
+    assert after.sum() ** 2 / np.sum(after ** 2) / n == pytest.approx(result.check_ess_ratio, rel=1e-9)
+
+
+def test_columns_out_of_reach_together_are_matched_worst_first_as_far_as_the_draws_allow():
+    """Eight independent flags that q draws half the time, the data far less often: matching a flag of share p
+    keeps ``r(p) = ½ / (p² + (1 − p)²)`` of the draws' effective size (Kish, on q's 50/50 draws), and independent
+    columns' shares multiply, so matching all of them keeps 5.4 % (below :data:`MIN_ESS_RATIO`). The worst columns
+    are those of the smallest p (the largest KL(q ‖ data) = ½·log(¼ / (p(1 − p)))); their products by closed form:
+    0.52, 0.28, 0.15, 0.089 — three are within reach of :data:`MIN_ESS_RATIO`, a fourth is not."""
+    rng = np.random.default_rng(7)
+    n, share = 200_000, np.array([0.2, 0.05, 0.45, 0.02, 0.3, 0.08, 0.4, 0.03])
+    codes = (rng.random((n, share.size)) < 0.5).astype(np.int64)
+    weights = np.full(n, 1.0 / n)
+    f1 = np.tile([0.0, 1.0], (share.size, 1))  # a flag's table: the mean is its share
+    f2 = f1.copy()
+    counts = np.c_[1 - share, share] * 10_000
+    every = calibrate_codes(codes, weights, f1, f2, share, share)
+    ratio = 0.5 / (share ** 2 + (1 - share) ** 2)
+    assert not every.matched and every.ess_ratio == pytest.approx(np.prod(ratio), rel=0.2)
+    order = worst_first(codes, weights, counts, np.ones(share.size))
+    np.testing.assert_array_equal(order[:4], np.argsort(share)[:4])
+    result = calibrate_worst_first(codes, weights, f1, f2, share, share, order, every, spread=False)
+    worst = np.sort(np.argsort(share)[:3])
+    assert np.prod(ratio[worst]) >= MIN_ESS_RATIO > np.prod(ratio[np.argsort(share)[:4]])
+    assert result.matched and result.n_matched == 3 and result.first is every
+    np.testing.assert_array_equal(np.flatnonzero(result.columns), worst)
+    np.testing.assert_array_equal(result.weights[~result.columns], 0.0)
+    assert result.ess_ratio == pytest.approx(np.prod(ratio[worst]), rel=0.05)
+    # the matched flags carry the data's shares exactly; the others keep q's (a half, up to the draws' noise and the
+    # pull of independent columns, none)
+    w = weights * np.exp(result.weights[np.arange(share.size)[None], codes].sum(axis=1) - result.log_z)
+    got = w @ codes
+    np.testing.assert_allclose(got[worst], share[worst], atol=1e-8)
+    rest = np.setdiff1d(np.arange(share.size), worst)
+    np.testing.assert_allclose(got[rest], 0.5, atol=4 * 0.5 / np.sqrt(n * result.ess_ratio))
+    assert result.to_dict()["columns_matched"] == 3 and result.to_dict()["first_attempt"]["ess_ratio"] < MIN_ESS_RATIO
+
+
 @pytest.mark.parametrize("scale", [False, True])
 def test_the_tables_are_the_fitting_spaces_means_over_each_cell_by_quadrature(scale):
     cells = LatticeCells(np.array([1]), ("code",), np.array([2.0]), np.array([0.5]), np.array([4.0]), seed=0)
@@ -130,6 +239,13 @@ def test_a_fits_calibrated_cells_sum_to_one_and_carry_the_datas_flag_frequency(t
     assert abs(got - flag) <= 4 * noise + 0.01 * flag
     # and not worse than the fit's own frequency (which a mixture base spreads across the two cells)
     assert abs(got - flag) <= abs((uncalibrated / beyond)[7:].sum() / (uncalibrated / beyond).sum() - flag) + 1e-3
+    # the diagnostics are the published model's: the normaliser's draws carry the calibration, so their flag share
+    # is the cells' (up to the draws' noise), not the uncalibrated fit's; that fit's health is kept beside them
+    diag, tolerance = est.fit_diagnostics_, 4 * np.sqrt(got * (1 - got) / est.fit_diagnostics_["ess"])
+    before = (uncalibrated / beyond)[7:].sum() / (uncalibrated / beyond).sum()
+    assert abs(est.normalizer_.mean[0] - got) <= tolerance < abs(est.normalizer_.mean[0] - before)
+    assert set(diag["code_calibration"]["before"]) == {"ess_fraction", "mass_outside"}
+    assert est.log_normalizer().log_z == est.normalizer_.log_z
     # the samples follow the calibrated cells (up to the resampling's own noise)
     sample = est.sample(40_000, random_state=3)
     n_eff = min(est.last_sample_ess_, 40_000)

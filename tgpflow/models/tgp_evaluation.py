@@ -37,20 +37,23 @@ class TGPEvaluation(DensityEvaluation):
 
         Returns a :class:`~tgpflow.solve.normalizer.NormalizerEstimate`: ``log_z``, its standard
         error, the ESS of the proposal draws, the model's mean and spread and (when the fit recorded
-        the data's support box) its mass outside that box. Defaults: ``normalizer_draws`` draws
-        from the estimator's seed — the value stored in ``normalizer_`` after a fit. ``sigma``:
-        the NCFD level.
+        the data's support box) its mass outside that box. A calibration of the discrete columns' code
+        frequencies is part of the density (docs/gp_tilted.md, "Calibrated code frequencies"). Defaults:
+        ``normalizer_draws`` draws from the estimator's seed — the value stored in ``normalizer_`` after a fit.
+        ``sigma``: the NCFD level.
         """
         ev = self._level(sigma)
         if ev.kde_weights is not None:
             raise ValueError("the KDE-RFF estimate φ(x)ᵀψ/N does not decay away from the data: it has no "
                              "normaliser on R^d")
-        box = getattr(self, "support_", None)
+        box, cells = getattr(self, "support_", None), getattr(self, "discrete_", None)
+        calibrated = cells is not None and cells.calibrated and not sigma  # the weights are the fit's at σ = 0
         return estimate_log_normalizer(
             ev.log_density, ev.base, n_draws=int(n_draws or self.normalizer_draws),
             random_state=self._seeds()[3] if random_state is None else random_state,
             outside=None if box is None else box.outside, data_units=self._to_data,
-            tilt=ev.log_tilt if ev.device is None else None)  # a device evaluates the whole density there
+            tilt=ev.log_tilt if ev.device is None else None,  # a device evaluates the whole density there
+            log_weight=(lambda data: cells.code_log_weights(cells.codes(data))) if calibrated else None)
 
     def fitted(self, sigma: float | None = None) -> Fitted:
         """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value, on rows in the data's units:

@@ -55,6 +55,8 @@ class TGPSolve:
         determine; measured on the demo mixture at 2M rows: 3.3 % outside against a 3 % limit) —
         λ is raised along the grid until it passes; ``selection_["raised"]`` records each step.
         """
+        if getattr(self, "discrete_", None) is not None:  # a refit is diagnosed and calibrated from its own solve
+            self.discrete_ = self.discrete_.uncalibrated()
         self._solve_stats(stats, features)
         self._diagnose(warn=False)
         raised: list[dict[str, Any]] = []
@@ -72,28 +74,36 @@ class TGPSolve:
     def _calibrate_codes(self) -> None:
         """Reweight the solved model's code frequencies to match the statistics' sums of each discrete column
         (:mod:`tgpflow.features.code_calibration`; docs/gp_tilted.md, "Calibrated code frequencies"): ``discrete_``
-        then carries the weights, and ``fit_diagnostics_["code_calibration"]`` what it did. A calibration that
-        cannot match the sums is not applied, and warns."""
+        then carries the weights, ``normalizer_`` and ``fit_diagnostics_`` are the calibrated model's (the one that
+        scores and samples), and ``fit_diagnostics_["code_calibration"]`` says what the calibration did, with the
+        uncalibrated fit's health (``before``). A calibration that cannot match the sums of every column warns."""
         cells = getattr(self, "discrete_", None)
         if cells is None or cells.positions.size == 0 or not self._method.integrable:
             return
         bounds, scaling = getattr(self, "bounds_", None), getattr(self, "scaling_", None)
+        before = {k: self.fit_diagnostics_.get(k) for k in ("ess_fraction", "mass_outside")}
         self.discrete_ = cells.uncalibrated()  # the reference draws are the uncalibrated model's
         self.discrete_, result = calibrate_cells(
             cells, self.stats_.moments, functools.partial(from_data_rows, bounds=bounds, scaling=scaling),
             self._to_data(self.stats_.moments.mean[None])[0],
-            lambda: self._continuous_fitted(None).reference_sample(int(self.normalizer_draws), self._seeds()[7]),
+            lambda i: self._continuous_fitted(None).reference_sample(int(self.normalizer_draws),
+                                                                     self._seeds()[(7, 9)[i]]),
             getattr(self.stats_, "code_counts", None))
-        self.fit_diagnostics_["code_calibration"] = result.to_dict()
-        if not result.matched:
-            why = (f"a mismatch of {result.residual:.2g} model standard deviations remains: the fit draws too few "
-                   f"rows at a code the data hold" if result.residual > MAX_RESIDUAL else
-                   f"matching them would keep {result.ess_ratio:.1%} of the draws' effective size: the fit's "
-                   f"frequencies are far from the data's")
+        if self.discrete_.calibrated:
+            self._diagnose(warn=False)
+        self.fit_diagnostics_["code_calibration"] = dict(result.to_dict(), before=before)
+        if result.n_matched < cells.positions.size:
+            first = result if result.first is None else result.first
+            why = (f"a mismatch of {first.residual:.2g} model standard deviations remains: the fit draws too few "
+                   f"rows at a code the data hold" if first.residual > MAX_RESIDUAL else
+                   f"matching them would keep {min(first.ess_ratio, first.check_ess_ratio or 1.0):.1%} of the "
+                   f"draws' effective size: the fit's frequencies are far from the data's")
+            kept = ("its samples and scores keep the fit's own frequencies" if not result.matched else
+                    f"the means of the {result.n_matched} columns furthest off were matched, the other "
+                    f"{cells.positions.size - result.n_matched} keep the fit's own")
             self.fit_diagnostics_["warnings"].append(
-                f"the discrete columns' code frequencies could not be matched to the data's ({why}); its samples "
-                f"and scores keep the fit's own frequencies: raise normalizer_draws, or fit the columns as "
-                f"continuous with discrete=None")
+                f"the discrete columns' code frequencies could not all be matched to the data's ({why}); {kept}: "
+                f"raise normalizer_draws, or fit the columns as continuous with discrete=None")
 
     def _health(self) -> FitHealth:
         """The solved and diagnosed fit, as the raise policy reads it."""

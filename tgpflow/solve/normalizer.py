@@ -165,7 +165,8 @@ def estimate_log_normalizer(log_density: Callable[[np.ndarray], np.ndarray], bas
                             n_draws: int = DEFAULT_NORMALIZER_DRAWS, random_state: Any = 0,
                             outside: Callable[[np.ndarray], np.ndarray] | None = None,
                             data_units: Callable[[np.ndarray], np.ndarray] | None = None,
-                            tilt: Callable[[np.ndarray], np.ndarray] | None = None) -> NormalizerEstimate:
+                            tilt: Callable[[np.ndarray], np.ndarray] | None = None,
+                            log_weight: Callable[[np.ndarray], np.ndarray] | None = None) -> NormalizerEstimate:
     """log Z of the unnormalised ``log_density`` by importance sampling from the defensive proposal around
     ``base`` (module docstring).
 
@@ -173,12 +174,16 @@ def estimate_log_normalizer(log_density: Callable[[np.ndarray], np.ndarray], bas
     adds the normalised mass outside that region to the estimate. ``data_units`` maps the draws to
     the data's units (bounded columns) before the moments and ``outside`` see them. ``tilt``: for a tilt of ``base``,
     ``log_density − log base`` (unnormalised), so that the base's term comes from the proposal's own evaluation of it
-    (:func:`base_proposal_blocks`; a mixture's is most of a draw's cost) instead of a second one.
+    (:func:`base_proposal_blocks`; a mixture's is most of a draw's cost) instead of a second one. ``log_weight``:
+    a term of the log density read off the draws in the data's units (a calibration of discrete columns' code
+    frequencies, :mod:`tgpflow.features.code_calibration`).
     """
     sums = WeightSums(1, base.mean.shape[0])
     for points, log_prop, neg_log_base in base_proposal_blocks(base, n_draws, random_state):
         log_p = log_density(points) if tilt is None else tilt(points) - neg_log_base
-        log_w = (np.asarray(log_p, dtype=np.float64) - log_prop)[:, None]
         data = points if data_units is None else data_units(points)
+        if log_weight is not None:
+            log_p = log_p + log_weight(data)
+        log_w = (np.asarray(log_p, dtype=np.float64) - log_prop)[:, None]
         sums.add(log_w, data, None if outside is None else outside(data))
     return sums.estimates(outside is not None)[0]
