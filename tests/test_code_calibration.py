@@ -6,6 +6,7 @@ and a fitted model's cell probabilities against their sum over the lattice and t
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 import pytest
@@ -134,7 +135,7 @@ def test_a_spread_out_of_reach_falls_back_to_the_mean_alone():
     cells = LatticeCells(np.array([0]), ("c",), np.array([0.0]), np.array([1.0]), np.array([3.0]), seed=0)
     counts = np.array([[9_970.0, 10.0, 2.0, 18.0]])
     calibrated, result = calibrate_cells(cells, None, lambda rows: rows, np.array([0.0]),  # the identity: f₁ = k
-                                         lambda i: ((solved, weights), (fresh, weights))[i], counts)
+                                         lambda: (solved, weights), counts, (cells.code_indices(fresh), weights))
     first = result.first
     assert first.spread and first.ess_ratio >= MIN_ESS_RATIO > first.check_ess_ratio
     assert result.matched and not result.spread and calibrated.calibrated
@@ -310,3 +311,40 @@ def test_statistics_summed_before_the_counts_calibrate_to_their_moments():
     # the two targets differ by the dequantizing noise only: the weights are close, not equal
     diff = np.abs(again.discrete_.code_weights - est.discrete_.code_weights).max()
     assert 0 < diff < 0.2
+
+
+@pytest.mark.parametrize("far", [False, True])
+def test_a_fit_the_calibration_brings_inside_the_box_does_not_warn_of_its_candidates(far):
+    """Three columns each 0 on all but 2 rows of 3 000: the box holds only 0 there, and the selection's candidates,
+    uncalibrated, fail its check (the chosen one puts 12 % of its mass outside: a mixture base spills past code 0's
+    cell). The calibration brings the published model inside the limit, so the candidates' complaint is kept in
+    ``selection_`` (and logged), not warned. With flags (0/1) each share is matched; with far codes (1–4) the
+    spreads, carried by those 2 rows, need a weight the normaliser's draws refuse (their effective size would fall
+    below a tenth), and the means alone are matched. Checked independently: the normaliser's ESS is the
+    uncalibrated one times the calibration's Kish ratio on the same draws, and the samples agree with the
+    diagnostics' mass outside and with the data's means."""
+    rng = np.random.default_rng(0)
+    n = 3_000
+    x, codes = rng.normal(size=(n, 2)), np.zeros((n, 3))
+    for j in range(3):
+        rows = rng.choice(n, 2, replace=False)
+        codes[rows, j] = rng.integers(1, 5, 2) if far else 1.0
+    X = np.c_[x, codes]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = tgpflow.GPTiltedDensity(random_state=0).fit(X)
+    diag, calibration = est.fit_diagnostics_, est.fit_diagnostics_["code_calibration"]
+    assert "no (γ, λ) on the grid" in est.selection_["unhealthy_choice"]
+    assert calibration["before"]["mass_outside"] > diag["mass_outside_limit"] >= diag["mass_outside"]
+    assert not [w for w in caught if issubclass(w.category, tgpflow.errors.DiagnosticWarning)]
+    assert calibration["spread"] is not far
+    if far:
+        assert calibration["first_attempt"]["check_ess_ratio"] < MIN_ESS_RATIO
+    assert diag["ess_fraction"] == pytest.approx(calibration["before"]["ess_fraction"] * calibration["check_ess_ratio"],
+                                                 rel=2e-4)  # the ratio is rounded to 4 decimals
+    sample = est.sample(40_000, random_state=1)
+    n_eff = min(est.last_sample_ess_, 40_000)
+    outside = est.support_.outside(sample).mean()
+    assert abs(outside - diag["mass_outside"]) <= 4 * np.sqrt(diag["mass_outside"] / n_eff) + 0.002
+    spread = np.sqrt(np.mean(codes ** 2, axis=0) / n_eff)  # a mean's noise over n_eff draws, at the data's law
+    assert np.all(np.abs(sample[:, 2:].mean(axis=0) - codes.mean(axis=0)) <= 4 * spread + codes.mean(axis=0))

@@ -358,7 +358,7 @@ def test_a_worker_killed_mid_pass_gives_bit_identical_statistics(tmp_path):
     path = write_parquet(tmp_path / "big.parquet", X, row_group_size=1000)
     f = tgpflow.RandomFourierFeatures.draw(64, bandwidth=0.5, n_dims=3, random_state=0)
     running = tmp_path / "victim-is-running"
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         clean, _ = accumulate(as_source(str(path)), tgp_chunk_stats, f)
         pids = client.run(os.getpid)

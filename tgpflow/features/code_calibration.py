@@ -27,7 +27,8 @@ on optdigits 23 % kept, |η| ≤ 16), and if that too is out of reach, the colum
 by how much of q's mass sits at codes the data rarely hold (the Kullback–Leibler divergence of the data's code
 frequencies from q's, :func:`worst_first`), for the longest run of them that can be (:func:`calibrate_worst_first`);
 the others keep q's frequencies. A reweighting is solved on one set of draws and its effective size checked on
-another (``check``), and η at a code the draws never visit is held within the visited codes' range.
+another (``check``: a fit's normaliser's), and η at a code the draws never visit is held within the visited codes'
+range.
 """
 
 from __future__ import annotations
@@ -283,8 +284,9 @@ def calibrate_worst_first(codes: np.ndarray, weights: np.ndarray, f1: np.ndarray
 
 
 def calibrate_cells(cells: LatticeCells, moments: Moments, to_fitting: Callable[[np.ndarray], np.ndarray],
-                    center: np.ndarray, reference: Callable[[int], tuple[np.ndarray, np.ndarray]],
-                    counts: np.ndarray | None = None) -> tuple[LatticeCells, CodeCalibration]:
+                    center: np.ndarray, reference: Callable[[], tuple[np.ndarray, np.ndarray]],
+                    counts: np.ndarray | None = None,
+                    check: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[LatticeCells, CodeCalibration]:
     """A fitted model's discrete columns ``cells`` with code weights that match the data's fitting-space sums
     (module docstring), and what the calibration did; the cells uncalibrated when the sums cannot be matched
     (:attr:`CodeCalibration.matched`). The sums are the codes' tables averaged over the pass's ``counts`` of rows
@@ -292,8 +294,10 @@ def calibrate_cells(cells: LatticeCells, moments: Moments, to_fitting: Callable[
     carry the dequantizing noise's own sampling error). Sums out of reach fall back to the means alone, then
     (with counts) to the means of the longest run of the worst columns (module docstring). ``to_fitting``: rows in the
     data's units to the fitting space; ``center``: a row in the data's units the tables are formed around (the sums'
-    mean); ``reference(i)``: weighted draws of the uncalibrated model (points in the data's units, weights), the
-    i-th of two independent sets: the calibration is solved on the first and checked on the second."""
+    mean); ``reference()``: weighted draws of the uncalibrated model (points in the data's units, weights) the
+    calibration is solved on; ``check``: the codes (:meth:`~tgpflow.features.lattice.LatticeCells.code_indices`)
+    and weights of independent draws it is checked on (a fit's: its normaliser's, so that the effective size the
+    calibrated model's diagnostics report is the one checked)."""
     cells = cells.uncalibrated()
     p = cells.positions
     f1, f2 = code_tables(cells.origin, cells.step, cells.n_steps, p, NOISE_WIDTH, to_fitting, center)
@@ -305,10 +309,8 @@ def calibrate_cells(cells: LatticeCells, moments: Moments, to_fitting: Callable[
         mean = moments.mean[p]
         mean_square = np.diag(moments.m2)[p] / moments.n + mean * mean
     with phase("calibrate codes", columns=len(cells.columns)) as info:
-        points, weights = reference(0)
+        points, weights = reference()
         codes = cells.code_indices(points)
-        other, other_weights = reference(1)
-        check = (cells.code_indices(other), other_weights)
         first = result = calibrate_codes(codes, weights, f1, f2, mean, mean_square, check)
         if not first.matched:
             result = dataclasses.replace(calibrate_codes(codes, weights, f1, f2, mean, mean_square, check, False),

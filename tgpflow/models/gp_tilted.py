@@ -150,9 +150,9 @@ class GPTiltedDensity(AnomalyMixin, TGPEvaluation, TGPSolve, TGPModelFile, TGPPi
 
     def _seeds(self) -> tuple[np.random.SeedSequence, ...]:
         # pilot, features, MAP draws, normaliser draws, held-out projection directions, mixture base, lattice noise,
-        # the code calibration's draws, bounds="auto"'s edge tests, the draws that check the code calibration (a
-        # child's stream does not depend on how many are spawned: adding one left the others as they were)
-        return tuple(np.random.SeedSequence(self.random_state).spawn(10))
+        # the code calibration's draws, bounds="auto"'s edge tests (a child's stream does not depend on how many
+        # are spawned: adding one left the others as they were)
+        return tuple(np.random.SeedSequence(self.random_state).spawn(9))
 
     def _chunk_fn(self, validation: bool = False) -> Any:
         """The method's per-chunk statistics function and its trailing arguments (after the features);

@@ -51,6 +51,11 @@ class Selector(abc.ABC):
     def best(self, rows: list[dict[str, Any]]) -> int:
         """The index of the chosen row."""
 
+    def unhealthy_choice(self, rows: list[dict[str, Any]], best: int) -> str | None:
+        """A warning that the chosen row fails the family's health checks (``selection_["unhealthy_choice"]``; the
+        fit says it after its solve, when the model it publishes fails them too), or None."""
+        return None
+
     @abc.abstractmethod
     def criterion_text(self) -> str:
         """The criterion in words, for ``selection_["criterion"]``."""
@@ -89,10 +94,14 @@ def select(bundle: StatsBundle, draw: Any, selector: Selector,
     with phase("select", bandwidths=len(grid), **selector.log_facts()) as info:
         for g in grid:
             rows.extend(selector.candidates(g, bundle[("train", g)], bundle[("val", g)], draw.with_bandwidth(g)))
-        chosen = dict(rows[selector.best(rows)])
+        best = selector.best(rows)
+        chosen = dict(rows[best])
         info.update(chosen={k: round(v, 6) for k, v in chosen.items()})
     g = chosen["bandwidth"]
     record = {"criterion": selector.criterion_text(), "validation_fraction": float(validation_fraction),
               **selector.split_facts(), "n_train": int(bundle[("train", g)].n),
               "n_validation": int(bundle[("val", g)].n), "curve": rows, "chosen": chosen}
+    warning = selector.unhealthy_choice(rows, best)
+    if warning is not None:
+        record["unhealthy_choice"] = warning
     return Selection(record), selector.all_rows(bundle, g), draw.with_bandwidth(g)

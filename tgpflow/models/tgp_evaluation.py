@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,8 @@ class TGPEvaluation(DensityEvaluation):
     NO_NORMALIZER = "method {method!r} has no normaliser (its estimate, e.g. KDE-RFF's, is not integrable)"
 
     def log_normalizer(self, *, sigma: float | None = None, n_draws: int | None = None,
-                       random_state: Any = None) -> NormalizerEstimate:
+                       random_state: Any = None,
+                       observe: Callable[[np.ndarray, np.ndarray], None] | None = None) -> NormalizerEstimate:
         """log Z of the fitted (unnormalised) density by importance sampling from its base (docs/mathematics.md, "MAP,
         baselines and sampling").
 
@@ -40,7 +42,7 @@ class TGPEvaluation(DensityEvaluation):
         the data's support box) its mass outside that box. A calibration of the discrete columns' code
         frequencies is part of the density (docs/gp_tilted.md, "Calibrated code frequencies"). Defaults:
         ``normalizer_draws`` draws from the estimator's seed — the value stored in ``normalizer_`` after a fit.
-        ``sigma``: the NCFD level.
+        ``sigma``: the NCFD level. ``observe``: as in :func:`~tgpflow.solve.normalizer.estimate_log_normalizer`.
         """
         ev = self._level(sigma)
         if ev.kde_weights is not None:
@@ -53,7 +55,8 @@ class TGPEvaluation(DensityEvaluation):
             random_state=self._seeds()[3] if random_state is None else random_state,
             outside=None if box is None else box.outside, data_units=self._to_data,
             tilt=ev.log_tilt if ev.device is None else None,  # a device evaluates the whole density there
-            log_weight=(lambda data: cells.code_log_weights(cells.codes(data))) if calibrated else None)
+            log_weight=(lambda data: cells.code_log_weights(cells.codes(data))) if calibrated else None,
+            observe=observe)
 
     def fitted(self, sigma: float | None = None) -> Fitted:
         """The fitted model as a :class:`~tgpflow.models.fitted.Fitted` value, on rows in the data's units:

@@ -228,19 +228,21 @@ class TGPSelector(Selector):
         return rows + no_tilt
 
     def best(self, rows: list[dict[str, Any]]) -> int:
-        """The best row by ``criterion`` (:func:`~tgpflow.solve.select.choose`), with a warning when no
-        candidate passed the normaliser and support checks."""
-        best = choose(rows, self.criterion)
-        if self.criterion != "hyvarinen" and not healthy(rows[best]):
-            fix = remedies(lam="auto", lam_fitted=math.nan, box=self.box, scaled=self.scaled,
-                           suggested_bounds=self.suggested_bounds, base_outside=base_outside(rows))
-            warnings.warn(f"no (γ, λ) on the grid has a reliable normaliser (ESS >= {MIN_SELECT_ESS_FRACTION:.0%} "
-                          f"of the proposal draws) and keeps its mass inside the training rows' support box; chose "
-                          f"the best by the criterion among those with a reliable normaliser, else the largest "
-                          f"ESS (ESS {rows[best]['ess_fraction']:.3%}, mass outside "
-                          f"{rows[best].get('mass_outside', float('nan')):.3%}): {fix}", DiagnosticWarning,
-                          stacklevel=5)
-        return best
+        """The best row by ``criterion`` (:func:`~tgpflow.solve.select.choose`)."""
+        return choose(rows, self.criterion)
+
+    def unhealthy_choice(self, rows: list[dict[str, Any]], best: int) -> str | None:
+        """The warning when no candidate passed the normaliser and support checks (said by the fit when its
+        published model fails them too: :meth:`~tgpflow.models.tgp_solve.TGPSolve.fit_from_stats`)."""
+        if self.criterion == "hyvarinen" or healthy(rows[best]):
+            return None
+        fix = remedies(lam="auto", lam_fitted=math.nan, box=self.box, scaled=self.scaled,
+                       suggested_bounds=self.suggested_bounds, base_outside=base_outside(rows))
+        return (f"no (γ, λ) on the grid has a reliable normaliser (ESS >= {MIN_SELECT_ESS_FRACTION:.0%} of the "
+                f"proposal draws) and keeps its mass inside the training rows' support box; chose the best by the "
+                f"criterion among those with a reliable normaliser, else the largest ESS (ESS "
+                f"{rows[best]['ess_fraction']:.3%}, mass outside {rows[best].get('mass_outside', float('nan')):.3%})"
+                f": {fix}")
 
     def criterion_text(self) -> str:
         guard = (f"; candidates whose normaliser has ESS < {MIN_SELECT_ESS_FRACTION:.0%} of the proposal draws, or "

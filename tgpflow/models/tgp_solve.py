@@ -24,6 +24,7 @@ from tgpflow.models.tgp_method import Hyper
 from tgpflow.models.tgp_selection import (FitHealth, TGPSelector, base_outside, eta_values, lam_grid,
                                           raise_until_healthy)
 from tgpflow.models.tgp_space import from_data_rows
+from tgpflow.solve.select import healthy
 from tgpflow.stats.ncfd import NCFDStats
 from tgpflow.stats.split import StatsBundle
 from tgpflow.stats.tgp import TGPStats
@@ -57,6 +58,7 @@ class TGPSolve:
         """
         if getattr(self, "discrete_", None) is not None:  # a refit is diagnosed and calibrated from its own solve
             self.discrete_ = self.discrete_.uncalibrated()
+        selecting = isinstance(stats, StatsBundle)
         self._solve_stats(stats, features)
         self._diagnose(warn=False)
         raised: list[dict[str, Any]] = []
@@ -67,9 +69,27 @@ class TGPSolve:
             logger.info("raised λ to %g: the all-rows fit failed the selection's check (ESS, mass outside): %s",
                         self.lam_, raised)
         self._calibrate_codes()
-        for message in self.fit_diagnostics_["warnings"]:
+        said = list(self.fit_diagnostics_["warnings"])
+        choice = self.selection_.get("unhealthy_choice") if selecting else None
+        if choice is not None and self._passes():  # the candidates failed the checks; the published model does not
+            logger.info("the selection's candidates failed the normaliser or support check, the published model "
+                        "passes both (ESS %.1f%%, mass outside %.2f%%%s): %s",
+                        100 * self.fit_diagnostics_["ess_fraction"], 100 * self.fit_diagnostics_["mass_outside"],
+                        ", after the code calibration" if getattr(self.discrete_, "calibrated", False) else "", choice)
+        elif choice is not None:
+            said.insert(0, choice)
+        for message in said:
             warnings.warn(message, DiagnosticWarning, stacklevel=2)
         return self
+
+    def _passes(self) -> bool:
+        """Whether the published model passes the checks a selection's candidates are held to
+        (:func:`~tgpflow.solve.select.healthy`)."""
+        diag = getattr(self, "fit_diagnostics_", {})
+        if diag.get("ess_fraction") is None or diag.get("mass_outside") is None:
+            return False
+        return healthy({"ess_fraction": diag["ess_fraction"], "mass_outside": diag["mass_outside"],
+                        "mass_outside_limit": diag.get("mass_outside_limit", 1.0)})
 
     def _calibrate_codes(self) -> None:
         """Reweight the solved model's code frequencies to match the statistics' sums of each discrete column
@@ -83,12 +103,12 @@ class TGPSolve:
         bounds, scaling = getattr(self, "bounds_", None), getattr(self, "scaling_", None)
         before = {k: self.fit_diagnostics_.get(k) for k in ("ess_fraction", "mass_outside")}
         self.discrete_ = cells.uncalibrated()  # the reference draws are the uncalibrated model's
+        check = vars(self).pop("_normaliser_codes", None)  # no scratch state left on the estimator
         self.discrete_, result = calibrate_cells(
             cells, self.stats_.moments, functools.partial(from_data_rows, bounds=bounds, scaling=scaling),
             self._to_data(self.stats_.moments.mean[None])[0],
-            lambda i: self._continuous_fitted(None).reference_sample(int(self.normalizer_draws),
-                                                                     self._seeds()[(7, 9)[i]]),
-            getattr(self.stats_, "code_counts", None))
+            lambda: self._continuous_fitted(None).reference_sample(int(self.normalizer_draws), self._seeds()[7]),
+            getattr(self.stats_, "code_counts", None), check)
         if self.discrete_.calibrated:
             self._diagnose(warn=False)
         self.fit_diagnostics_["code_calibration"] = dict(result.to_dict(), before=before)
@@ -225,10 +245,17 @@ class TGPSolve:
             self.fit_diagnostics_ = {"warnings": [], "note": f"{method.name.upper()} is not integrable on R^d: "
                                                               f"no normaliser"}
             return
-        box = getattr(self, "support_", None)
+        box, cells = getattr(self, "support_", None), getattr(self, "discrete_", None)
+        kept: list[tuple[np.ndarray, np.ndarray]] = []  # an uncalibrated model's draws, which a calibration checks on
+        collect = cells is not None and cells.positions.size > 0 and not cells.calibrated
         with phase("diagnose", draws=int(self.normalizer_draws)) as info:
-            est = self.log_normalizer()
+            est = self.log_normalizer(observe=(lambda data, log_w: kept.append(
+                (cells.code_indices(data).astype(np.int32), log_w))) if collect else None)
             info.update(ess_fraction=round(est.ess_fraction, 4), mass_outside=est.mass_outside)
+        if kept:  # the codes and weights of the uncalibrated model's normaliser draws (:meth:`_calibrate_codes`)
+            log_w = np.concatenate([w for _, w in kept])
+            self._normaliser_codes = (np.concatenate([c for c, _ in kept]),
+                                      np.exp(log_w - np.max(log_w, initial=-np.inf)))
         extra: dict[str, Any] = {"theta_norm": float(np.linalg.norm(self._diag_theta)), "lam": self.lam_}
         more, warns = method.diagnostics(self.solver_info_, self.get_params())
         extra.update(more, warnings=warns)

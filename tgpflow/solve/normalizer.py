@@ -166,7 +166,8 @@ def estimate_log_normalizer(log_density: Callable[[np.ndarray], np.ndarray], bas
                             outside: Callable[[np.ndarray], np.ndarray] | None = None,
                             data_units: Callable[[np.ndarray], np.ndarray] | None = None,
                             tilt: Callable[[np.ndarray], np.ndarray] | None = None,
-                            log_weight: Callable[[np.ndarray], np.ndarray] | None = None) -> NormalizerEstimate:
+                            log_weight: Callable[[np.ndarray], np.ndarray] | None = None,
+                            observe: Callable[[np.ndarray, np.ndarray], None] | None = None) -> NormalizerEstimate:
     """log Z of the unnormalised ``log_density`` by importance sampling from the defensive proposal around
     ``base`` (module docstring).
 
@@ -176,7 +177,8 @@ def estimate_log_normalizer(log_density: Callable[[np.ndarray], np.ndarray], bas
     ``log_density − log base`` (unnormalised), so that the base's term comes from the proposal's own evaluation of it
     (:func:`base_proposal_blocks`; a mixture's is most of a draw's cost) instead of a second one. ``log_weight``:
     a term of the log density read off the draws in the data's units (a calibration of discrete columns' code
-    frequencies, :mod:`tgpflow.features.code_calibration`).
+    frequencies, :mod:`tgpflow.features.code_calibration`). ``observe(data, log_w)`` is given each block's draws in
+    the data's units and their log weights (the code calibration checks its reweighting on them).
     """
     sums = WeightSums(1, base.mean.shape[0])
     for points, log_prop, neg_log_base in base_proposal_blocks(base, n_draws, random_state):
@@ -186,4 +188,6 @@ def estimate_log_normalizer(log_density: Callable[[np.ndarray], np.ndarray], bas
             log_p = log_p + log_weight(data)
         log_w = (np.asarray(log_p, dtype=np.float64) - log_prop)[:, None]
         sums.add(log_w, data, None if outside is None else outside(data))
+        if observe is not None:
+            observe(data, log_w[:, 0])
     return sums.estimates(outside is not None)[0]
