@@ -225,9 +225,7 @@ def calibrate_codes(codes: np.ndarray, weights: np.ndarray, f1: np.ndarray, f2: 
             eta[j, unseen] = np.clip(eta[j, unseen], eta[j, seen].min(), eta[j, seen].max())
     shift = np.sum(eta[np.arange(m)[None, :], codes], axis=1)
     log_z = float(logsumexp(log_w + shift))
-    calibrated = np.exp(log_w + shift - log_z)
-    ess_ratio = float(1.0 / np.sum(calibrated ** 2) * np.sum(weights ** 2))  # Kish's n_eff, after over before
-    return CodeCalibration(eta, log_z, residual, ess_ratio, iterations,
+    return CodeCalibration(eta, log_z, residual, _ess_ratio(eta, codes, weights), iterations,
                            None if check is None else _ess_ratio(eta, *check), spread)
 
 
