@@ -162,7 +162,7 @@ def test_bounds_auto_keeps_the_edge_the_open_model_leaks_past_and_leaves_a_bound
     Gaussian of its mean and spread: 18 %), so its bound stays; the clusters' open mixture puts 0.02 % below theirs
     and the log scores no better held out, so theirs is dropped. The same rows fitted: ``bounds_`` holds the kept
     bound only, ``pilot_["edges"]`` and the fit's summary report both tests."""
-    from tgpflow.features.edges import EDGE_GAIN_SE, EDGE_LEAK, edges_worth_keeping
+    from tgpflow.features.edges import EDGE_GAIN_SE, EDGE_LEAK, EDGE_TEST_MIN_ROWS, edges_worth_keeping
     from tgpflow.models.fit_summaries import tgp_summary
 
     X, names = _three_edges(5000, 0)
@@ -175,7 +175,7 @@ def test_bounds_auto_keeps_the_edge_the_open_model_leaks_past_and_leaves_a_bound
     assert not clusters["kept"] and clusters["leak"] < 0.1 * EDGE_LEAK
     assert clusters["gain"] < EDGE_GAIN_SE * clusters["gain_se"]
     # a pilot too small to tell keeps every bound the rule found
-    assert edges_worth_keeping(X[:150], names, found, seed=0) == (found, {})
+    assert edges_worth_keeping(X[:EDGE_TEST_MIN_ROWS - 1], names, found, seed=0) == (found, {})
 
     est = tgpflow.GPTiltedDensity(method="fd", random_state=0, n_features=64).fit(pd.DataFrame(X, columns=names))
     assert set(est.bounds_.to_dict()) == {"share"}
@@ -253,3 +253,41 @@ def test_bounds_auto_keeps_a_bound_whose_log_makes_a_skewed_column_symmetric_and
     bulk = {name: np.mean(est.log_density(held, normalized=True) - _income_log_density(held))
             for name, est in (("bounded", bounded), ("open", opened))}
     assert abs(bulk["bounded"]) < 0.02 and bulk["bounded"] > bulk["open"]
+
+
+def test_the_skewness_test_does_not_keep_a_bound_the_held_out_values_put_clearly_against(monkeypatch):
+    """The income column of the test above, whose bound the skewness test alone keeps, with the one-column gain
+    replaced by one the held-out values put against the bound by more than two standard errors (glass, split 1:
+    −0.126 ± 0.025 nats/row): the skewness test no longer keeps it; a gain within two standard errors below 0 (what
+    the income column's own gain is, within noise) leaves it kept. Both sides of the line, then the line itself."""
+    import tgpflow.features.edges as edges
+
+    X = _income(3000, 0)
+    names = ["income", "score"]
+    found = suggest_bounds(X, names, None)
+    for gain, kept in ((-0.126, False), (-0.04, True), (-2 * 0.025, True)):
+        monkeypatch.setattr(edges, "edge_gain", lambda *a, g=gain: (g, 0.025))
+        _, tests = edges.edges_worth_keeping(X, names, found, seed=0)
+        test = tests["income"]
+        assert test["skew"] > edges.EDGE_SKEW and abs(test["skew_after"]) < edges.EDGE_SYMMETRIC
+        assert test["leak"] < edges.EDGE_LEAK and test["gain"] == gain
+        assert test["kept"] is kept, (gain, test)
+
+
+def test_a_pilot_of_a_hundred_rows_tests_its_bounds_and_a_smaller_one_keeps_them():
+    """At and above :data:`EDGE_TEST_MIN_ROWS` rows (100) each bound the pilot shows is tested and its test
+    recorded; below, every bound is kept untested. The same lognormal amount, 100 and 99 rows."""
+    from tgpflow.features.edges import EDGE_TEST_MIN_ROWS, edges_worth_keeping
+
+    assert EDGE_TEST_MIN_ROWS == 100
+    names = ["income", "score"]
+    for n, tested in ((100, True), (99, False)):
+        X = _income(n, 3)
+        found = suggest_bounds(X, names, None)
+        assert "income" in found
+        kept, tests = edges_worth_keeping(X, names, found, seed=0)
+        assert ("income" in tests) is tested
+        if not tested:
+            assert kept == found
+        else:
+            assert kept == {k: v for k, v in found.items() if tests[k]["kept"]}
