@@ -552,3 +552,29 @@ def test_beyond_three_discrete_columns_the_sobol_cell_average_matches_monte_carl
         # codes) missed by up to 0.39: in the logit coordinate of an extreme cell the data rise steeply towards the
         # joint bound, which one Gaussian does not follow (docs/gp_tilted.md)
         assert value == pytest.approx(brute, abs=4 * se + 0.03)
+
+
+def test_lattice_points_are_the_tables_own_values_on_decimal_and_scaled_lattices():
+    """A sample rounded back to a lattice holds the values the table holds, bit for bit: tenths (0.3 as reading
+    "0.3" gives it, not 3 × 0.1's 0.30000000000000004) and a min-max scaled code column k/213 (its step, 1/213, is
+    0.00469483568 to 1e-9 of itself, whose 213 steps end 1.6e-10 short of 1: the top must stay 1.0). Every code
+    index of each column is rebuilt and compared with the values computed here from their definitions."""
+    from tgpflow.features.lattice_choice import choose_discrete
+    from tgpflow.io.column_kinds import column_kinds
+
+    rng = np.random.default_rng(0)
+    k1, k2 = np.arange(31), np.arange(214)
+    tenths = np.array([float(f"{k / 10:.1f}") for k in k1])  # the parsed decimals
+    scaled = k2 / 213.0
+    X = np.c_[rng.choice(tenths, 5000), rng.choice(scaled, 5000), rng.standard_normal(5000)]
+    X[:2, 0], X[:2, 1] = tenths[[0, -1]], scaled[[0, -1]]  # every end present
+    names = ["tenths", "scaled", "noise"]
+    cells = choose_discrete(["tenths", "scaled"], column_kinds(X, names), X, [], seed=0)
+    assert list(cells.n_steps) == [30, 213] and cells.top[1] == 1.0
+    rows = np.zeros((214, 3))
+    rows[:, 0] = cells.origin[0] + cells.step[0] * np.minimum(k2, 30)  # float products, off the decimals
+    rows[:, 1] = k2 * cells.step[1]
+    snapped = cells.snap(rows)
+    assert np.array_equal(snapped[:31, 0], tenths) and np.array_equal(snapped[:, 1], scaled)
+    assert np.array_equal(cells.clip_codes(rows + 0.3 * np.r_[cells.step, 0.0])[:, :2], snapped[:, :2])
+    assert not np.array_equal(rows[:31, 0], tenths)  # the products alone are not the table's values

@@ -93,6 +93,11 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _COLUMN = np.uint64(0xD1B54A32D192ED03)
 
 
+def _decimals(value: float) -> int:
+    """The fewest decimals (0–15) that ``value`` has exactly (``round(value, d) == value``), else 16."""
+    return next((d for d in range(16) if round(float(value), d) == value), 16)
+
+
 def _splitmix64(z: np.ndarray) -> np.ndarray:
     """SplitMix64's finaliser on uint64 (wrapping arithmetic; numpy arrays wrap without a warning)."""
     z = z + _GOLDEN
@@ -250,7 +255,24 @@ class LatticeCells:
     def clip_codes(self, x: np.ndarray) -> np.ndarray:
         """A copy of rows ``x`` with each discrete column at its nearest lattice point within the pilot's range."""
         out = np.array(x, dtype=np.float64, copy=True)
-        out[:, self.positions] = self.origin + self.step * self.code_indices(x)
+        out[:, self.positions] = self.points(self.code_indices(x))
+        return out
+
+    def points(self, k: np.ndarray) -> np.ndarray:
+        """(n, m): the lattice points of code indices ``k`` (any integers), as the table holds them. On a decimal
+        lattice (origin and step with at most 15 decimals: integer codes, values recorded to 3 decimals),
+        ``origin + k·step`` rounded to those decimals: the float64 that reading the value's digits gives (0.3, not
+        3 × 0.1's 0.30000000000000004). On another, ``origin + (top − origin)·k/n`` with n the highest code: the
+        pilot's lowest and highest values exactly, and k/n itself where they are 0 and 1 (a min-max scaled column
+        of integer codes: thyroid's k/213)."""
+        k = np.asarray(k, dtype=np.float64)
+        out = self.origin + self.step * k
+        for j, (origin, step, top, n) in enumerate(zip(self.origin, self.step, self.top, self.n_steps, strict=True)):
+            digits = max(_decimals(origin), _decimals(step))
+            if digits <= 15:
+                out[:, j] = np.round(out[:, j], digits)
+            elif n > 0:
+                out[:, j] = origin + (top - origin) * (k[:, j] / n)
         return out
 
     def spill(self, rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -276,7 +298,7 @@ class LatticeCells:
         values within half its unit of the atom (recorded as it) at the atom, and with ``block`` (a sample, a
         diagnostic's draw) those in its block too."""
         out = np.array(x, dtype=np.float64, copy=True)
-        out[:, self.positions] = self.origin + self.step * self.codes(out)
+        out[:, self.positions] = self.points(self.codes(out))
         for j, v, side, w, unit in zip(self.atom_positions, self.atom_value, self.atom_side, self.atom_width,
                                        self.atom_unit, strict=True):
             gap = side * (out[:, j] - v)  # how far beyond the edge, into the block

@@ -69,10 +69,15 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
     for c, j in zip(chosen, positions, strict=True):
         lo, hi = float(np.min(rows[:, j])), float(np.max(rows[:, j]))
         h = float(kinds[c]["lattice"]["step"]) if kinds[c]["kind"] == "lattice" else hi - lo  # binary: its gap
-        h = as_decimal(h, 1e-9) or h
-        # the lowest and highest points on the step's own grid where they are (integer codes: exactly 0 and 23, not
-        # a float64 rounding off them after a standardization's round trip)
-        lo, hi = _on_grid(lo, h), _on_grid(hi, h)
+        decimal = as_decimal(h, 1e-9)
+        n = round((hi - lo) / (decimal or h))
+        if decimal is not None and abs(lo + n * decimal - hi) <= 1e-9 * decimal:
+            # the lowest and highest points on the step's own grid where they are (integer codes: exactly 0 and 23,
+            # not a float64 rounding off them after a standardization's round trip)
+            h = decimal
+            lo, hi = _on_grid(lo, h), _on_grid(hi, h)
+        elif n > 0:  # not a decimal step over the whole range (1/213 is 0.00469483568 to 1e-9 of itself, but 213 of
+            h = (hi - lo) / n  # those end 1.6e-10 short of 1): the step the pilot's extreme values span
         origin.append(lo)
         step.append(h)
         top.append(hi)
