@@ -71,6 +71,7 @@ from typing import Any
 import numpy as np
 
 from tgpflow.features.bounds import ColumnBounds
+from tgpflow.io.column_kinds import decimals
 
 __all__ = ["LatticeCells", "keyed_uniform", "dequantize_chunk", "CELL_POINTS", "NOISE_WIDTH", "TAIL_RATIO"]
 
@@ -91,11 +92,6 @@ _TAIL_SALT = 0x7A11
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _COLUMN = np.uint64(0xD1B54A32D192ED03)
-
-
-def _decimals(value: float) -> int:
-    """The fewest decimals (0–15) that ``value`` has exactly (``round(value, d) == value``), else 16."""
-    return next((d for d in range(16) if round(float(value), d) == value), 16)
 
 
 def _splitmix64(z: np.ndarray) -> np.ndarray:
@@ -263,12 +259,10 @@ class LatticeCells:
         lattice (origin and step with at most 15 decimals: integer codes, values recorded to 3 decimals),
         ``origin + k·step`` rounded to those decimals: the float64 that reading the value's digits gives (0.3, not
         3 × 0.1's 0.30000000000000004). On another, ``origin + (top − origin)·k/n`` with n the highest code: the
-        pilot's lowest and highest values exactly, and k/n itself where they are 0 and 1 (a min-max scaled column
-        of integer codes: thyroid's k/213)."""
-        k = np.asarray(k, dtype=np.float64)
-        out = self.origin + self.step * k
+        pilot's extreme values exactly, and k/n where they are 0 and 1 (min-max scaled codes: thyroid's k/213)."""
+        out = self.origin + self.step * (k := np.asarray(k, dtype=np.float64))
         for j, (origin, step, top, n) in enumerate(zip(self.origin, self.step, self.top, self.n_steps, strict=True)):
-            digits = max(_decimals(origin), _decimals(step))
+            digits = max(decimals(origin), decimals(step))
             if digits <= 15:
                 out[:, j] = np.round(out[:, j], digits)
             elif n > 0:

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["column_kinds", "lattice_step", "as_decimal", "cell_widths", "dequantize", "MIN_MASS", "MIN_COUNT",
-           "MAX_CELLS", "MAX_LISTED"]
+__all__ = ["column_kinds", "lattice_step", "as_decimal", "decimals", "cell_widths", "dequantize", "MIN_MASS",
+           "MIN_COUNT", "MAX_CELLS", "MAX_LISTED"]
 
 #: A value (or an edge) that carries at least this share of the rows is a point mass (an edge).
 MIN_MASS = 0.01
@@ -90,6 +90,11 @@ def as_decimal(value: float, rel: float) -> float | None:
         if 0 < round(value, digits) and abs(round(value, digits) - value) <= rel * value:
             return round(value, digits)
     return None
+
+
+def decimals(value: float) -> int:
+    """The fewest decimals (0–15) that ``value`` has exactly (``round(value, d) == value``), else 16."""
+    return next((d for d in range(16) if round(float(value), d) == value), 16)
 
 
 def cell_widths(rows: np.ndarray, kinds: dict[str, dict[str, Any]]) -> dict[int, float]:
