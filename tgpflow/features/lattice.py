@@ -12,9 +12,10 @@ such columns (``"auto"``: the coarse lattices the pilot shows,
   chunk (a pipeline's partitions, a refit's old chunks), and chunks that hold other rows draw other noise (two
   partitions, or two ``partial_fit`` batches, whose rows sit in the same order do not share their noise). The
   pilot's rows draw theirs from their keys. A value of the pass off the pilot's lattice, or beyond its lowest
-  or highest point, is an error naming the chunk and the column (:func:`dequantize_chunk`). Noise over the
-  middle half of each cell (:data:`NOISE_WIDTH` 0.5) leaves gaps at the cell edges that keep a mixture base's
-  spill out of the neighbouring cells (the rental table: +0.14 nats/row held out), but the Gaussian base's
+  or highest point, is an error naming the chunk and the column
+  (:func:`~tgpflow.features.lattice_chunks.dequantize_chunk`). Noise over the middle half of each cell
+  (:data:`NOISE_WIDTH` 0.5) leaves gaps at the cell edges that keep a mixture base's spill out of the neighbouring
+  cells (the rental table: +0.14 nats/row held out), but the Gaussian base's
   tilt then chases the comb it makes (a 7-code table: held-out −3.24 to −3.54 against −3.22 nats/row, code
   frequencies 2–13 times further from the data's), so the noise spans whole cells;
 * the dequantized column lies strictly inside ``(lowest − step/2, highest + step/2)``, the outer edges of the
@@ -49,13 +50,12 @@ such columns (``"auto"``: the coarse lattices the pilot shows,
 
 Atoms. A continuous column whose lowest (or highest) value carries at least 1 % of the rows (a meter's exact
 zeros; :func:`~tgpflow.io.column_kinds.column_kinds`'s ``edges``) has a point mass there. ``discrete="auto"``
-dequantizes it into a block beyond the edge, ``(v − w, v)`` for a lowest value v with ``w`` =
-:data:`~tgpflow.features.lattice_choice.ATOM_BLOCK` of the column's standard deviation, bounds the column at
-``v − w``, and fits it after ``log(x − v + w)`` where its other values have a long tail away from the edge, else in
-the identity from the atom on with a log tail over the block (a core, :class:`~tgpflow.features.bounds.ColumnBounds`;
-:func:`~tgpflow.features.lattice_choice.edge_atoms`). It gives a row at the atom the block's probability over ``δ``
-(the column's lattice step where it has one: values recorded to 3 decimals, 0.001; else ``w``), and rounds samples
-in the block (and within δ/2 of v) to v.
+dequantizes it into a block beyond the edge, ``(v − w, v)`` for a lowest value v (w:
+:data:`~tgpflow.features.lattice_choice.ATOM_BLOCK` of the column's standard deviation; where in it:
+:mod:`tgpflow.features.atom_blocks`), bounds the column at ``v − w`` and fits it after ``log(x − v + w)`` or with a
+core (:func:`~tgpflow.features.lattice_choice.edge_atoms`). A row at the atom gets the block's probability over ``δ``
+(the column's lattice step where it has one: 0.001 for 3 decimals; else ``w``); samples in the block (and within
+δ/2 of v) are v.
 
 The score of a discrete column is not defined; :meth:`grad_log_density` of such a model is the dequantized
 density's (q's), the field a sampler of the continuous relaxation needs. float64 throughout; the noise is
@@ -70,10 +70,11 @@ from typing import Any
 
 import numpy as np
 
+from tgpflow.features.atom_blocks import block_shares
 from tgpflow.features.bounds import ColumnBounds
 from tgpflow.io.column_kinds import decimals
 
-__all__ = ["LatticeCells", "keyed_uniform", "dequantize_chunk", "CELL_POINTS", "NOISE_WIDTH", "TAIL_RATIO"]
+__all__ = ["LatticeCells", "keyed_uniform", "CELL_POINTS", "NOISE_WIDTH", "TAIL_RATIO"]
 
 #: The share of its cell, about its lattice point, that a row's noise spreads it over: the whole cell (module
 #: docstring says why not less).
@@ -122,9 +123,10 @@ class LatticeCells:
     step and highest point, in the data's units, and the noise seed; and the atoms at continuous columns' edges
     (``atom_*``, one entry per atom: the column's position and name, the edge value v, the side of the block
     beyond it (−1: below a lowest value, +1: above a highest), the block's width w, the unit δ its density is
-    given per, and 1 where the column is fitted with a core (the identity from the atom on), 0 after the log of its
-    bound; module docstring, "Atoms"); and the fit's calibration of the code frequencies (``code_weights`` (m, K)
-    η_j(k) and ``code_log_z`` (1,) log Z; empty: none; :mod:`tgpflow.features.code_calibration`)."""
+    given per, 1 where the column is fitted with a core (the identity from the atom on), 0 after the log of its
+    bound, and the depth law of its block's rows, 0 uniform; module docstring, "Atoms"); and the fit's calibration
+    of the code frequencies (``code_weights`` (m, K) η_j(k) and ``code_log_z`` (1,) log Z; empty: none;
+    :mod:`tgpflow.features.code_calibration`)."""
 
     positions: np.ndarray
     columns: tuple[str, ...]
@@ -141,6 +143,7 @@ class LatticeCells:
     tail_low: np.ndarray = _none()
     tail_high: np.ndarray = _none()
     atom_core: np.ndarray = _none()
+    atom_depth: np.ndarray = _none()
     code_weights: np.ndarray = _none()
     code_log_z: np.ndarray = _none()
 
@@ -148,8 +151,9 @@ class LatticeCells:
         for name in ("tail_low", "tail_high"):  # cells stored before the tails existed: none (ε = 0)
             if getattr(self, name).size != self.positions.size:
                 object.__setattr__(self, name, np.zeros(self.positions.size))
-        if self.atom_core.size != self.atom_positions.size:  # stored before atoms had cores: the log of the bound
-            object.__setattr__(self, "atom_core", np.zeros(self.atom_positions.size))
+        for name in ("atom_core", "atom_depth"):  # stored before atoms had cores (the log of the bound) or depths
+            if getattr(self, name).size != self.atom_positions.size:  # (the uniform law)
+                object.__setattr__(self, name, np.zeros(self.atom_positions.size))
 
     @property
     def calibrated(self) -> bool:
@@ -187,6 +191,7 @@ class LatticeCells:
         ints = (self.positions.size, *self.positions.tolist(), self.atom_positions.size, *self.atom_positions.tolist())
         floats = (self.origin, self.step, self.top, self.atom_value, self.atom_side, self.atom_width, self.atom_unit)
         floats += (self.atom_core,) if self.atom_core.any() else ()  # atoms fitted after the log: the digest they had
+        floats += (self.atom_depth,) if self.atom_depth.any() else ()  # (uniform blocks: likewise)
         return array_hash(b"tgpflow.LatticeCells.v1", ints, floats,
                           prefix=np.array([self.seed], dtype="<u8").tobytes()).hexdigest()
 
@@ -196,12 +201,13 @@ class LatticeCells:
                                    atom_columns=tuple(str(names[j]) for j in self.atom_positions))
 
     _OPTIONAL_ARRAYS = ("atom_positions", "atom_value", "atom_side", "atom_width", "atom_unit", "tail_low", "tail_high",
-                        "atom_core", "code_weights", "code_log_z")
+                        "atom_core", "atom_depth", "code_weights", "code_log_z")
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """The arrays a statistics value carries (without the column names: :meth:`named` gives them back; a
         calibration only where there is one)."""
-        optional = [k for k in self._OPTIONAL_ARRAYS if self.calibrated or not k.startswith("code_")]
+        optional = [k for k in self._OPTIONAL_ARRAYS if (self.calibrated or not k.startswith("code_"))
+                    and (k != "atom_depth" or self.atom_depth.any())]  # (uniform blocks: the arrays they had)
         return {"positions": self.positions, "origin": self.origin, "step": self.step, "top": self.top,
                 "seed": np.array([self.seed], dtype=np.uint64), **{k: getattr(self, k) for k in optional}}
 
@@ -303,7 +309,8 @@ class LatticeCells:
 
     def dequantize(self, x: np.ndarray, keys: np.ndarray, salt: int = 0) -> np.ndarray:
         """A copy of ``x`` with each discrete column moved by its row's noise, ``(u − ½)·step``, and each row at an
-        atom moved into its block, ``v + side·u·w``."""
+        atom moved into its block, ``v + side·s·w`` (s from the row's noise u by the atom's depth law,
+        :func:`~tgpflow.features.atom_blocks.block_shares`)."""
         out = np.array(x, dtype=np.float64, copy=True)
         u = keyed_uniform(keys, self.positions, self.seed, salt)
         out[:, self.positions] += (u - 0.5) * (NOISE_WIDTH * self.step)
@@ -312,7 +319,7 @@ class LatticeCells:
             u = keyed_uniform(keys, self.atom_positions + (1 << 20) * (2 + self.atom_side.astype(np.int64)),
                               self.seed, salt)
             at = self.at_atom(out)
-            moved = self.atom_value + self.atom_side * u * self.atom_width
+            moved = self.atom_value + self.atom_side * block_shares(u, self.atom_depth) * self.atom_width
             for i, j in enumerate(self.atom_positions):
                 out[:, j] = np.where(at[:, i], moved[:, i], out[:, j])
         return out
@@ -368,8 +375,8 @@ class LatticeCells:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON: ``{"columns": {column: {position, origin, step, top, tails: [ε below, ε above], weights: [η(0),
-        …]}}, "atoms": [{column, position, value, side, width, unit, core}], "seed", "log_z"}`` (weights and log_z
-        with a calibration)."""
+        …]}}, "atoms": [{column, position, value, side, width, unit, core, depth}], "seed", "log_z"}`` (weights and
+        log_z with a calibration)."""
         out: dict[str, Any] = {
             "columns": {c: {"position": int(p), "origin": float(o), "step": float(s), "top": float(t),
                             "tails": [float(lo), float(hi)]}
@@ -382,10 +389,10 @@ class LatticeCells:
             out["log_z"] = float(self.code_log_z[0])
         if self.atom_positions.size:
             out["atoms"] = [{"column": c, "position": int(p), "value": float(v), "side": "lower" if sd < 0 else "upper",
-                             "width": float(w), "unit": float(u), "core": bool(k)}
-                            for c, p, v, sd, w, u, k in zip(self.atom_columns, self.atom_positions, self.atom_value,
-                                                            self.atom_side, self.atom_width, self.atom_unit,
-                                                            self.atom_core, strict=True)]
+                             "width": float(w), "unit": float(u), "core": bool(k), "depth": float(e)}
+                            for c, p, v, sd, w, u, k, e in zip(self.atom_columns, self.atom_positions, self.atom_value,
+                                                               self.atom_side, self.atom_width, self.atom_unit,
+                                                               self.atom_core, self.atom_depth, strict=True)]
         return out
 
     @classmethod
@@ -404,47 +411,11 @@ class LatticeCells:
                   np.array([a["unit"] for a in atoms], dtype=np.float64),
                   np.array([v.get("tails", (0.0, 0.0))[0] for v in cols.values()], dtype=np.float64),
                   np.array([v.get("tails", (0.0, 0.0))[1] for v in cols.values()], dtype=np.float64),
-                  np.array([float(a.get("core", False)) for a in atoms], dtype=np.float64))
+                  np.array([float(a.get("core", False)) for a in atoms], dtype=np.float64),
+                  np.array([float(a.get("depth", 0.0)) for a in atoms], dtype=np.float64))
         if "log_z" not in data:
             return out
         weights = np.zeros((len(cols), int(np.max(out.n_steps, initial=-1)) + 1))
         for row, entry in zip(weights, cols.values(), strict=True):
             row[:len(entry["weights"])] = entry["weights"]
         return out.with_calibration(weights, float(data["log_z"]))
-
-
-def dequantize_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label: str,
-                     cells: LatticeCells) -> tuple[np.ndarray, int, np.ndarray | None]:
-    """A validated chunk with its discrete columns dequantized (``cells`` in the chunk's units): the noise of a row
-    is a function of the chunk's digest and the row's place in it (module docstring). A value off the lattice is a
-    :class:`~tgpflow.errors.SourceError` naming the chunk (``label``) and the column."""
-    import hashlib
-
-    from tgpflow.errors import SourceError
-
-    rows, dropped, kept = validated
-    k = (rows[:, cells.positions] - cells.origin) / cells.step
-    off = np.abs(k - np.round(k)) > 1e-6
-    beyond = (np.round(k) < 0) | (np.round(k) > cells.n_steps)
-    for bad, what in ((off, "are off the lattice"), (beyond, "lie beyond the lowest or highest point of the lattice")):
-        if bad.any():
-            j = int(np.flatnonzero(bad.any(axis=0))[0])
-            raise SourceError(
-                f"{label}: {int(bad[:, j].sum())} values of column {cells.columns[j]!r} (e.g. the row at "
-                f"{int(np.flatnonzero(bad[:, j])[0])}, {rows[np.flatnonzero(bad[:, j])[0], cells.positions[j]]:g}) "
-                f"{what} that the pilot sample showed ({cells.origin[j]:g}, {cells.origin[j] + cells.step[j]:g}, …, "
-                f"{cells.top[j]:g}), so they have no cell: raise pilot_rows so that the pilot sees every value, or "
-                f"leave the column out of discrete= (discrete=None fits every column as continuous)")
-    for i, j in enumerate(cells.atom_positions):
-        beyond = cells.atom_side[i] * (rows[:, j] - cells.atom_value[i]) > 1e-9 * cells.atom_width[i]
-        if beyond.any():
-            r = int(np.flatnonzero(beyond)[0])
-            edge = "lowest" if cells.atom_side[i] < 0 else "highest"
-            raise SourceError(
-                f"{label}: {int(beyond.sum())} values of column {cells.atom_columns[i]!r} (e.g. the row at {r}, "
-                f"{rows[r, j]:g}) lie beyond the {edge} value that the pilot sample showed, {cells.atom_value[i]:g}, "
-                f"where it found an atom (a share of the rows exactly there): raise pilot_rows so that the pilot "
-                f"sees the column's range, or fit it with discrete=None")
-    digest = hashlib.blake2b(np.ascontiguousarray(rows).tobytes(), digest_size=8).digest()
-    place = np.arange(rows.shape[0], dtype=np.int64)
-    return np.ascontiguousarray(cells.dequantize(rows, place, int.from_bytes(digest, "little"))), dropped, kept

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tgpflow.errors import closest_hint
+from tgpflow.features.atom_blocks import atom_depth
 from tgpflow.features.lattice import LatticeCells
 from tgpflow.io.column_kinds import as_decimal
 
@@ -85,19 +86,21 @@ def choose_discrete(which: str | Sequence[str | int] | None, kinds: Mapping[str,
                          np.array(step, dtype=np.float64), np.array(top, dtype=np.float64), int(seed),
                          np.array([names.index(a[0]) for a in atoms], dtype=np.int64), tuple(a[0] for a in atoms),
                          *(np.array([a[i] for a in atoms], dtype=np.float64) for i in range(1, 5)),
-                         atom_core=np.array([a[5] for a in atoms], dtype=np.float64))
+                         atom_core=np.array([a[5] for a in atoms], dtype=np.float64),
+                         atom_depth=np.array([a[6] for a in atoms], dtype=np.float64))
     k = cells.codes(rows)  # the rule of succession at each extreme code (module docstring)
     return dataclasses.replace(cells, tail_low=1.0 / (np.sum(k <= 0, axis=0) + 2.0),
                                tail_high=1.0 / (np.sum(k >= cells.n_steps, axis=0) + 2.0))
 
 
 def edge_atoms(kinds: Mapping[str, Mapping[str, Any]], rows: np.ndarray,
-               taken: set[str]) -> list[tuple[str, float, float, float, float, float]]:
-    """(column, value, side, width, unit, core) of each edge of :func:`~tgpflow.io.column_kinds.column_kinds` (a
+               taken: set[str]) -> list[tuple[str, float, float, float, float, float, float]]:
+    """(column, value, side, width, unit, core, depth) of each edge of :func:`~tgpflow.io.column_kinds.column_kinds` (a
     value at the minimum or maximum that carries ≥ 1 % of the rows) in a column not ``taken``: the block beyond the
     edge is :data:`ATOM_BLOCK` of the column's standard deviation wide, the atom's density is given per the column's
-    lattice step where it has one (values recorded to 3 decimals: 0.001), else per that width, and ``core`` (1.0 or
-    0.0) is :func:`_cored`'s choice of the column's coordinate."""
+    lattice step where it has one (values recorded to 3 decimals: 0.001), else per that width, ``core`` (1.0 or
+    0.0) is :func:`_cored`'s choice of the column's coordinate, and ``depth`` the law of the rows in the block by
+    the atom's share of the rows (:func:`~tgpflow.features.atom_blocks.atom_depth`)."""
     out = []
     for j, (name, kind) in enumerate(kinds.items()):
         if name in taken or not kind.get("edges"):
@@ -109,7 +112,8 @@ def edge_atoms(kinds: Mapping[str, Mapping[str, Any]], rows: np.ndarray,
                 value = float(kind["edges"][side]["value"])
                 if kind["kind"] == "lattice":  # on its recording grid: 0, not a standardization's 2e-16
                     value = _on_grid(value, unit)
-                out.append((name, value, edge, width, unit, float(_cored(rows[:, j], value, edge, width))))
+                out.append((name, value, edge, width, unit, float(_cored(rows[:, j], value, edge, width)),
+                            atom_depth(float(kind["edges"][side]["share"]))))
     return out
 
 

@@ -18,7 +18,8 @@ from tgpflow.core.engine import Progress
 from tgpflow.core.logs import logger
 from tgpflow.features.bounds import BoundsSpec, ColumnBounds, bounded_chunk
 from tgpflow.features.edges import EDGE_LEAK_COMPONENTS, edges_worth_keeping, suggest_bounds, with_linear_tails
-from tgpflow.features.lattice import LatticeCells, dequantize_chunk
+from tgpflow.features.lattice import LatticeCells
+from tgpflow.features.lattice_chunks import dequantize_chunk
 from tgpflow.features.lattice_choice import choose_discrete
 from tgpflow.features.scaling import Scaling
 from tgpflow.io.column_kinds import column_kinds
