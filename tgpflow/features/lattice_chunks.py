@@ -13,8 +13,8 @@ __all__ = ["dequantize_chunk"]
 def dequantize_chunk(validated: tuple[np.ndarray, int, np.ndarray | None], label: str,
                      cells: LatticeCells) -> tuple[np.ndarray, int, np.ndarray | None]:
     """A validated chunk with its discrete columns dequantized (``cells`` in the chunk's units): the noise of a row
-    is a function of the chunk's digest and the row's place in it (module docstring). A value off the lattice is a
-    :class:`~tgpflow.errors.SourceError` naming the chunk (``label``) and the column."""
+    is a function of the chunk's digest and the row's place in it (:mod:`tgpflow.features.lattice`). A value off the
+    lattice is a :class:`~tgpflow.errors.SourceError` naming the chunk (``label``) and the column."""
     import hashlib
 
     from tgpflow.errors import SourceError

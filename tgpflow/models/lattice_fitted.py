@@ -168,18 +168,18 @@ class LatticeFitted(WrappedFitted):
         if self.inner.base is not None and product:
             spread = np.sqrt(np.diag(self.inner.base.cov))[positions]
             scale = np.where(np.r_[np.ones(n_lat, dtype=bool), ~cored] & ~far, spread, scale)
+        u = units[None]  # (1, k, m)
+        # an extreme cell (module docstring): τ = edge ∓ s·u/(1 − u), dτ/du = s/(1 − u)², for the product rule;
+        # τ = edge ∓ s·(−log(1 − u)), dτ/du = s/(1 − u), for Sobol points (the same for every row: once)
+        reach = scale * u / (1 - u) if product else -scale * np.log1p(-u)
+        log_tail = np.log(scale) - (2 if product else 1) * np.log1p(-u)
+        if far.any():
+            deep, log_deep = far_depths(u, depth, QUADRATURE_SPREAD)
+            reach, log_tail = np.where(far, scale * deep, reach), np.where(far, np.log(scale) + log_deep, log_tail)
         values = np.empty(n)
         block = max(1, _BLOCK_POINTS // k)
         for start in range(0, n, block):
             b = slice(start, min(start + block, n))
-            u = units[None]  # (1, k, m)
-            # an extreme cell (module docstring): τ = edge ∓ s·u/(1 − u), dτ/du = s/(1 − u)², for the product rule;
-            # τ = edge ∓ s·(−log(1 − u)), dτ/du = s/(1 − u), for Sobol points
-            reach = scale * u / (1 - u) if product else -scale * np.log1p(-u)
-            log_tail = np.log(scale) - (2 if product else 1) * np.log1p(-u)
-            if far.any():
-                deep, log_deep = far_depths(u, depth, QUADRATURE_SPREAD)
-                reach, log_tail = np.where(far, scale * deep, reach), np.where(far, np.log(scale) + log_deep, log_tail)
             interior = ~(low[b] | high[b])[:, None, :]
             edge = np.where(low[b], hi[b], lo[b])[:, None, :]
             tau = np.where(interior, lo[b, None, :] + (hi[b] - lo[b])[:, None, :] * u,
